@@ -1,0 +1,25 @@
+"""initlint: a linter for PyTorch models at initialisation.
+
+``initlint.audit(model)`` captures the model's graph, runs one probe batch forward and
+backward, applies the rules and returns a :class:`Report` whose findings each carry the
+measured value, the threshold and a fix.
+
+Names are imported lazily so that ``initlint check`` on files without models never
+imports torch.
+"""
+from typing import Any
+
+from .version import __version__
+
+__all__ = ["audit", "Report", "Finding", "LoadError", "UsageError", "ignore", "__version__"]
+
+_LAZY = {"audit": "api", "UsageError": "api", "Report": "report", "Finding": "report", "LoadError": "load",
+         "ignore": "suppress"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'initlint' has no attribute '{name}'")

@@ -1,0 +1,5 @@
+"""``python -m initlint``."""
+from .cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""The pipeline: load -> capture -> probe -> rules -> report, behind :func:`audit`."""
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from . import locate
+from .capture import CaptureError, RuntimeCapture, capture
+from .link import link_findings
+from .load import (DEFAULT_BATCH, LoadError, check_finite, infer_inputs, move_inputs, normalise_inputs,
+                   shaped_inputs)
+from .probe import ProbeResult, preserved, run_probe
+from .report import Finding, Report, group_runs
+from .rules import Audit, all_rules, select_rules
+from .suppress import apply_suppressions
+
+
+class UsageError(LoadError):
+    """Bad arguments to :func:`audit` (unknown device, rule code, option)."""
+
+
+def unwrap(model: Any) -> nn.Module:
+    """The user's module behind ``torch.compile`` and (Distributed)DataParallel wrappers."""
+    for _ in range(8):
+        if hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module):
+            model = model._orig_mod
+        elif isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            model = model.module
+        else:
+            break
+    return model
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Device of the model's first parameter or buffer (CPU for a model with neither)."""
+    for t in list(model.parameters()) + list(model.buffers()):
+        return t.device
+    return torch.device("cpu")
+
+
+def resolve_device(device: Optional[str], model: nn.Module) -> torch.device:
+    """``None`` -> the model's device; ``auto`` -> CUDA, else MPS, else CPU; checks availability."""
+    if device is None:
+        return model_device(model)
+    if str(device) == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UsageError(f"unknown device '{device}'; use auto, cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device '{device}' was asked for, but this machine has no usable CUDA device")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UsageError(f"device '{device}' does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(f"device '{device}' was asked for, but MPS is not available on this machine")
+    if dev.type not in ("cpu", "cuda", "mps", "meta"):
+        raise UsageError(f"unsupported device '{device}'; use auto, cpu, cuda, cuda:N or mps")
+    return dev
+
+
+def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str] = None,
+          select: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]] = None,
+          logits: Optional[bool] = None, seed: int = 0, batch_size: Optional[int] = None,
+          input_shapes: Optional[Sequence[Tuple[int, ...]]] = None,
+          rule_options: Optional[Dict[str, Dict[str, Any]]] = None, name: Optional[str] = None,
+          target: str = "", **settings: Any) -> Report:
+    """Audit ``model`` at initialisation and return a :class:`~initlint.report.Report`.
+
+    ``example_inputs`` may be a tensor, a tuple of positional inputs or a dict of keyword
+    inputs; when omitted, a probe batch is inferred from the first layer that reads the
+    input. The model is never changed: parameters, buffers, training flags, gradients,
+    hooks, the RNG state and the grad mode are all as before when this returns.
+    """
+    from .config import apply_settings
+
+    options = apply_settings(dict(select=select, ignore=ignore, logits=logits, seed=seed, batch_size=batch_size,
+                                  rule_options=rule_options, device=device), settings)
+    if not isinstance(model, nn.Module) and not hasattr(model, "_orig_mod"):
+        raise UsageError(f"initlint.audit expects an nn.Module, got {type(model).__name__}")
+    user_model = unwrap(model)
+    report = Report(model=name or type(user_model).__name__, target=target)
+    codes = select_rules(options["select"], options["ignore"])
+    rules = _instantiate(codes, options["rule_options"] or {})
+    dev = resolve_device(options["device"], user_model)
+    report.device = str(dev)
+    work = user_model
+    if dev != model_device(user_model) and model_device(user_model).type != "meta":
+        work = copy.deepcopy(user_model).to(dev)  # the user's model stays where it is
+    is_meta = model_device(work).type == "meta"
+    args, kwargs = _probe_inputs(work, example_inputs, input_shapes, options, is_meta)
+    if not is_meta:
+        args, kwargs = move_inputs(args, dev), move_inputs(kwargs, dev)
+        check_finite(args, kwargs)
+    needs = set().union(*(r.needs for r in rules)) if rules else set()
+    cap, probe = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report)
+    report.capture, report.graph, report.probe = cap.name, cap.graph, probe
+    cap.graph.module_locations = locate.module_locations(work)
+    ctx = Audit(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))
+    findings = _run_rules(rules, ctx, needs, probe, is_meta, report)
+    findings = apply_suppressions(findings, work, options.get("per_module_ignores"), codes)
+    report.findings = group_runs(link_findings(findings))
+    report.notes.extend(probe.notes)
+    return report
+
+
+def _instantiate(codes: List[str], rule_options: Dict[str, Dict[str, Any]]) -> list:
+    registry = all_rules()
+    by_name = {cls.name: code for code, cls in registry.items()}
+    for key in rule_options:
+        if key not in registry and key not in by_name:
+            raise UsageError(f"options given for unknown rule '{key}'")
+    rules = []
+    for code in codes:
+        cls = registry[code]
+        opts = {**rule_options.get(cls.name, {}), **rule_options.get(code, {})}
+        try:
+            rules.append(cls(**opts))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return rules
+
+
+def _probe_inputs(model: nn.Module, example: Any, shapes: Optional[Sequence[Tuple[int, ...]]],
+                  options: Dict[str, Any], is_meta: bool) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    if example is not None:
+        return normalise_inputs(example)
+    seed = int(options["seed"])
+    if shapes:
+        return shaped_inputs(shapes, model, seed), {}
+    return infer_inputs(model, int(options["batch_size"] or DEFAULT_BATCH), seed)
+
+
+def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], options: Dict[str, Any],
+                       needs: set, is_meta: bool, report: Report):
+    cap = capture(model)
+    backward = "gradients" in needs
+    if is_meta:
+        report.notes.append("the model is on the meta device (its tensors hold no values): only graph rules ran; "
+                            "materialise it with model.to_empty(device='cpu') and initialise it for a full audit")
+        return cap, run_probe(cap, args, kwargs, forward=False)
+    logits = bool(options["logits"])
+    try:
+        with preserved(model, int(options["seed"])):
+            return cap, _probe_retrying(cap, args, kwargs, logits, backward, report)
+    except _ForwardFailed as first:
+        if cap.name == "runtime":
+            raise first.as_load_error(args, kwargs) from None
+        report.notes.append(f"the fx-traced graph failed to run ({first.reason}); used the runtime capture")
+    cap = RuntimeCapture(model)
+    try:
+        with preserved(model, int(options["seed"])):
+            return cap, _probe_retrying(cap, args, kwargs, logits, backward, report)
+    except _ForwardFailed as again:
+        raise again.as_load_error(args, kwargs) from None
+
+
+class _ForwardFailed(Exception):
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+
+    def as_load_error(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> LoadError:
+        return LoadError(f"the model's forward raised {self.reason} on the probe input {describe_inputs(args, kwargs)}; "
+                         f"pass matching --input-shape or example_inputs")
+
+
+def _probe_retrying(cap, args, kwargs, logits: bool, backward: bool, report: Report) -> ProbeResult:
+    """Run the probe; on out-of-memory, halve the batch (down to 1) and say so."""
+    while True:
+        try:
+            return run_probe(cap, args, kwargs, logits=logits, backward=backward)
+        except torch.OutOfMemoryError:
+            smaller = _halve_batch(args, kwargs)
+            if smaller is None:
+                raise LoadError("the probe ran out of memory even with a batch of 1; try --device cpu") from None
+            args, kwargs = smaller
+            report.notes.append(f"the probe ran out of memory; retried with a batch of {_batch_of(args, kwargs)}")
+        except (LoadError, KeyboardInterrupt):
+            raise
+        except Exception as exc:
+            raise _ForwardFailed(exc) from None
+
+
+def _batch_of(args, kwargs) -> int:
+    from .capture.runtime import _tensors
+
+    tensors = _tensors((args, kwargs))
+    return int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
+
+
+def _halve_batch(args, kwargs):
+    batch = _batch_of(args, kwargs)
+    if batch <= 1:
+        return None
+    half = batch // 2
+
+    def cut(obj):
+        if isinstance(obj, torch.Tensor):
+            return obj[:half] if obj.dim() and obj.shape[0] == batch else obj
+        if isinstance(obj, (tuple, list)):
+            return type(obj)(cut(o) for o in obj)
+        if isinstance(obj, dict):
+            return {k: cut(v) for k, v in obj.items()}
+        return obj
+
+    return cut(args), cut(kwargs)
+
+
+def describe_inputs(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
+    """``(16, 3, 32, 32)`` / ``input_ids=(16, 16) int64``: what the probe tried."""
+    def one(v: Any) -> str:
+        if isinstance(v, torch.Tensor):
+            shape = "(" + ", ".join(str(s) for s in v.shape) + ("," if v.dim() == 1 else "") + ")"
+            return shape if v.is_floating_point() else f"{shape} {str(v.dtype).replace('torch.', '')}"
+        return type(v).__name__
+    parts = [one(a) for a in args] + [f"{k}={one(v)}" for k, v in kwargs.items()]
+    return ", ".join(parts) or "(no inputs)"
+
+
+def _run_rules(rules, ctx: Audit, needs: set, probe: ProbeResult, is_meta: bool, report: Report) -> List[Finding]:
+    findings: List[Finding] = []
+    for rule in rules:
+        if is_meta and rule.needs - {"graph"}:
+            continue
+        if "gradients" in rule.needs and not probe.backward_ran:
+            continue
+        try:
+            findings.extend(rule.check(ctx))
+        except Exception as exc:  # one broken rule must not hide the others' findings
+            findings.append(Finding(code="IL000", name="rule-error", severity="info", module="",
+                                    message=f"{rule.code} ({rule.name}) could not run: {type(exc).__name__}: {exc}",
+                                    fix="please report this with the model that triggers it"))
+    return findings

@@ -1,0 +1,110 @@
+"""What every capture backend shares: the interface, parameter naming, call sites."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode
+
+from ..graph import Graph, Op
+from .. import ops as O
+
+Observer = Callable[[Op, Any], None]
+
+
+class CaptureError(Exception):
+    """A backend cannot capture this model; the next backend is tried."""
+
+
+class Capture:
+    """Base class: a graph plus a way to run the model once while observing ops."""
+
+    name = "?"
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        self.graph = Graph()
+        self.fallback_reasons: List[str] = []
+        self.param_names: Dict[int, str] = {id(p): n for n, p in model.named_parameters()}
+        self.module_paths: Dict[int, str] = {id(m): n for n, m in model.named_modules()}
+        for path, module in model.named_modules():
+            self.graph.module_types[path] = type(module).__name__
+
+    def run(self, args: Tuple[Any, ...], kwargs: Dict[str, Any], observe: Observer) -> Any:
+        """Execute the model on the probe inputs, calling ``observe`` after each op."""
+        raise NotImplementedError
+
+    def module_params(self, path: str, module: nn.Module) -> Dict[str, str]:
+        """``weight``/``bias`` of a module op as qualified names."""
+        found = {}
+        for role in ("weight", "bias"):
+            p = getattr(module, role, None)
+            if isinstance(p, nn.Parameter) and id(p) in self.param_names:
+                found[role] = self.param_names[id(p)]
+        return found
+
+
+def param_roles(kind: str, names: List[Tuple[str, torch.Tensor]]) -> Dict[str, str]:
+    """Assign roles to the parameters a call received: the matrix is ``weight``, a vector ``bias``."""
+    roles: Dict[str, str] = {}
+    extra = 0
+    for name, tensor in names:
+        if kind in ("linear", "conv", "conv_transpose", "embedding") and tensor.dim() >= 2 and "weight" not in roles:
+            roles["weight"] = name
+        elif kind in O.NORM_KINDS and "weight" not in roles:
+            roles["weight"] = name
+        elif tensor.dim() == 1 and "bias" not in roles and kind != "embedding":
+            roles["bias"] = name
+        else:
+            roles[f"param{extra}"] = name
+            extra += 1
+    return roles
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SKIP_DIRS = (_TORCH_DIR, _OWN_DIR)
+
+
+def user_call_site(start_depth: int = 2) -> Optional[Tuple[str, int]]:
+    """File and line of the innermost frame outside torch and initlint (the user's call)."""
+    frame = sys._getframe(start_depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_SKIP_DIRS) and not filename.startswith("<"):
+            return (filename, frame.f_lineno)
+        frame = frame.f_back
+    return None
+
+
+def without_dropout(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]):
+    """Dropout off for the probe: ``(input, ...)`` for dropout calls, zeroed ``dropout_p`` for attention."""
+    if O.kind_of_name(name) == "dropout":
+        return (args[0] if args else kwargs.get("input")), args, kwargs
+    if name == "scaled_dot_product_attention":
+        kwargs = dict(kwargs, dropout_p=0.0)
+        if len(args) > 4:
+            args = args[:4] + (0.0,) + args[5:]
+    elif name == "multi_head_attention_forward":
+        kwargs = dict(kwargs)
+        if "dropout_p" in kwargs:
+            kwargs["dropout_p"] = 0.0
+        elif len(args) > 10:
+            args = args[:10] + (0.0,) + args[11:]
+    return None, args, kwargs
+
+
+class DropoutOff(TorchFunctionMode):
+    """Disables dropout (functional, module and inside attention) while the probe runs."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: D401 - torch protocol
+        kwargs = kwargs or {}
+        name = O.call_name(func)
+        if O.kind_of_name(name) in ("dropout", "attention"):
+            skipped, args, kwargs = without_dropout(name, args, kwargs)
+            if skipped is not None:
+                return skipped
+        return func(*args, **kwargs)

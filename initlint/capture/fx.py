@@ -1,0 +1,165 @@
+"""Capture with ``torch.fx`` symbolic tracing: static, keeps module calls as ops."""
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.fx as fx
+import torch.nn as nn
+
+from .. import ops as O
+from .base import Capture, CaptureError, Observer, param_roles
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+class FxCapture(Capture):
+    """Symbolic trace converted op by op; the probe runs through an ``fx.Interpreter``."""
+
+    name = "fx"
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__(model)
+        tracer = fx.Tracer()
+        tracer.record_stack_traces = True
+        try:
+            traced = tracer.trace(model)
+            self.gm = fx.GraphModule(tracer.root, traced)
+        except Exception as exc:  # fx raises many exception types on untraceable code
+            raise CaptureError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+        self.node_ops: Dict[fx.Node, int] = {}
+        self.placeholders: List[fx.Node] = []
+        self._convert()
+
+    # ---------------------------------------------------------------- conversion
+    def _convert(self) -> None:
+        modules = dict(self.gm.named_modules())
+        attr_names: Dict[fx.Node, str] = {}
+        for node in self.gm.graph.nodes:
+            if node.op == "get_attr":
+                attr_names[node] = node.target
+            elif node.op == "placeholder":
+                self.placeholders.append(node)
+                op = self.graph.add("input", node.target, "", [])
+                self.node_ops[node] = op.id
+                self.graph.inputs.append(op.id)
+            elif node.op == "output":
+                self.graph.outputs = [self.node_ops[n] for n in _nodes_in(node.args) if n in self.node_ops]
+            elif node.op == "call_module":
+                self._add_module_op(node, modules[node.target])
+            else:
+                self._add_call_op(node, attr_names)
+
+    def _inputs(self, node: fx.Node) -> List[int]:
+        return [self.node_ops[n] for n in _nodes_in((node.args, node.kwargs)) if n in self.node_ops]
+
+    def _add_module_op(self, node: fx.Node, module: nn.Module) -> None:
+        kind = O.module_kind(module)
+        if kind is None:
+            if any(True for _ in module.parameters()):
+                raise CaptureError(f"fx kept {type(module).__name__} at '{node.target}' as one opaque call")
+            kind = "other"
+        op = self.graph.add(
+            kind, f"nn.{type(module).__name__}", node.target, self._inputs(node),
+            params=self.module_params(node.target, module), attrs=O.module_attrs(kind, module),
+        )
+        op.attrs["module_op"] = True
+        self.node_ops[node] = op.id
+
+    def _add_call_op(self, node: fx.Node, attr_names: Dict[fx.Node, str]) -> None:
+        name = O.call_name(node.target)
+        kind = O.kind_of_name(name)
+        named = []
+        for n in _nodes_in((node.args, node.kwargs)):
+            if n in attr_names:
+                value = _fetch(self.gm, attr_names[n])
+                if isinstance(value, nn.Parameter) and id(value) in self.param_names:
+                    named.append((self.param_names[id(value)], value))
+        if kind == "matmul" and named:
+            kind = "linear"
+        plain_args = tuple(a if not isinstance(a, fx.Node) else None for a in node.args)
+        attrs = O.call_attrs(kind, name, plain_args, dict(node.kwargs))
+        if kind == "linear":
+            attrs["layout"] = O.weight_layout(name)
+        module = _owner(node)
+        target = f"{'Tensor.' if node.op == 'call_method' else _prefix(node.target)}{name}"
+        op = self.graph.add(kind, target, module, self._inputs(node), params=param_roles(kind, named),
+                            attrs=attrs, location=_stack_location(node))
+        self.node_ops[node] = op.id
+
+    # ---------------------------------------------------------------- execution
+    def run(self, args: Tuple[Any, ...], kwargs: Dict[str, Any], observe: Observer) -> Any:
+        positional = _bind(self.model, self.placeholders, args, kwargs)
+        interp = _Observed(self.gm, self, observe)
+        return interp.run(*positional)
+
+
+class _Observed(fx.Interpreter):
+    def __init__(self, gm: fx.GraphModule, cap: FxCapture, observe: Observer) -> None:
+        super().__init__(gm)
+        self.cap = cap
+        self.observe = observe
+
+    def run_node(self, n: fx.Node) -> Any:
+        out = super().run_node(n)
+        op_id = self.cap.node_ops.get(n)
+        if op_id is not None:
+            self.observe(self.cap.graph[op_id], out)
+        return out
+
+
+def _nodes_in(obj: Any) -> List[fx.Node]:
+    found: List[fx.Node] = []
+    fx.node.map_arg(obj, lambda n: found.append(n))
+    return found
+
+
+def _fetch(root: nn.Module, target: str) -> Any:
+    value: Any = root
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _owner(node: fx.Node) -> str:
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        last = list(stack.values())[-1]
+        path = last[0] if isinstance(last, tuple) else str(last)
+        return "" if path in ("", "L['self']") else path
+    return ""
+
+
+def _prefix(target: Any) -> str:
+    mod = getattr(target, "__module__", "") or ""
+    if mod.startswith("torch.nn.functional"):
+        return "F."
+    if mod.startswith("torch") or mod == "":
+        return "torch."
+    return "operator." if mod == "_operator" else f"{mod}."
+
+
+def _stack_location(node: fx.Node) -> Optional[Tuple[str, int]]:
+    trace = node.stack_trace or ""
+    frames = _FRAME.findall(trace)
+    if not frames:
+        return None
+    filename, line = frames[-1]
+    return (filename, int(line))
+
+
+def _bind(model: nn.Module, placeholders: List[fx.Node], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[Any]:
+    """Order positional and keyword probe inputs as the traced placeholders expect."""
+    if not kwargs and len(args) == len(placeholders):
+        return list(args)
+    try:
+        bound = inspect.signature(model.forward).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise CaptureError(f"inputs do not match forward(): {exc}") from None
+    bound.apply_defaults()
+    values = list(bound.arguments.values())
+    if len(values) != len(placeholders):
+        raise CaptureError("forward() takes variadic arguments")
+    return values

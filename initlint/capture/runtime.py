@@ -1,0 +1,230 @@
+"""Capture by recording the dataflow while the probe batch runs.
+
+Module pre/post hooks keep a stack of the module paths being executed; a
+``TorchFunctionMode`` sees every torch function and tensor method call, and links
+calls by the identity of the tensors they pass each other. Handles in-place ops
+(the written tensor gets a new producer), parameter views (``W.t()``), modules
+called several times (one op per call) and hand-written normalisation modules
+(recorded as one op, their internals skipped).
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+from torch.overrides import TorchFunctionMode
+
+from .. import ops as O
+from ..graph import Op
+from .base import Capture, Observer, param_roles, user_call_site, without_dropout
+
+_NOT_RECORDED = frozenset({"__get__", "__set__", "size", "dim", "numel", "__len__", "__bool__", "__format__",
+                           "__repr__", "__hash__", "is_floating_point", "is_complex", "item", "tolist",
+                           "data_ptr", "stride", "storage_offset", "element_size", "is_contiguous",
+                           "requires_grad_", "retain_grad", "get_device", "_is_view", "__reduce_ex__",
+                           "__deepcopy__", "__iter__", "__contains__", "register_hook"})
+_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag", "data"})
+
+
+class RuntimeCapture(Capture):
+    """Works for any module that runs; the graph is filled during :meth:`run`."""
+
+    name = "runtime"
+
+    def run(self, args: Tuple[Any, ...], kwargs: Dict[str, Any], observe: Observer) -> Any:
+        self._reset(observe)
+        handles = []
+        try:
+            for module in self.model.modules():
+                handles.append(module.register_forward_pre_hook(self._enter))
+                handles.append(module.register_forward_hook(self._leave))
+            for value in _tensors((args, kwargs)):
+                op = self.graph.add("input", "input", "", [], attrs={"shape": tuple(value.shape)})
+                self.graph.inputs.append(op.id)
+                self._produced(value, op.id)
+            with _Recorder(self):
+                out = self.model(*args, **kwargs)
+            self.graph.outputs = sorted({i for t in _tensors(out) if (i := self.producer(t)) is not None})
+            return out
+        finally:
+            for h in handles:
+                h.remove()
+
+    def _reset(self, observe: Observer) -> None:
+        types, self.graph = self.graph.module_types, type(self.graph)()
+        self.graph.module_types = types
+        self.observe = observe
+        self.stack: List[Tuple[str, bool]] = []  # (module path, is opaque)
+        self.opaque_depth = 0
+        self.producers: Dict[int, Tuple[Any, int]] = {}
+        self.param_views: Dict[int, Tuple[Any, str, bool]] = {}
+        self.pending_inputs: List[List[int]] = []
+        self.busy = False
+
+    # ------------------------------------------------------------- tensor identity
+    def _produced(self, t: torch.Tensor, op_id: int) -> None:
+        self.producers[id(t)] = (weakref.ref(t), op_id)
+
+    def producer(self, t: torch.Tensor) -> Optional[int]:
+        """Op that last wrote ``t`` (None for parameters, buffers and constants)."""
+        entry = self.producers.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return entry[1]
+        return None
+
+    def param_of(self, t: torch.Tensor) -> Optional[Tuple[str, bool]]:
+        """(name, transposed) when ``t`` is a parameter or a view of one."""
+        name = self.param_names.get(id(t))
+        if name is not None and isinstance(t, nn.Parameter):
+            return (name, False)
+        entry = self.param_views.get(id(t))
+        if entry is not None and entry[0]() is t:
+            return (entry[1], entry[2])
+        return None
+
+    # ------------------------------------------------------------- module hooks
+    def _enter(self, module: nn.Module, args: Tuple[Any, ...]) -> None:
+        path = self.module_paths.get(id(module), "?")
+        opaque = self.opaque_depth == 0 and O.handwritten_norm_kind(module) is not None
+        self.stack.append((path, opaque))
+        if opaque:
+            self.pending_inputs.append([i for t in _tensors(args) if (i := self.producer(t)) is not None])
+            self.opaque_depth += 1
+
+    def _leave(self, module: nn.Module, args: Tuple[Any, ...], output: Any) -> None:
+        if not self.stack:
+            return
+        path, opaque = self.stack.pop()
+        if not opaque:
+            return
+        self.opaque_depth -= 1
+        kind = O.handwritten_norm_kind(module) or "other"
+        op = self.graph.add(kind, type(module).__name__, path, self.pending_inputs.pop(),
+                            params=self.module_params(path, module), attrs={"module_op": True})
+        self._record_outputs(op, output)
+
+    def current_module(self) -> str:
+        return self.stack[-1][0] if self.stack else ""
+
+    # ------------------------------------------------------------- calls
+    def on_call(self, func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        name = O.call_name(func)
+        if name == "__get__":
+            name = getattr(getattr(func, "__self__", None), "__name__", name)
+            if name not in _PROPERTIES:
+                return func(*args, **kwargs)
+        elif name in _NOT_RECORDED:
+            return func(*args, **kwargs)
+        kind = O.kind_of_name(name)
+        if kind in ("dropout", "attention"):
+            skipped, args, kwargs = without_dropout(name, args, kwargs)
+            if skipped is not None:
+                return skipped
+        out = func(*args, **kwargs)
+        if self.opaque_depth or self.busy:
+            return out
+        if name == "__setitem__":
+            target = args[0]
+            prev = self.producer(target)
+            op = self.graph.add("other", "Tensor.__setitem__", self.current_module(),
+                                [] if prev is None else [prev])
+            self._record_outputs(op, target)
+            return out
+        self._record_call(func, name, kind, args, kwargs, out)
+        return out
+
+    def _record_call(self, func: Any, name: str, kind: str, args: Tuple[Any, ...], kwargs: Dict[str, Any], out: Any) -> None:
+        outs = _tensors(out)
+        if not outs:
+            return
+        inputs: List[int] = []
+        named: List[Tuple[str, torch.Tensor]] = []
+        transposed = False
+        for t in _tensors((args, kwargs)):
+            p = self.param_of(t)
+            if p is not None:
+                named.append((p[0], t))
+                transposed = transposed or p[1]
+                continue
+            src = self.producer(t)
+            if src is not None and src not in inputs:
+                inputs.append(src)
+        if named and not inputs and kind == "view":
+            # W.t(), W.to(dtype): keep following the parameter, not a graph op.
+            flip = name in ("t", "transpose", "T", "mT", "swapaxes", "permute")
+            for t in outs:
+                self.param_views[id(t)] = (weakref.ref(t), named[0][0], transposed != flip)
+            return
+        attrs = O.call_attrs(kind, name, args, kwargs)
+        if kind == "matmul" and named and len(named) == 1 and _is_second_operand(args, named[0][1]):
+            kind = "linear"
+        if kind == "linear":
+            layout = O.weight_layout(name)
+            attrs["layout"] = {"in_out": "out_in", "out_in": "in_out"}[layout] if transposed else layout
+        elif kind == "matmul" and named:
+            kind = "other"
+        op = self.graph.add(kind, _display(func, name), self.current_module(), inputs,
+                            params=param_roles(kind, named), attrs=attrs)
+        if kind not in ("view", "other", "add", "mul", "div", "cat"):
+            op.location = user_call_site(2)
+        self._record_outputs(op, out)
+
+    def _record_outputs(self, op: Op, out: Any) -> None:
+        outs = _tensors(out)
+        for t in outs:
+            self._produced(t, op.id)
+        if outs:
+            self.busy = True
+            try:
+                self.observe(op, outs[0] if len(outs) == 1 else out)
+            finally:
+                self.busy = False
+
+
+class _Recorder(TorchFunctionMode):
+    def __init__(self, cap: RuntimeCapture) -> None:
+        super().__init__()
+        self.cap = cap
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: D401 - torch protocol
+        return self.cap.on_call(func, args, kwargs or {})
+
+
+def _tensors(obj: Any) -> List[torch.Tensor]:
+    """Tensors inside nested tuples, lists, dicts and dataclass-like outputs, in order."""
+    found: List[torch.Tensor] = []
+    _collect(obj, found, 0)
+    return found
+
+
+def _collect(obj: Any, found: List[torch.Tensor], depth: int) -> None:
+    if isinstance(obj, torch.Tensor):
+        found.append(obj)
+    elif depth > 6:
+        return
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            _collect(item, found, depth + 1)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            _collect(item, found, depth + 1)
+    elif hasattr(obj, "__dataclass_fields__"):
+        for key in obj.__dataclass_fields__:
+            _collect(getattr(obj, key, None), found, depth + 1)
+
+
+def _is_second_operand(args: Tuple[Any, ...], weight: torch.Tensor) -> bool:
+    return len(args) >= 2 and args[-1] is weight or (len(args) == 3 and args[2] is weight)
+
+
+def _display(func: Any, name: str) -> str:
+    """``F.relu``, ``torch.tanh``, ``Tensor.relu_`` as the user wrote it."""
+    module = getattr(func, "__module__", None) or ""
+    if module.startswith("torch.nn.functional"):
+        return f"F.{name}"
+    qual = getattr(func, "__qualname__", "") or ""
+    if qual.startswith(("Tensor.", "TensorBase.", "_TensorBase.")) or module == "torch._tensor":
+        return f"Tensor.{name}"
+    return f"torch.{name}"

@@ -1,0 +1,262 @@
+"""Stage 1, load: resolve a target to model instances and build probe inputs."""
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from .capture.runtime import _tensors
+
+DEFAULT_BATCH = 16
+DEFAULT_SPATIAL = 32
+
+
+class LoadError(Exception):
+    """A target cannot be loaded or probed; the message is one sentence for the user."""
+
+
+@dataclass
+class Candidate:
+    """A model to audit: a display name and a way to build it."""
+
+    name: str
+    build: Any
+    """A zero-argument callable returning an ``nn.Module``, or the module itself."""
+    origin: str = ""
+
+    def instantiate(self) -> nn.Module:
+        """The module, built if needed; raises :class:`LoadError` with a clear reason."""
+        obj = self.build
+        if isinstance(obj, nn.Module):
+            return obj
+        try:
+            sig = inspect.signature(obj)
+            required = [p.name for p in sig.parameters.values()
+                        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        except (TypeError, ValueError):
+            required = []
+        if required:
+            raise LoadError(f"{self.name} needs constructor arguments ({', '.join(required)}); "
+                            f"expose a factory function with no arguments and pass FILE.py:FACTORY")
+        try:
+            model = obj()
+        except Exception as exc:
+            raise LoadError(f"constructing {self.name} raised {type(exc).__name__}: {exc}{_user_frame(exc)}") from None
+        if not isinstance(model, nn.Module):
+            raise LoadError(f"{self.name} returned {type(model).__name__}, not an nn.Module")
+        return model
+
+
+def _user_frame(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "initlint" not in f.filename
+              and os.sep + "torch" + os.sep not in f.filename]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+
+
+def resolve(target: str) -> List[Candidate]:
+    """``file.py``, ``file.py:NAME`` or ``package.module:NAME`` -> candidates."""
+    path, _, name = target.partition(":") if not os.path.exists(target) else (target, "", "")
+    if path.endswith(".py") or os.path.sep in path or os.path.exists(path):
+        module = import_file(path)
+    else:
+        try:
+            module = importlib.import_module(path)
+        except ImportError as exc:
+            raise LoadError(f"cannot import module '{path}': {exc}") from None
+        except SyntaxError as exc:
+            raise LoadError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}") from None
+    if name:
+        if not hasattr(module, name):
+            raise LoadError(f"{path} defines no '{name}'")
+        return [Candidate(name, getattr(module, name), target)]
+    found = [Candidate(n, obj, f"{path}:{n}") for n, obj in vars(module).items()
+             if isinstance(obj, type) and issubclass(obj, nn.Module) and obj.__module__ == module.__name__]
+    if not found:
+        raise LoadError(f"{path} defines no nn.Module subclass; name a factory with {path}:NAME")
+    return found
+
+
+def import_file(path: str) -> Any:
+    """Import a user's Python file as a fresh module, with clear errors."""
+    if not os.path.exists(path):
+        raise LoadError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise LoadError(f"{path} is a directory; name a Python file")
+    if not path.endswith(".py"):
+        raise LoadError(f"{path} is not a Python file (.py)")
+    try:
+        with open(path, "rb") as fh:
+            ast.parse(fh.read(), filename=path)
+    except SyntaxError as exc:
+        raise LoadError(f"syntax error in {path}:{exc.lineno}: {exc.msg}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise LoadError(f"{path} is not readable Python source: {exc}") from None
+    abspath = os.path.abspath(path)
+    mod_name = "_initlint_target_" + str(abs(hash(abspath)))
+    spec = importlib.util.spec_from_file_location(mod_name, abspath)
+    if spec is None or spec.loader is None:
+        raise LoadError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    directory = os.path.dirname(abspath)
+    added = directory not in sys.path
+    if added:
+        sys.path.insert(0, directory)
+    try:
+        spec.loader.exec_module(module)
+    except SystemExit:
+        raise LoadError(f"importing {path} called sys.exit()") from None
+    except Exception as exc:
+        del sys.modules[mod_name]
+        where = _frame_in(exc, abspath)
+        raise LoadError(f"importing {path} raised {type(exc).__name__}: {exc}{where}") from None
+    finally:
+        if added:
+            sys.path.remove(directory)
+    return module
+
+
+def _frame_in(exc: BaseException, abspath: str) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.abspath(f.filename) == abspath]
+    return f" (line {frames[-1].lineno})" if frames else ""
+
+
+# ----------------------------------------------------------------------------- inputs
+def parse_shape(text: str) -> Tuple[int, ...]:
+    """``8,3,32,32`` -> ``(8, 3, 32, 32)``; raises :class:`LoadError` on anything else."""
+    parts = [p.strip() for p in text.replace("x", ",").split(",") if p.strip()]
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        shape = ()
+    if not shape or any(s <= 0 for s in shape):
+        raise LoadError(f"--input-shape '{text}' is not a list of positive integers such as 8,3,32,32")
+    return shape
+
+
+def normalise_inputs(example: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """A tensor, a tuple/list of positional inputs or a dict of keyword inputs -> (args, kwargs)."""
+    if example is None:
+        return (), {}
+    if isinstance(example, dict):
+        return (), dict(example)
+    if isinstance(example, (tuple, list)):
+        return tuple(example), {}
+    return (example,), {}
+
+
+def move_inputs(obj: Any, device: torch.device) -> Any:
+    """Copy every tensor of a nested input structure to ``device``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, tuple):
+        return tuple(move_inputs(o, device) for o in obj)
+    if isinstance(obj, list):
+        return [move_inputs(o, device) for o in obj]
+    if isinstance(obj, dict):
+        return {k: move_inputs(v, device) for k, v in obj.items()}
+    return obj
+
+
+def check_finite(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+    """Refuse user inputs holding NaN/Inf: the probe would measure them, not the model."""
+    bad = [t for t in _tensors((args, kwargs)) if t.is_floating_point() and t.device.type != "meta"]
+    if bad and not bool(torch.stack([torch.isfinite(t).all() for t in bad]).all()):
+        raise LoadError("the example inputs contain NaN or Inf; give finite inputs")
+
+
+def shaped_inputs(shapes: Sequence[Tuple[int, ...]], model: nn.Module, seed: int) -> Tuple[Any, ...]:
+    """Random probe tensors of the given shapes (token ids if the model starts with an embedding)."""
+    gen = torch.Generator().manual_seed(seed)
+    first = first_consumer(model)
+    out = []
+    for shape in shapes:
+        if isinstance(first, nn.Embedding) and len(out) == 0:
+            out.append(torch.randint(0, first.num_embeddings, shape, generator=gen))
+        else:
+            out.append(torch.randn(shape, generator=gen, dtype=_float_dtype(model)))
+    return tuple(out)
+
+
+def infer_inputs(model: nn.Module, batch: int, seed: int) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """Build a probe batch from the first layer that consumes the input, or raise LoadError."""
+    gen = torch.Generator().manual_seed(seed)
+    dtype = _float_dtype(model)
+    hf = _transformers_inputs(model, batch, gen, dtype)
+    if hf is not None:
+        return (), hf
+    first = first_consumer(model)
+    name = type(model).__name__
+    if first is None:
+        raise LoadError(f"cannot infer a probe input for {name}: it has no Linear, Conv or Embedding layer to read "
+                        f"the input shape from; pass --input-shape (e.g. 16,3,32,32) or example_inputs")
+    if isinstance(first, nn.Linear):
+        return (torch.randn(batch, first.in_features, generator=gen, dtype=dtype),), {}
+    if isinstance(first, nn.modules.conv._ConvNd):
+        dims = len(first.kernel_size)
+        return (torch.randn(batch, first.in_channels, *([DEFAULT_SPATIAL] * dims), generator=gen, dtype=dtype),), {}
+    if isinstance(first, nn.Embedding):
+        return (torch.randint(0, first.num_embeddings, (batch, DEFAULT_SPATIAL), generator=gen),), {}
+    if isinstance(first, nn.RNNBase):
+        shape = (batch, 8, first.input_size) if first.batch_first else (8, batch, first.input_size)
+        return (torch.randn(*shape, generator=gen, dtype=dtype),), {}
+    if isinstance(first, (nn.MultiheadAttention,)):
+        shape = (batch, 8, first.embed_dim) if first.batch_first else (8, batch, first.embed_dim)
+        x = torch.randn(*shape, generator=gen, dtype=dtype)
+        return (x, x, x), {}
+    if isinstance(first, nn.TransformerEncoderLayer):
+        width = first.linear1.in_features
+        shape = (batch, 8, width) if first.self_attn.batch_first else (8, batch, width)
+        return (torch.randn(*shape, generator=gen, dtype=dtype),), {}
+    raise LoadError(f"cannot infer a probe input for {name} (first layer {type(first).__name__}); "
+                    f"pass --input-shape or example_inputs")
+
+
+def first_consumer(model: nn.Module) -> Optional[nn.Module]:
+    """The first module, in definition order, that can tell the input's shape."""
+    kinds = (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding, nn.RNNBase, nn.MultiheadAttention,
+             nn.TransformerEncoderLayer)
+    for module in model.modules():
+        if isinstance(module, kinds):
+            return module
+    return None
+
+
+def _float_dtype(model: nn.Module) -> torch.dtype:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.get_default_dtype()
+
+
+def _transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator, dtype: torch.dtype) -> Optional[Dict[str, Any]]:
+    """Inputs for a Hugging Face model from its config and ``main_input_name``."""
+    config = getattr(model, "config", None)
+    main = getattr(model, "main_input_name", None)
+    if config is None or not isinstance(main, str):
+        return None
+    if getattr(config, "is_encoder_decoder", False):
+        raise LoadError(f"{type(model).__name__} is an encoder-decoder model and needs decoder inputs too; "
+                        f"pass example_inputs={{'input_ids': ..., 'decoder_input_ids': ...}}")
+    if main == "input_ids":
+        vocab = int(getattr(config, "vocab_size", 0) or 0)
+        if vocab <= 0:
+            return None
+        return {"input_ids": torch.randint(0, vocab, (batch, 16), generator=gen)}
+    if main == "pixel_values":
+        size = getattr(config, "image_size", 32)
+        size = size if isinstance(size, int) else size[0]
+        channels = getattr(config, "num_channels", 3)
+        return {"pixel_values": torch.randn(batch, channels, size, size, generator=gen, dtype=dtype)}
+    if main == "input_values":
+        return {"input_values": torch.randn(batch, 4000, generator=gen, dtype=dtype)}
+    return None

@@ -1,0 +1,3 @@
+"""Plot placeholder."""
+class PlotError(Exception):
+    """Plotting is not possible."""

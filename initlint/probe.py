@@ -1,0 +1,277 @@
+"""Stage 3, probe: one forward (and optionally one backward) pass of the probe batch.
+
+Statistics are computed on the fly, op by op, as small device scalars; activations
+are never kept. Everything is moved to the host in a single transfer at the end, so
+the probe adds no per-layer host-device synchronisation.
+
+The model is left exactly as it was found: training flags, buffers (BatchNorm running
+statistics), the global RNG state and the grad mode are restored in ``finally``, and
+the backward probe uses ``torch.autograd.grad`` so no ``.grad`` is touched.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from . import ops as O
+from .capture import Capture
+from .capture.base import DropoutOff
+from .capture.runtime import _tensors
+from .graph import Graph, Op
+
+SATURATION_MARGIN = 0.01
+"""An output within 1% of the activation's range from a bound counts as saturated
+(|tanh| > 0.98, sigmoid < 0.01 or > 0.99)."""
+
+_NO_STATS = frozenset({"view", "dropout", "identity", "embedding"})
+
+
+@dataclass
+class ProbeResult:
+    """Host-side statistics of one probe run."""
+
+    ops: Dict[int, Dict[str, float]] = field(default_factory=dict)
+    """Per op: ``std``, ``absmax`` of its output; ``dead``/``units`` (ReLU family);
+    ``saturated`` (bounded activations); ``maxprob``/``entropy`` (softmax)."""
+    params: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    """Per parameter used by an op: ``rms``, ``std``, ``mean``, ``absmax``, ``spread``, ``dup_rows``, ``rows``."""
+    grads: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    """Per weight parameter: ``std``, ``absmax`` of its gradient under the backward probe."""
+    logits: Optional[Dict[str, float]] = None
+    """Softmax statistics of the model output when it was declared to be logits."""
+    forward_ran: bool = False
+    backward_ran: bool = False
+    notes: List[str] = field(default_factory=list)
+
+
+class _Collector:
+    """Queues device scalars; :meth:`finish` moves them to the host in one transfer."""
+
+    def __init__(self) -> None:
+        self.keys: List[Tuple[str, Any, str]] = []
+        self.values: List[torch.Tensor] = []
+        self.device: Optional[torch.device] = None
+
+    def put(self, scope: str, key: Any, name: str, value: torch.Tensor) -> None:
+        if self.device is None:
+            self.device = value.device
+        self.keys.append((scope, key, name))
+        self.values.append(value.detach().reshape(()).to(self.device, torch.float32))
+
+    def finish(self, result: ProbeResult) -> None:
+        if not self.values:
+            return
+        host = torch.stack(self.values).tolist()  # the one device -> host transfer
+        tables = {"ops": result.ops, "params": result.params, "grads": result.grads}
+        for (scope, key, name), value in zip(self.keys, host):
+            if scope == "logits":
+                result.logits = result.logits or {}
+                result.logits[name] = value
+            else:
+                tables[scope].setdefault(key, {})[name] = value
+
+
+def unit_axis(graph: Graph, op: Op) -> int:
+    """Axis indexing units (features/channels) of ``op``'s output, from its nearest producer that fixes it."""
+    seen = 0
+    current: Optional[Op] = op
+    while current is not None and seen < 64:
+        axis = O.unit_axis(current.kind)
+        if axis is not None:
+            return axis
+        current = graph[current.inputs[0]] if current.inputs else None
+        seen += 1
+    return -1
+
+
+class Observer:
+    """Computes per-op statistics during the forward pass (called by the capture)."""
+
+    def __init__(self, graph_of: Any, collector: _Collector) -> None:
+        self.graph_of = graph_of
+        self.c = collector
+
+    def __call__(self, op: Op, value: Any) -> None:
+        t = value if isinstance(value, torch.Tensor) else next(
+            (v for v in _tensors(value) if v.is_floating_point()), None)
+        if t is None:
+            return
+        op.attrs["shape"] = tuple(t.shape)
+        if op.kind in _NO_STATS or not t.is_floating_point() or t.numel() == 0:
+            return
+        y = t.detach()
+        self.c.put("ops", op.id, "std", y.std(correction=0) if y.numel() > 1 else y.abs().sum() * 0)
+        self.c.put("ops", op.id, "absmax", y.abs().amax())
+        if op.kind in O.DYING_KINDS:
+            self._dead(op, y)
+        act = O.ACTIVATIONS.get(op.kind)
+        if act is not None and act.bounds is not None:
+            self._saturated(op, y, act.bounds)
+        if op.kind in ("softmax", "log_softmax"):
+            put_softmax(self.c, "ops", op.id, y, op.attrs.get("dim", -1), log=op.kind == "log_softmax")
+
+    def _dead(self, op: Op, y: torch.Tensor) -> None:
+        if y.dim() < 2:
+            return
+        axis = unit_axis(self.graph_of(), op) % y.dim()
+        units = y.shape[axis]
+        alive = (y > 0).movedim(axis, 0).reshape(units, -1).any(dim=1)
+        op.attrs["units"] = units
+        op.attrs["unit_axis"] = axis
+        self.c.put("ops", op.id, "dead", units - alive.sum())
+
+    def _saturated(self, op: Op, y: torch.Tensor, bounds: Tuple[float, float]) -> None:
+        lo, hi = bounds
+        margin = SATURATION_MARGIN * (hi - lo)
+        self.c.put("ops", op.id, "saturated", ((y < lo + margin) | (y > hi - margin)).float().mean())
+
+
+def put_softmax(c: _Collector, scope: str, key: Any, y: torch.Tensor, dim: int, log: bool) -> None:
+    """Mean max-probability and entropy / ln(C) of a (log-)probability tensor."""
+    classes = y.shape[dim]
+    if classes < 2:
+        return
+    y = y.float()
+    logp = y if log else y.clamp_min(1e-30).log()
+    p = logp.exp()
+    # An entry with probability exactly 0 is masked (causal attention, padding) or underflowed.
+    # Entropy is taken over the admissible entries of each row, normalised by ln(count); rows
+    # with a single admissible entry are counted apart as one-hot rows: a few of them are
+    # masks (the first position of causal attention), most of them mean saturation.
+    admissible = (logp > -1e20).sum(dim) if log else (p > 0).sum(dim)
+    rows = (admissible >= 2).float()
+    count = rows.sum().clamp_min(1.0)
+    plogp = torch.where(p > 0, p * logp, torch.zeros_like(p))
+    entropy = -plogp.sum(dim) / admissible.clamp_min(2).float().log()
+    c.put(scope, key, "maxprob", p.amax(dim).mean())
+    c.put(scope, key, "entropy", (entropy * rows).sum() / count)
+    c.put(scope, key, "onehot_rows", 1.0 - rows.mean())
+    c.put(scope, key, "classes", torch.tensor(float(classes)))
+
+
+def primary_output(out: Any) -> Optional[torch.Tensor]:
+    """The tensor that stands for the model's prediction: ``logits``, else the first float tensor."""
+    if isinstance(out, dict) or hasattr(out, "keys"):
+        for key in ("logits", "prediction_logits", "last_hidden_state"):
+            try:
+                value = out[key]
+            except (KeyError, TypeError, IndexError):
+                continue
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                return value
+    return next((t for t in _tensors(out) if t.is_floating_point()), None)
+
+
+def _param_stats(c: _Collector, name: str, w: torch.Tensor) -> None:
+    w = w.detach().float()
+    c.put("params", name, "rms", w.pow(2).mean().sqrt())
+    c.put("params", name, "mean", w.mean())
+    c.put("params", name, "std", w.std(correction=0) if w.numel() > 1 else w.sum() * 0)
+    c.put("params", name, "absmax", w.abs().amax())
+    c.put("params", name, "spread", w.amax() - w.amin())
+    if w.dim() >= 2 and w.shape[0] >= 2:
+        rows = w.reshape(w.shape[0], -1)
+        gen = torch.Generator().manual_seed(0)
+        probe = torch.rand(rows.shape[1], generator=gen, dtype=torch.float64).to(rows.device, torch.float32) + 0.5
+        proj = (rows @ probe).sort().values
+        c.put("params", name, "dup_rows", (proj[1:] == proj[:-1]).sum())
+        c.put("params", name, "rows", torch.tensor(float(rows.shape[0])))
+
+
+def _grad_stats(c: _Collector, name: str, g: torch.Tensor) -> None:
+    g = g.detach().float()
+    c.put("grads", name, "std", g.std(correction=0) if g.numel() > 1 else g.abs().sum())
+    c.put("grads", name, "absmax", g.abs().amax())
+
+
+def used_params(graph: Graph) -> Dict[str, str]:
+    """Every parameter an op reads, with the kind of the first op reading it."""
+    found: Dict[str, str] = {}
+    for op in graph:
+        for name in op.params.values():
+            found.setdefault(name, op.kind)
+    return found
+
+
+def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, logits: bool = False,
+              backward: bool = True, forward: bool = True) -> ProbeResult:
+    """Run the probe through ``cap`` and return host-side statistics.
+
+    With ``forward=False`` only the static parameter statistics are computed (for models whose
+    tensors hold no data, such as models on the ``meta`` device).
+    """
+    result = ProbeResult()
+    c = _Collector()
+    named = dict(cap.model.named_parameters())
+    if forward:
+        observer = Observer(lambda: cap.graph, c)
+        grad_wanted = backward and any(p.requires_grad for p in named.values())
+        with torch.set_grad_enabled(grad_wanted), DropoutOff():
+            out = cap.run(args, kwargs, observer)
+            result.forward_ran = True
+            main = primary_output(out)
+            if main is not None and logits:
+                put_softmax(c, "logits", "logits", torch.log_softmax(main.detach().float(), -1), -1, log=True)
+            if grad_wanted:
+                _backward(cap, named, main, c, result)
+            del out, main
+    for name in used_params(cap.graph):
+        p = named.get(name)
+        if p is not None and p.is_floating_point() and p.numel() > 0 and p.device.type != "meta":
+            _param_stats(c, name, p)
+    c.finish(result)
+    return result
+
+
+def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch.Tensor], c: _Collector,
+              result: ProbeResult) -> None:
+    if main is None or not main.requires_grad:
+        result.notes.append("the backward probe was skipped: the model output does not require grad")
+        return
+    weights = [(n, named[n]) for op in cap.graph if op.kind in O.WEIGHT_KINDS | {"embedding"}
+               for role, n in op.params.items() if role == "weight" and n in named and named[n].requires_grad]
+    weights = list(dict(weights).items())
+    if not weights:
+        return
+    gen = torch.Generator().manual_seed(0)
+    cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
+    grads = torch.autograd.grad([main], [p for _, p in weights], [cotangent], allow_unused=True)
+    for (name, _), g in zip(weights, grads):
+        if g is not None:
+            _grad_stats(c, name, g)
+    result.backward_ran = True
+
+
+@contextmanager
+def preserved(model: nn.Module, seed: int) -> Iterator[None]:
+    """Run the body with the model in train mode and seeded RNG, then restore everything."""
+    flags = [(m, m.training) for m in model.modules()]
+    saved_buffers = []
+    for module in model.modules():
+        for name, buf in module._buffers.items():
+            if buf is not None:
+                saved_buffers.append((module, name, buf, buf.detach().clone()))
+    grad_mode = torch.is_grad_enabled()
+    cuda = [i for i in range(torch.cuda.device_count())] if torch.cuda.is_initialized() else []
+    mps_state = torch.mps.get_rng_state() if torch.backends.mps.is_available() else None
+    try:
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(seed)
+            model.train()
+            yield
+    finally:
+        for module, flag in flags:
+            module.training = flag
+        with torch.no_grad():
+            for module, name, buf, copy in saved_buffers:
+                module._buffers[name] = buf
+                if buf.device.type != "meta":
+                    buf.copy_(copy)
+        if mps_state is not None:
+            torch.mps.set_rng_state(mps_state)
+        torch.set_grad_enabled(grad_mode)

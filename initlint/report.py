@@ -1,0 +1,141 @@
+"""Stage 5, report: findings and the report object returned by :func:`initlint.audit`."""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+SEVERITIES = ("info", "warning", "error")
+
+
+@dataclass
+class Finding:
+    """One problem found in one place of the model."""
+
+    code: str
+    name: str
+    severity: str
+    module: str
+    """Module path as the user would type it against their model (``layers.3``; ``""`` for the root)."""
+    message: str
+    fix: str
+    value: Optional[float] = None
+    """What was measured."""
+    threshold: Optional[float] = None
+    """The limit it crossed."""
+    location: Optional[Tuple[str, int]] = None
+    """``(file, line)`` where the module was constructed or the functional op was called."""
+    caused_by: List[str] = field(default_factory=list)
+    """``CODE module`` references of the findings that explain this one."""
+    members: List[str] = field(default_factory=list)
+    """Modules merged into this finding when a run of identical layers was grouped."""
+
+    def ref(self) -> str:
+        """``IL001 layers.3``: how other findings point at this one."""
+        return f"{self.code} {self.module or '<model>'}"
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready form."""
+        data = asdict(self)
+        data["location"] = None if self.location is None else {"path": self.location[0], "line": self.location[1]}
+        return data
+
+
+@dataclass
+class Report:
+    """Result of auditing one model."""
+
+    model: str
+    target: str = ""
+    device: str = "cpu"
+    capture: str = ""
+    """Which capture backend produced the graph (``fx`` or ``runtime``)."""
+    findings: List[Finding] = field(default_factory=list)
+    error: Optional[str] = None
+    notes: List[str] = field(default_factory=list)
+    graph: Any = None
+    probe: Any = None
+
+    @property
+    def clean(self) -> bool:
+        """No warnings or errors (informational findings do not count)."""
+        return not self.error and not [f for f in self.findings if f.severity != "info"]
+
+    def codes(self) -> List[Tuple[str, str]]:
+        """``(code, module)`` pairs of every finding, members of groups included."""
+        pairs = []
+        for f in self.findings:
+            for module in f.members or [f.module]:
+                pairs.append((f.code, module))
+        return pairs
+
+    def assert_clean(self, *, fail_on: str = "warning") -> None:
+        """Raise ``AssertionError`` listing the findings at or above ``fail_on``."""
+        level = SEVERITIES.index(fail_on)
+        bad = [f for f in self.findings if SEVERITIES.index(f.severity) >= level]
+        if self.error:
+            raise AssertionError(f"initlint could not audit {self.model}: {self.error}")
+        if bad:
+            from .formats import findings_table
+
+            raise AssertionError(f"initlint found {len(bad)} problem(s) in {self.model}:\n" + findings_table(bad))
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The ``results[]`` entry of the JSON output."""
+        return {
+            "target": self.target,
+            "model": self.model,
+            "device": self.device,
+            "capture": self.capture,
+            "findings": [f.to_dict() for f in self.findings],
+            "error": self.error,
+        }
+
+
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
+
+
+def group_runs(findings: List[Finding], min_run: int = 3) -> List[Finding]:
+    """Merge findings of one code over runs of layers that differ only in one index.
+
+    ``layers.0 .. layers.99`` with the same code become one finding on ``layers.{0..99}``
+    carrying the worst value; ``members`` keeps every module path.
+    """
+    buckets: Dict[Tuple[str, str], List[Finding]] = {}
+    order: List[Tuple[str, str]] = []
+    for f in findings:
+        match = list(_INDEX.finditer(f.module))
+        key = (f.code, _INDEX.sub("{}", f.module, count=0) if match else f"\0{f.module}")
+        if key not in buckets:
+            order.append(key)
+        buckets.setdefault(key, []).append(f)
+    out: List[Finding] = []
+    for key in order:
+        group = buckets[key]
+        if len(group) < min_run or key[1].startswith("\0") or key[1].count("{}") != 1:
+            out.extend(group)
+            continue
+        out.append(_merge(group, key[1]))
+    return out
+
+
+def _merge(group: List[Finding], pattern: str) -> Finding:
+    indexes = [int(_INDEX.findall(f.module)[0]) for f in group]
+    worst = max(group, key=lambda f: (SEVERITIES.index(f.severity), abs(_log(f.value, f.threshold))))
+    lo, hi = min(indexes), max(indexes)
+    contiguous = sorted(indexes) == list(range(lo, hi + 1))
+    label = f"{{{lo}..{hi}}}" if contiguous else "{" + ",".join(str(i) for i in sorted(indexes)) + "}"
+    merged = Finding(**{k: v for k, v in worst.__dict__.items()})
+    merged.module = pattern.replace("{}", label)
+    merged.members = [f.module for f in group]
+    merged.message = f"{len(group)} layers like this; worst: {worst.module}: {worst.message}"
+    merged.caused_by = sorted({c for f in group for c in f.caused_by})
+    return merged
+
+
+def _log(value: Optional[float], threshold: Optional[float]) -> float:
+    import math
+
+    if not value or not threshold or value <= 0 or threshold <= 0:
+        return 0.0
+    return math.log(value / threshold)

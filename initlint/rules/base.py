@@ -1,0 +1,161 @@
+"""What a rule is, and the read-only view of an audit that rules receive."""
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch.nn as nn
+
+from .. import ops as O
+from ..graph import Graph, Op
+from ..probe import ProbeResult
+from ..report import Finding
+
+
+class Rule:
+    """Base class. A subclass sets ``code``, ``name``, ``severity``, ``needs``, ``options`` and
+    implements :meth:`check`. Its docstring is the rule's documentation, with the sections
+    ``## What it does``, ``## Why is this bad?``, ``## Example``, ``## Fix`` and ``## Options``.
+    """
+
+    code: str = ""
+    name: str = ""
+    severity: str = "warning"
+    needs: frozenset = frozenset({"graph"})
+    """Any of ``graph`` (static), ``activations`` (forward probe), ``gradients`` (backward probe)."""
+    options: Dict[str, Any] = {}
+    """Option name -> default value; documented in the docstring's Options section."""
+    summary: str = ""
+    """One line for ``initlint rules``."""
+
+    def __init__(self, **overrides: Any) -> None:
+        unknown = set(overrides) - set(self.options)
+        if unknown:
+            raise ValueError(f"{self.code} ({self.name}) has no option {', '.join(sorted(unknown))}")
+        self.opts = {**self.options, **overrides}
+
+    def check(self, audit: "Audit") -> Iterator[Finding]:
+        """Yield findings for the audited model."""
+        raise NotImplementedError
+
+    def finding(self, audit: "Audit", op_or_module: Any, message: str, fix: str, *, value: Optional[float] = None,
+                threshold: Optional[float] = None, severity: Optional[str] = None) -> Finding:
+        """A finding of this rule located at an op (or a module path)."""
+        if isinstance(op_or_module, Op):
+            module, location = op_or_module.module, audit.location(op_or_module)
+        else:
+            module, location = op_or_module, audit.graph.module_locations.get(op_or_module)
+        return Finding(code=self.code, name=self.name, severity=severity or self.severity, module=module,
+                       message=message, fix=fix, value=value, threshold=threshold, location=location)
+
+    @classmethod
+    def doc(cls) -> str:
+        """The rule's documentation (its docstring, dedented)."""
+        return inspect.cleandoc(cls.__doc__ or "")
+
+
+@dataclass
+class Audit:
+    """Everything a rule may read: the model, its captured graph and the probe statistics."""
+
+    model: nn.Module
+    graph: Graph
+    probe: ProbeResult
+    logits: bool = False
+    derived: Dict[str, Any] = field(default_factory=dict)
+    """Results one rule computes for others (e.g. IL001's flagged layers), keyed by rule code."""
+
+    def param(self, name: str) -> Optional[nn.Parameter]:
+        """The parameter tensor with this qualified name."""
+        return dict(self.model.named_parameters()).get(name) if name not in self._params else self._params[name]
+
+    @property
+    def _params(self) -> Dict[str, nn.Parameter]:
+        cache = self.derived.get("_params")
+        if cache is None:
+            cache = self.derived["_params"] = dict(self.model.named_parameters())
+        return cache
+
+    def op_stats(self, op: Op) -> Dict[str, float]:
+        """Forward statistics of an op (empty when it was not measured)."""
+        return self.probe.ops.get(op.id, {})
+
+    def location(self, op: Op) -> Optional[Tuple[str, int]]:
+        """Where to fix it: the module's construction line, else the op's call site."""
+        if op.attrs.get("module_op") or op.kind in O.WEIGHT_KINDS or op.kind in O.NORM_KINDS:
+            loc = self.graph.module_locations.get(op.module)
+            if loc is not None and (op.params or op.attrs.get("module_op")):
+                return loc
+        return op.location or self.graph.module_locations.get(op.module)
+
+    def fan_in(self, op: Op) -> Optional[int]:
+        """Fan-in of a weight op, from its weight's shape."""
+        w = self.param(op.params.get("weight", ""))
+        if w is None or w.dim() < 2:
+            return None
+        return O.fan_in(w, op.kind, op.attrs.get("layout", "out_in"))
+
+
+def py_path(name: str, root: str = "model") -> str:
+    """``layers.3.weight`` -> ``model.layers[3].weight`` (how the user would type it)."""
+    out = root
+    for part in name.split(".") if name else []:
+        out += f"[{part}]" if part.isdigit() else f".{part}"
+    return out
+
+
+def fmt(x: Optional[float]) -> str:
+    """Compact number: 0.0577, 1.2e-07, 4.6e+07."""
+    if x is None:
+        return "n/a"
+    if x != x or x in (float("inf"), float("-inf")):
+        return str(x)
+    if x == 0:
+        return "0"
+    if 1e-3 <= abs(x) < 1e4:
+        return f"{x:.3g}"
+    return f"{x:.2g}"
+
+
+def downstream(graph: Graph, op: Op, limit: int = 64) -> List[Op]:
+    """The first ops after ``op`` that are not pass-through (views, dropout, pooling, adds).
+
+    Walks every path; each path stops at its first activation, norm, weight op, softmax or
+    other computing op. Model outputs count as an ``output`` terminal (returned as ``op``'s
+    last pass-through op when nothing consumes it).
+    """
+    found: List[Op] = []
+    frontier = [op]
+    seen = {op.id}
+    steps = 0
+    while frontier and steps < limit:
+        current = frontier.pop(0)
+        steps += 1
+        users = graph.consumers(current)
+        if not users:
+            found.append(current)  # reaches the output
+            continue
+        for user in users:
+            if user.id in seen:
+                continue
+            seen.add(user.id)
+            if user.kind in O.PASS_KINDS or user.kind == "add" or (user.kind in ("mul", "div") and len(user.inputs) == 1):
+                frontier.append(user)
+            else:
+                found.append(user)
+    return found
+
+
+def upstream_weight(graph: Graph, op: Op, limit: int = 32) -> Optional[Op]:
+    """Nearest weight op (linear/conv) feeding ``op`` through its first inputs."""
+    current = op
+    for _ in range(limit):
+        if not current.inputs:
+            return None
+        current = graph[current.inputs[0]]
+        if current.kind in O.WEIGHT_KINDS and "weight" in current.params:
+            return current
+    return None

@@ -1,0 +1,208 @@
+"""IL001 init-scale."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from .. import ops as O
+from ..graph import Op
+from ..report import Finding
+from .base import Audit, Rule, downstream, fmt, py_path
+
+_ENDPOINT_KINDS = O.NORM_KINDS | {"softmax", "log_softmax", "attention", "rnn", "other", "reduce", "matmul",
+                                  "embedding", "conv_transpose"}
+
+
+@dataclass
+class _Judged:
+    op: Op
+    std: float
+    band: Tuple[float, float]
+    fan_in: int
+    activation: str
+    drift: float  # log variance factor of this layer against the nearest edge of its band
+
+
+class InitScale(Rule):
+    """## What it does
+    Compares every weight layer's weight scale (Linear, Conv1d/2d/3d, and matmuls with a
+    parameter such as GPT-2's ``Conv1D``) with the scale its downstream nonlinearity needs,
+    ``gain / sqrt(fan_in)``, and follows how far the mismatch compounds through the layers
+    that come after it before anything renormalises the signal.
+
+    The nonlinearity is read from the graph (module, functional or tensor-method form).
+    Gains: ReLU ``sqrt(2)`` (He), LeakyReLU ``sqrt(2 / (1 + slope^2))``, tanh anything from
+    ``1`` (LeCun, Glorot on square layers) to ``5/3`` (PyTorch's gain), sigmoid ``1`` to
+    ``4``, SELU ``3/4`` to ``1``, no activation ``1``. For any other elementwise activation
+    (GELU, SiLU, ELU, Mish, Softplus ...) the gain is computed numerically as
+    ``1 / sqrt(E[phi(z)^2])`` for ``z ~ N(0, 1)``: the gain that keeps the second moment of
+    the signal unchanged through ``phi`` (it gives ``sqrt(2)`` for ReLU, 1.53 for GELU,
+    1.68 for SiLU).
+
+    ## Why is this bad?
+    For a layer ``y = W x`` with i.i.d. zero-mean weights, ``Var(y) = fan_in * Var(w) * E[x^2]``.
+    After an activation ``phi``, ``E[phi(y)^2] = Var(y) / gain^2``. So each layer multiplies
+    the signal's second moment by ``(std(w) * sqrt(fan_in) / gain)^2``, and a stack of L
+    layers multiplies it by the product of these factors. A factor of 1/6 per layer (PyTorch's
+    default ``nn.Linear`` init, std ``1/sqrt(3 fan_in)``, in front of a ReLU) is harmless in a
+    two-layer network (1/18 in all), but an eight-layer ReLU MLP shrinks its signal by about
+    ``6^8``: the biases take over, half of the last layer's units die, and gradients vanish.
+    Randomly drawn ``randn`` weights do the opposite and explode.
+
+    A normalisation layer (BatchNorm, LayerNorm, GroupNorm, RMSNorm, also hand-written ones)
+    resets the scale, so a layer whose output reaches one before the next weight layer is not
+    judged, and compounding restarts after every normalisation. At a residual addition the
+    larger of the two signals carries on: a deliberately small residual branch (GPT-2's
+    ``N(0, 0.02)`` behind LayerNorm, zero-initialised last layers) is not a defect.
+
+    The rule flags the layers that contribute to a compounded change of the signal's second
+    moment beyond ``max-variance-drift`` (either way) by the time the signal reaches a
+    normalisation, a softmax or attention, or the model output. Layers within
+    ``tolerance`` of their target (sampling noise of a finite weight matrix) contribute nothing.
+
+    ## Example
+    ```python
+    layers = []
+    for _ in range(8):
+        layers += [nn.Linear(256, 256), nn.ReLU()]   # default init: std 1/sqrt(3*256)
+    model = nn.Sequential(*layers, nn.Linear(256, 10))
+    ```
+
+    ## Fix
+    Initialise each flagged layer for the activation that follows it:
+    ```python
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+    ```
+    or put a normalisation layer in the chain.
+
+    ## Options
+    - ``max-variance-drift`` (default ``1000``): largest accepted compounded change of the
+      signal's second moment, as a factor either way. 1000 (a factor of about 32 in std)
+      accepts four default-initialised ReLU layers and flags five or more.
+    - ``tolerance`` (default ``1.1``): a layer whose weight std is within this factor of its
+      target band counts as on target.
+    """
+
+    code = "IL001"
+    name = "init-scale"
+    severity = "warning"
+    needs = frozenset({"graph"})
+    summary = "Weight scale does not match the gain of the next activation, and the mismatch compounds."
+    options = {"max-variance-drift": 1000.0, "tolerance": 1.1}
+
+    def check(self, audit: Audit) -> Iterator[Finding]:
+        judged = self._judge(audit)
+        flagged: Dict[int, Tuple[float, Op, int]] = {}
+        limit = math.log(self.opts["max-variance-drift"])
+        for endpoint, total, chain in self._endpoints(audit, judged):
+            if abs(total) <= limit:
+                continue
+            for op_id in chain:
+                prev = flagged.get(op_id)
+                if prev is None or abs(total) > abs(prev[0]):
+                    flagged[op_id] = (total, endpoint, len(chain))
+        audit.derived[self.code] = {}
+        seen_modules = set()
+        for op_id in sorted(flagged):
+            j = judged[op_id]
+            if j.op.module in seen_modules:
+                continue
+            seen_modules.add(j.op.module)
+            total, endpoint, length = flagged[op_id]
+            f = self._finding(audit, j, total, endpoint, length)
+            audit.derived[self.code][j.op.module] = f
+            yield f
+
+    # ------------------------------------------------------------------ judgement
+    def _judge(self, audit: Audit) -> Dict[int, _Judged]:
+        judged: Dict[int, _Judged] = {}
+        tol = math.log(self.opts["tolerance"])
+        for op in audit.graph:
+            if op.kind not in O.WEIGHT_KINDS or "weight" not in op.params:
+                continue
+            stats = audit.probe.params.get(op.params["weight"])
+            fan = audit.fan_in(op)
+            if not stats or not fan:
+                continue
+            terms = downstream(audit.graph, op)
+            if any(t.kind in O.NORM_KINDS for t in terms):
+                continue
+            act_op = next((t for t in terms if t.kind in O.ACTIVATIONS), None)
+            act_kind = act_op.kind if act_op is not None else "identity"
+            lo, hi = O.ACTIVATIONS[act_kind].band(act_op.attrs if act_op is not None else {})
+            band = (lo / math.sqrt(fan), hi / math.sqrt(fan))
+            std = stats["rms"]
+            if std <= 0:
+                continue  # all-zero weights are IL008's business
+            edge = band[0] if std < band[0] else band[1] if std > band[1] else std
+            ratio = math.log(std / edge)
+            judged[op.id] = _Judged(op, std, band, fan, act_kind, 2 * ratio if abs(ratio) > tol else 0.0)
+        return judged
+
+    def _endpoints(self, audit: Audit, judged: Dict[int, _Judged]) -> Iterator[Tuple[Op, float, Tuple[int, ...]]]:
+        """Propagate the predicted log-variance drift through the graph; yield it where the signal ends."""
+        drift: Dict[int, Tuple[float, Tuple[int, ...]]] = {}
+        zero: Tuple[float, Tuple[int, ...]] = (0.0, ())
+        for op in audit.graph:
+            ins = [drift[i] for i in op.inputs if i in drift] or [zero]
+            if op.id in judged:
+                total, chain = ins[0]
+                d = judged[op.id].drift
+                drift[op.id] = (total + d, chain + ((op.id,) if d else ()))
+            elif op.kind in _ENDPOINT_KINDS:
+                for total, chain in ins:
+                    yield op, total, chain
+                drift[op.id] = zero
+            elif op.kind == "mul" and len(ins) >= 2:
+                drift[op.id] = (sum(t for t, _ in ins), tuple(sorted({c for _, ch in ins for c in ch})))
+            elif op.kind in ("add", "cat"):
+                drift[op.id] = max(ins, key=lambda x: x[0])
+            else:
+                drift[op.id] = ins[0]
+        for out in audit.graph.outputs:
+            if out in drift:
+                yield audit.graph[out], drift[out][0], drift[out][1]
+
+    # ------------------------------------------------------------------ reporting
+    def _finding(self, audit: Audit, j: _Judged, total: float, endpoint: Op, length: int) -> Finding:
+        target = j.band[0] if j.std < j.band[0] else j.band[1]
+        where = "the model output" if endpoint.id in audit.graph.outputs else f"{endpoint.target} ({endpoint.module or '<model>'})"
+        direction = "vanishes" if total < 0 else "explodes"
+        gain_lo, gain_hi = (b * math.sqrt(j.fan_in) for b in j.band)
+        gain = fmt(gain_lo) if abs(gain_hi - gain_lo) < 1e-9 else f"{fmt(gain_lo)}..{fmt(gain_hi)}"
+        message = (
+            f"weight std {fmt(j.std)} is {fmt(j.std / target)}x the {fmt(target)} that {j.activation} needs "
+            f"(gain {gain} / sqrt(fan_in {j.fan_in})); over {length} layer(s) without normalisation the "
+            f"signal variance {direction} by {fmt(math.exp(abs(total)))}x before {where} "
+            f"(limit {fmt(self.opts['max-variance-drift'])}x)"
+        )
+        return self.finding(audit, j.op, message, init_fix(audit, j.op, j.activation, j.fan_in),
+                            value=j.std, threshold=target)
+
+
+_KAIMING = {"relu": "relu", "relu6": "relu", "leaky_relu": "leaky_relu", "prelu": "leaky_relu",
+            "rrelu": "leaky_relu", "tanh": "tanh", "hardtanh": "tanh", "softsign": "tanh", "sigmoid": "sigmoid",
+            "hardsigmoid": "sigmoid", "selu": "linear", "identity": "linear"}
+
+
+def init_fix(audit: Audit, op: Op, activation: str, fan_in: int) -> str:
+    """The ``nn.init`` call that gives ``op``'s weight the scale ``activation`` needs."""
+    weight = py_path(op.params["weight"])
+    nonlinearity = _KAIMING.get(activation)
+    if nonlinearity is not None and op.attrs.get("layout") != "in_out":
+        if nonlinearity == "leaky_relu":
+            return f'nn.init.kaiming_normal_({weight}, a={fmt(_slope(audit, op))}, nonlinearity="leaky_relu")'
+        return f'nn.init.kaiming_normal_({weight}, nonlinearity="{nonlinearity}")'
+    lo, _ = O.ACTIVATIONS.get(activation, O.IDENTITY).band({})
+    return f"nn.init.normal_({weight}, std={fmt(lo / math.sqrt(fan_in))})  # gain {fmt(lo)} / sqrt(fan_in {fan_in})"
+
+
+def _slope(audit: Audit, op: Op) -> float:
+    for t in downstream(audit.graph, op):
+        if "negative_slope" in t.attrs:
+            return float(t.attrs["negative_slope"])
+    return 0.01

@@ -1,0 +1,121 @@
+"""IL002 bias-before-norm."""
+from __future__ import annotations
+
+from typing import Iterator, Optional
+
+from .. import ops as O
+from ..graph import Graph, Op
+from ..report import Finding
+from .base import Audit, Rule, py_path
+
+_SHAPE_KEEPING = frozenset({"dropout", "identity"})
+
+
+class BiasBeforeNorm(Rule):
+    """## What it does
+    Finds a Linear or Conv layer with a bias whose output goes, through nothing but ops
+    that keep its channel axis (dropout, identity, pooling, transposes, reshapes that keep
+    the shape), into a BatchNorm or InstanceNorm that normalises over that same channel
+    axis. Module and functional forms (``F.batch_norm``, ``F.instance_norm``) both count.
+
+    ## Why is this bad?
+    A per-channel norm subtracts each channel's mean over every other axis:
+    ``BN(W x + b) = gamma * (W x + b - mean(W x) - b) / std + beta = BN(W x)``. The bias
+    is cancelled exactly, in training and (through the running mean) at inference, so it
+    is dead weight: parameters, optimizer state and compute that can never affect the
+    output, and a gradient that is always zero. The norm's ``beta`` already provides the
+    shift.
+
+    Not flagged: LayerNorm or GroupNorm (they normalise over other axes, so the bias is not
+    cancelled exactly), a nonlinearity or a residual addition between the layer and the
+    norm, or a layer output that is also used elsewhere (each intermediate value must have
+    exactly one user).
+
+    ## Example
+    ```python
+    nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU())
+    ```
+
+    ## Fix
+    ```python
+    nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+    ```
+
+    ## Options
+    None.
+    """
+
+    code = "IL002"
+    name = "bias-before-norm"
+    severity = "warning"
+    needs = frozenset({"graph"})
+    summary = "A bias feeding BatchNorm/InstanceNorm over the same channels is cancelled exactly."
+
+    def check(self, audit: Audit) -> Iterator[Finding]:
+        seen = set()
+        for op in audit.graph:
+            if op.kind not in O.WEIGHT_KINDS or "bias" not in op.params or op.module in seen:
+                continue
+            norm = cancelling_norm(audit.graph, op)
+            if norm is None:
+                continue
+            seen.add(op.module)
+            bias = op.params["bias"]
+            message = (f"bias {bias} feeds {norm.target} ({norm.module or '<model>'}), whose per-channel mean "
+                       f"subtraction cancels it exactly")
+            hint = _ctor_hint(audit, op)
+            fix = (f"construct {op.module or 'the layer'} with bias=False" + (f": {hint}" if hint else "")
+                   if op.module else f"drop the bias argument of {op.target}")
+            yield self.finding(audit, op, message, fix, value=1.0, threshold=0.0)
+
+
+def cancelling_norm(graph: Graph, op: Op) -> Optional[Op]:
+    """The channel norm that cancels ``op``'s bias, following one single-user path."""
+    shape = op.shape
+    if op.kind == "conv":
+        axis = 1
+    elif shape is not None:
+        axis = len(shape) - 1
+    else:
+        return None
+    current = op
+    for _ in range(16):
+        if len(current.users) != 1:
+            return None
+        nxt = graph[current.users[0]]
+        if nxt.inputs[:1] != [current.id]:
+            return None
+        if nxt.kind in O.CHANNEL_NORM_KINDS:
+            return nxt if axis == 1 else None
+        new_axis = _follow_axis(nxt, current, axis)
+        if new_axis is None:
+            return None
+        axis, current = new_axis, nxt
+    return None
+
+
+def _follow_axis(nxt: Op, current: Op, axis: int) -> Optional[int]:
+    """Where the bias axis ends up after ``nxt``; None if ``nxt`` may mix channels."""
+    if nxt.kind in _SHAPE_KEEPING:
+        return axis
+    if nxt.kind == "pool":
+        return axis if axis == 1 else None
+    if nxt.kind != "view":
+        return None
+    ndim = len(current.shape) if current.shape else None
+    if "transpose" in nxt.attrs and ndim:
+        a, b = (d % ndim for d in nxt.attrs["transpose"])
+        return b if axis == a else a if axis == b else axis
+    if "permute" in nxt.attrs and ndim:
+        perm = [d % ndim for d in nxt.attrs["permute"]]
+        return perm.index(axis) if axis in perm else None
+    if nxt.attrs.get("shape_only") and current.shape is not None and nxt.shape == current.shape:
+        return axis
+    return None
+
+
+def _ctor_hint(audit: Audit, op: Op) -> str:
+    kind = audit.graph.module_types.get(op.module, "")
+    if kind in ("Linear", "Conv1d", "Conv2d", "Conv3d"):
+        return f"nn.{kind}(..., bias=False)"
+    return ""

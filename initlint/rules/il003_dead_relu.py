@@ -1,0 +1,96 @@
+"""IL003 dead-relu."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from .. import ops as O
+from ..report import Finding
+from .base import Audit, Rule, fmt, py_path, upstream_weight
+
+
+class DeadRelu(Rule):
+    """## What it does
+    For every ReLU-family op (``nn.ReLU``, ``F.relu``, ``torch.relu``, ``x.relu()``,
+    ``x.relu_()``, ReLU6), measures the fraction of its *units* (features of a linear
+    layer, channels of a convolution) that output zero for every sample and every
+    position of the probe batch.
+
+    ## Why is this bad?
+    A unit whose pre-activation is negative for every input passes no gradient, so gradient
+    descent never moves the weights that feed it: it is dead before training starts and
+    usually stays dead. The capacity it stands for is lost.
+
+    This counts dead *units*, not zero *outputs*: a healthy ReLU layer outputs zero about
+    half of the time, yet almost none of its units are zero for a whole batch. Rules that
+    flag "70% zero outputs" fire on healthy networks. Units are judged only when each one
+    saw at least ``min-observations`` values, so a tiny probe batch cannot make healthy
+    units look dead by chance (a healthy unit is zero for 8 independent samples with
+    probability 1/256).
+
+    ## Example
+    ```python
+    fc = nn.Linear(128, 128)
+    nn.init.constant_(fc.bias, -5.0)   # pre-activations far below zero
+    model = nn.Sequential(fc, nn.ReLU(), nn.Linear(128, 10))
+    ```
+
+    ## Fix
+    Depends on the cause, which the finding names: a large negative bias (re-initialise it
+    with ``nn.init.zeros_``), a too-small upstream init (the signal has vanished and the
+    biases dominate; see IL001), or, when units die anyway, ``nn.LeakyReLU``.
+
+    ## Options
+    - ``max-dead-fraction`` (default ``0.5``): flag when more than this fraction of a layer's
+      units is dead. 50% is the threshold TheDeepChecker and SageMaker Debugger use.
+    - ``min-observations`` (default ``8``): values per unit needed before judging.
+    """
+
+    code = "IL003"
+    name = "dead-relu"
+    severity = "warning"
+    needs = frozenset({"activations"})
+    summary = "Too many ReLU units output zero for the whole probe batch."
+    options = {"max-dead-fraction": 0.5, "min-observations": 8}
+
+    def check(self, audit: Audit) -> Iterator[Finding]:
+        seen = set()
+        for op in audit.graph:
+            if op.kind not in O.DYING_KINDS:
+                continue
+            stats = audit.op_stats(op)
+            units = op.attrs.get("units")
+            shape = op.shape
+            if "dead" not in stats or not units or not shape:
+                continue
+            observations = _numel(shape) // units
+            if observations < self.opts["min-observations"]:
+                continue
+            frac = stats["dead"] / units
+            if frac <= self.opts["max-dead-fraction"] or (op.module, op.target) in seen:
+                continue
+            seen.add((op.module, op.target))
+            message = (f"{fmt(100 * frac)}% of {units} units output zero for the whole probe batch "
+                       f"({op.target}; threshold {fmt(100 * self.opts['max-dead-fraction'])}%)")
+            yield self.finding(audit, op, message, self._fix(audit, op), value=frac,
+                               threshold=self.opts["max-dead-fraction"])
+
+    def _fix(self, audit: Audit, op) -> str:
+        src = upstream_weight(audit.graph, op)
+        if src is None:
+            return "the input of this ReLU is negative almost everywhere; check its scale, or use nn.LeakyReLU"
+        bias_name = src.params.get("bias")
+        bias = audit.probe.params.get(bias_name or "", {})
+        pre_std = audit.op_stats(src).get("std", 0.0)
+        if bias and bias.get("mean", 0.0) < 0 and abs(bias["mean"]) > 0.5 * pre_std:
+            return (f"the bias of {src.module} is {fmt(bias['mean'])} on average against a pre-activation std of "
+                    f"{fmt(pre_std)}; re-initialise it: nn.init.zeros_({py_path(bias_name)})")
+        if src.module in audit.derived.get("IL001", {}):
+            return f"the signal reaching {src.module} has vanished (see IL001 {src.module}); fix that init first"
+        return f"pre-activations of {src.module} are negative for most units; use nn.LeakyReLU(0.01) or check the input scale"
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n

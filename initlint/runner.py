@@ -1,0 +1,110 @@
+"""What ``initlint check`` does once torch is needed: load, audit, format, exit code."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Dict, List
+
+import click
+
+from .report import SEVERITIES, Report
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _codes(values) -> Any:
+    if not values:
+        return None
+    return [c.strip() for v in values for c in v.split(",") if c.strip()]
+
+
+def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) -> int:
+    """Audit every target; print the report; return the exit code."""
+    from .api import UsageError, audit
+    from .config import ConfigError, load_config, merge_cli
+    from .formats import FORMATS
+    from .load import LoadError, parse_shape, resolve
+    from .rules import UnknownCode
+
+    def say(msg: str) -> None:
+        if progress:
+            click.echo(f"initlint: {msg}", err=True)
+
+    try:
+        config = load_config(opts.get("config_path"), targets[0])
+        settings = merge_cli(config, opts)
+        shapes = [parse_shape(s) for s in settings.get("input_shapes") or []]
+        fmt = settings.get("format") or "text"
+        if fmt not in FORMATS:
+            raise UsageError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+        fail_on = settings.get("fail_on") or "warning"
+        if fail_on not in SEVERITIES:
+            raise UsageError(f"--fail-on takes one of {', '.join(SEVERITIES)}, not '{fail_on}'")
+        from .rules import select_rules
+
+        select_rules(settings.get("select"), settings.get("ignore"))
+    except (LoadError, UnknownCode, ConfigError) as exc:
+        click.echo(f"initlint: error: {exc}", err=True)
+        return EXIT_ERROR
+    for warning in config.warnings:
+        click.echo(f"initlint: warning: {warning}", err=True)
+
+    reports: List[Report] = []
+    load_failed = False
+    device = settings.get("device") or "auto"
+    for target in targets:
+        say(f"loading {target}")
+        try:
+            candidates = resolve(target)
+        except LoadError as exc:
+            reports.append(Report(model="-", target=target, error=str(exc)))
+            load_failed = True
+            continue
+        for cand in candidates:
+            try:
+                model = cand.instantiate()
+                say(f"capturing and probing {cand.name}")
+                report = audit(model, device=device, select=settings.get("select"), ignore=settings.get("ignore"),
+                               logits=settings.get("logits"), seed=settings.get("seed") or 0,
+                               batch_size=settings.get("batch_size"), input_shapes=shapes or None,
+                               rule_options=settings.get("rule_options"), name=cand.name, target=cand.origin,
+                               per_module_ignores=settings.get("per_module_ignores"))
+            except (LoadError, UnknownCode) as exc:
+                report = Report(model=cand.name, target=cand.origin, error=str(exc))
+                load_failed = True
+            reports.append(report)
+            if opts.get("plot_path") and report.graph is not None:
+                from .plot import PlotError
+
+                try:
+                    report.plot(_plot_path(opts["plot_path"], cand.name, len(candidates) + len(targets) > 2))
+                except PlotError as exc:
+                    click.echo(f"initlint: error: {exc}", err=True)
+                    return EXIT_ERROR
+    say("reporting")
+    colour = fmt == "text" and sys.stdout.isatty() and not os.environ.get("NO_COLOR") and not opts.get("output")
+    text = FORMATS[fmt](reports, colour=colour)
+    if opts.get("output"):
+        try:
+            with open(opts["output"], "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+        except OSError as exc:
+            click.echo(f"initlint: error: cannot write {opts['output']}: {exc.strerror}", err=True)
+            return EXIT_ERROR
+    else:
+        click.echo(text)
+    for r in reports:
+        if r.error:
+            click.echo(f"initlint: error: {r.target or r.model}: {r.error}", err=True)
+    if load_failed:
+        return EXIT_ERROR
+    level = SEVERITIES.index(fail_on)
+    failing = [f for r in reports for f in r.findings if SEVERITIES.index(f.severity) >= level]
+    return EXIT_FINDINGS if failing else EXIT_CLEAN
+
+
+def _plot_path(path: str, name: str, several: bool) -> str:
+    if not several:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}-{name}{ext or '.png'}"
