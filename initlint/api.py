@@ -18,6 +18,10 @@ from .rules import Audit, all_rules, select_rules
 from .suppress import apply_suppressions
 
 
+RULE_ERROR = "IL000"
+"""The code :func:`_run_rules` reports a rule's crash under (documented in ``rules/il000_rule_error.py``)."""
+
+
 class UsageError(LoadError):
     """Bad arguments to :func:`audit` (unknown device, rule code, option)."""
 
@@ -88,6 +92,8 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     user_model = unwrap(model)
     report = Report(model=name or type(user_model).__name__, target=target)
     codes = select_rules(options["select"], options["ignore"])
+    if RULE_ERROR not in codes and RULE_ERROR in select_rules(None, options["ignore"]):
+        codes = codes + [RULE_ERROR]  # a selected rule's crash stays visible unless IL000 is ignored
     rules = _instantiate(codes, options["rule_options"] or {})
     dev = resolve_device(options["device"], user_model)
     report.device = str(dev)
@@ -104,7 +110,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
     cap.graph.module_locations = locate.module_locations(work)
     ctx = Audit(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))
-    findings = _run_rules(rules, ctx, needs, probe, is_meta, report)
+    findings = _run_rules(rules, ctx, probe, is_meta)
     findings = apply_suppressions(findings, work, options.get("per_module_ignores"), codes)
     report.findings = group_runs(link_findings(findings))
     report.notes.extend(probe.notes)
@@ -225,8 +231,9 @@ def describe_inputs(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
     return ", ".join(parts) or "(no inputs)"
 
 
-def _run_rules(rules, ctx: Audit, needs: set, probe: ProbeResult, is_meta: bool, report: Report) -> List[Finding]:
+def _run_rules(rules, ctx: Audit, probe: ProbeResult, is_meta: bool) -> List[Finding]:
     findings: List[Finding] = []
+    report_errors = any(rule.code == RULE_ERROR for rule in rules)
     for rule in rules:
         if is_meta and rule.needs - {"graph"}:
             continue
@@ -235,7 +242,9 @@ def _run_rules(rules, ctx: Audit, needs: set, probe: ProbeResult, is_meta: bool,
         try:
             findings.extend(rule.check(ctx))
         except Exception as exc:  # one broken rule must not hide the others' findings
-            findings.append(Finding(code="IL000", name="rule-error", severity="info", module="",
+            if not report_errors:
+                continue
+            findings.append(Finding(code=RULE_ERROR, name="rule-error", severity="info", module="",
                                     message=f"{rule.code} ({rule.name}) could not run: {type(exc).__name__}: {exc}",
                                     fix="please report this with the model that triggers it"))
     return findings
