@@ -183,16 +183,22 @@ def _probe_retrying(cap, args, kwargs, logits: bool, backward: bool, report: Rep
     while True:
         try:
             return run_probe(cap, args, kwargs, logits=logits, backward=backward)
-        except torch.OutOfMemoryError:
-            smaller = _halve_batch(args, kwargs)
-            if smaller is None:
-                raise LoadError("the probe ran out of memory even with a batch of 1; try --device cpu") from None
-            args, kwargs = smaller
-            report.notes.append(f"the probe ran out of memory; retried with a batch of {_batch_of(args, kwargs)}")
         except (LoadError, KeyboardInterrupt):
             raise
         except Exception as exc:
-            raise _ForwardFailed(exc) from None
+            if not _out_of_memory(exc):
+                raise _ForwardFailed(exc) from None
+        smaller = _halve_batch(args, kwargs)
+        if smaller is None:
+            raise LoadError("the probe ran out of memory even with a batch of 1; try --device cpu")
+        args, kwargs = smaller
+        report.notes.append(f"the probe ran out of memory; retried with a batch of {_batch_of(args, kwargs)}")
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """CUDA/MPS raise ``torch.OutOfMemoryError``; the CPU allocator a plain RuntimeError."""
+    return isinstance(exc, torch.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(exc))
 
 
 def _batch_of(args, kwargs) -> int:

@@ -132,12 +132,9 @@ def _frame_in(exc: BaseException, abspath: str) -> str:
 
 # ----------------------------------------------------------------------------- inputs
 def parse_shape(text: str) -> Tuple[int, ...]:
-    """``8,3,32,32`` -> ``(8, 3, 32, 32)``; raises :class:`LoadError` on anything else."""
-    parts = [p.strip() for p in text.replace("x", ",").split(",") if p.strip()]
-    try:
-        shape = tuple(int(p) for p in parts)
-    except ValueError:
-        shape = ()
+    """``8,3,32,32`` or ``8x3x32x32`` -> ``(8, 3, 32, 32)``; raises :class:`LoadError` on anything else."""
+    parts = [p.strip() for p in text.strip().strip("()[]").replace("x", ",").split(",")]
+    shape = tuple(int(p) for p in parts) if all(p.isascii() and p.isdigit() for p in parts) else ()
     if not shape or any(s <= 0 for s in shape):
         raise LoadError(f"--input-shape '{text}' is not a list of positive integers such as 8,3,32,32")
     return shape

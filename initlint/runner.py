@@ -32,6 +32,8 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) 
 
     try:
         config = load_config(opts.get("config_path"), targets[0])
+        for text in opts.get("input_shapes") or ():
+            parse_shape(text)  # before merging, which drops empty values: --input-shape "" is an error too
         settings = merge_cli(config, opts)
         shapes = [parse_shape(s) for s in settings.get("input_shapes") or []]
         fmt = settings.get("format") or "text"
@@ -95,7 +97,9 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) 
         click.echo(text)
     for r in reports:
         if r.error:
-            click.echo(f"initlint: error: {r.target or r.model}: {r.error}", err=True)
+            where = r.target or r.model
+            named = r.error.startswith(where.split(":")[0])  # "missing.py: no such file" names it already
+            click.echo(f"initlint: error: {r.error}" if named else f"initlint: error: {where}: {r.error}", err=True)
     if load_failed:
         return EXIT_ERROR
     level = SEVERITIES.index(fail_on)
