@@ -1,0 +1,132 @@
+"""No per-layer host-device synchronisation: the number of tensor -> host conversions an audit
+makes does not grow with the model's depth.
+
+Every way Python code can pull a tensor's value to the host is counted while one audit runs:
+``item``, ``tolist``, ``cpu``, ``numpy`` and the ``__bool__``/``__float__``/``__int__``/
+``__index__`` conversions (``if t:``, ``float(t)``, ``int(t)``, ``range(t)``). On a GPU each
+one waits for all queued kernels, so one per layer would serialise the probe.
+"""
+from __future__ import annotations
+
+import collections
+import contextlib
+from typing import Callable, Counter, Iterator
+
+import torch
+import torch.nn as nn
+
+import initlint
+
+SYNCING = ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__")
+
+
+@contextlib.contextmanager
+def counting_syncs() -> Iterator[Counter[str]]:
+    counts: Counter[str] = collections.Counter()
+    originals = {name: getattr(torch.Tensor, name) for name in SYNCING}
+
+    def counted(name: str, method: Callable) -> Callable:
+        def wrapper(self, *args, **kwargs):
+            counts[name] += 1
+            return method(self, *args, **kwargs)
+        return wrapper
+
+    for name, method in originals.items():
+        setattr(torch.Tensor, name, counted(name, method))
+    try:
+        yield counts
+    finally:
+        for name, method in originals.items():
+            setattr(torch.Tensor, name, method)
+
+
+def relu_mlp(depth: int, width: int = 16) -> nn.Module:
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(width, 4))
+
+
+class Block(nn.Module):
+    """Norm, attention-like softmax, a bounded activation and a residual add: every kind of statistic."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.score = nn.Linear(width, width)
+        self.fc = nn.Linear(width, width)
+        self.act = nn.Tanh()
+
+    def forward(self, x):
+        weights = torch.softmax(self.score(self.norm(x)), dim=-1)
+        return x + self.act(self.fc(weights * x))
+
+
+def block_stack(depth: int, width: int = 16) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(width, width), *[Block(width) for _ in range(depth)], nn.GELU(),
+                         nn.Linear(width, 4))
+
+
+def conv_stack(depth: int) -> nn.Module:
+    torch.manual_seed(0)
+    layers = [nn.Conv2d(3, 8, 3, padding=1)]
+    for _ in range(depth):
+        layers += [nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1)]
+    return nn.Sequential(*layers)
+
+
+def syncs(model: nn.Module, **options) -> Counter[str]:
+    initlint.audit(model, **options)  # warm-up: one-off work (cached activation gains) is not per layer
+    with counting_syncs() as counts:
+        report = initlint.audit(model, **options)
+    assert report.probe.forward_ran
+    return counts
+
+
+def test_counting_sees_a_host_conversion():
+    with counting_syncs() as counts:
+        t = torch.ones(3)
+        bool(t.sum() > 0), t.tolist(), float(t[0]), t.cpu()
+    assert counts["__bool__"] == 1 and counts["tolist"] == 1 and counts["__float__"] == 1 and counts["cpu"] == 1
+
+
+def test_relu_mlp_syncs_do_not_grow_with_depth():
+    shallow, deep = syncs(relu_mlp(5)), syncs(relu_mlp(50))
+    assert deep == shallow, (shallow, deep)
+    assert sum(deep.values()) <= 4, deep
+
+
+def test_forward_only_audit_syncs_do_not_grow_with_depth():
+    shallow = syncs(relu_mlp(5), select=["IL003"])
+    deep = syncs(relu_mlp(50), select=["IL003"])
+    assert deep == shallow, (shallow, deep)
+
+
+def test_blocks_with_norm_softmax_and_tanh_do_not_grow_with_depth():
+    shallow, deep = syncs(block_stack(2), logits=True), syncs(block_stack(20), logits=True)
+    assert deep == shallow, (shallow, deep)
+
+
+def test_conv_batchnorm_stack_does_not_grow_with_depth():
+    shallow, deep = syncs(conv_stack(2)), syncs(conv_stack(12))
+    assert deep == shallow, (shallow, deep)
+
+
+def test_runtime_capture_does_not_grow_with_depth():
+    class Branchy(nn.Module):
+        def __init__(self, depth: int) -> None:
+            super().__init__()
+            self.body = relu_mlp(depth)
+
+        def forward(self, x):
+            if x.sum() > 0:  # data-dependent: fx cannot trace it
+                x = -x
+            return self.body(x)
+
+    shallow, deep = Branchy(5), Branchy(50)
+    x = torch.randn(16, 16)
+    assert initlint.audit(shallow, x).capture == "runtime"
+    # the model's own `if x.sum() > 0` is one __bool__ per forward; none come from initlint per layer
+    assert syncs(deep, example_inputs=x) == syncs(shallow, example_inputs=x)
