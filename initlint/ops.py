@@ -220,24 +220,43 @@ if hasattr(nn, "RMSNorm"):
 _NORM_CLASS = re.compile(r"(rms|layer|group|batch|instance)?_?norm(\d*d)?$", re.IGNORECASE)
 
 
+_ACT_CLASS = (
+    (re.compile(r"gelu", re.IGNORECASE), "gelu"),
+    (re.compile(r"(silu|swish)$", re.IGNORECASE), "silu"),
+    (re.compile(r"mish$", re.IGNORECASE), "mish"),
+)
+
+
 def module_kind(module: nn.Module) -> Optional[str]:
     """Kind of a module call, or None for containers and unknown modules."""
     for cls, kind in _MODULE_KINDS:
         if isinstance(module, cls):
             return kind
-    return handwritten_norm_kind(module)
+    return handwritten_kind(module)
 
 
-def handwritten_norm_kind(module: nn.Module) -> Optional[str]:
-    """Recognise a hand-written normalisation module (``T5LayerNorm``, ``LlamaRMSNorm``) by its name."""
-    name = type(module).__name__
-    if type(module).__module__.startswith("torch.nn") or not _NORM_CLASS.search(name):
+def handwritten_kind(module: nn.Module) -> Optional[str]:
+    """Recognise a hand-written normalisation or activation module by its class name.
+
+    ``T5LayerNorm``/``LlamaRMSNorm`` compute a norm from several small ops, and GPT-2's
+    ``NewGELUActivation`` a GELU from tanh and pow; the capture records such a module as one
+    op of the kind it implements. Modules with weight matrices are never treated so.
+    """
+    cls = type(module)
+    name = cls.__name__
+    if cls.__module__.startswith("torch.nn") or any(p.dim() >= 2 for p in module.parameters(recurse=False)):
         return None
-    lowered = name.lower()
-    for word in ("batch", "group", "instance", "rms"):
-        if word in lowered:
-            return f"{word}_norm"
-    return "layer_norm"
+    if _NORM_CLASS.search(name) and not list(module.children()):
+        lowered = name.lower()
+        for word in ("batch", "group", "instance", "rms"):
+            if word in lowered:
+                return f"{word}_norm"
+        return "layer_norm"
+    if not any(True for _ in module.parameters()):
+        for pattern, kind in _ACT_CLASS:
+            if pattern.search(name):
+                return kind
+    return None
 
 
 def module_attrs(kind: str, module: nn.Module) -> Dict[str, Any]:

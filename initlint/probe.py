@@ -28,7 +28,7 @@ SATURATION_MARGIN = 0.01
 """An output within 1% of the activation's range from a bound counts as saturated
 (|tanh| > 0.98, sigmoid < 0.01 or > 0.99)."""
 
-_NO_STATS = frozenset({"view", "dropout", "identity", "embedding"})
+_NO_STATS = frozenset({"view", "dropout", "identity"})
 
 
 @dataclass

@@ -124,7 +124,14 @@ def _merge(group: List[Finding], pattern: str) -> Finding:
     worst = max(group, key=lambda f: (SEVERITIES.index(f.severity), abs(_log(f.value, f.threshold))))
     lo, hi = min(indexes), max(indexes)
     contiguous = sorted(indexes) == list(range(lo, hi + 1))
-    label = f"{{{lo}..{hi}}}" if contiguous else "{" + ",".join(str(i) for i in sorted(indexes)) + "}"
+    ordered = sorted(indexes)
+    steps = {b - a for a, b in zip(ordered, ordered[1:])}
+    if contiguous:
+        label = f"{{{lo}..{hi}}}"
+    elif len(steps) == 1 and len(ordered) > 3:
+        label = f"{{{ordered[0]},{ordered[1]},...,{ordered[-1]}}}"
+    else:
+        label = "{" + ",".join(str(i) for i in ordered) + "}"
     merged = Finding(**{k: v for k, v in worst.__dict__.items()})
     merged.module = pattern.replace("{}", label)
     merged.members = [f.module for f in group]

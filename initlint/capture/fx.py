@@ -22,7 +22,7 @@ class FxCapture(Capture):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
-        tracer = fx.Tracer()
+        tracer = _Tracer()
         tracer.record_stack_traces = True
         try:
             traced = tracer.trace(model)
@@ -94,6 +94,13 @@ class FxCapture(Capture):
         positional = _bind(self.model, self.placeholders, args, kwargs)
         interp = _Observed(self.gm, self, observe)
         return interp.run(*positional)
+
+
+class _Tracer(fx.Tracer):
+    """Keeps hand-written norms and activations (``T5LayerNorm``, ``NewGELUActivation``) as one call."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return super().is_leaf_module(m, module_qualified_name) or O.handwritten_kind(m) is not None
 
 
 class _Observed(fx.Interpreter):

@@ -43,7 +43,7 @@ class RuntimeCapture(Capture):
             for value in _tensors((args, kwargs)):
                 op = self.graph.add("input", "input", "", [], attrs={"shape": tuple(value.shape)})
                 self.graph.inputs.append(op.id)
-                self._produced(value, op.id)
+                self._record_outputs(op, value)
             with _Recorder(self):
                 out = self.model(*args, **kwargs)
             self.graph.outputs = sorted({i for t in _tensors(out) if (i := self.producer(t)) is not None})
@@ -87,7 +87,7 @@ class RuntimeCapture(Capture):
     # ------------------------------------------------------------- module hooks
     def _enter(self, module: nn.Module, args: Tuple[Any, ...]) -> None:
         path = self.module_paths.get(id(module), "?")
-        opaque = self.opaque_depth == 0 and O.handwritten_norm_kind(module) is not None
+        opaque = self.opaque_depth == 0 and O.handwritten_kind(module) is not None
         self.stack.append((path, opaque))
         if opaque:
             self.pending_inputs.append([i for t in _tensors(args) if (i := self.producer(t)) is not None])
@@ -100,7 +100,7 @@ class RuntimeCapture(Capture):
         if not opaque:
             return
         self.opaque_depth -= 1
-        kind = O.handwritten_norm_kind(module) or "other"
+        kind = O.handwritten_kind(module) or "other"
         op = self.graph.add(kind, type(module).__name__, path, self.pending_inputs.pop(),
                             params=self.module_params(path, module), attrs={"module_op": True})
         self._record_outputs(op, output)

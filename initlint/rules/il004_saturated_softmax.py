@@ -68,8 +68,8 @@ class SaturatedSoftmax(Rule):
                     yield finding
 
     def _judge(self, audit: Audit, op: Op, stats, what: str) -> Optional[Finding]:
-        if "entropy" not in stats:
-            return None
+        if "entropy" not in stats or stats.get("maxprob") != stats.get("maxprob"):
+            return None  # NaN: non-finite logits are IL009's finding
         onehot = stats.get("onehot_rows", 0.0)
         entropy = stats["entropy"] * (1.0 - onehot)  # one-hot rows have entropy 0
         if onehot <= 0.5 and stats["entropy"] >= self.opts["min-entropy"] or entropy != entropy:

@@ -1,0 +1,160 @@
+"""IL006 gradient-drift."""
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterator, List, Optional, Tuple
+
+from .. import ops as O
+from ..graph import Graph, Op
+from ..report import Finding
+from .base import Audit, Rule, downstream, fmt
+
+_SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
+
+
+class GradientDrift(Rule):
+    """## What it does
+    Runs a backward probe: a random unit-variance cotangent is backpropagated from the
+    model output (no loss and no labels needed) and the gradient of every weight layer is
+    measured. It flags a spread of gradient *variance* across layers far beyond what the
+    layers' fan-ins and fan-outs can explain. Existing ``.grad`` fields are never touched
+    (the probe uses ``torch.autograd.grad``).
+
+    Layers are compared within each stretch of the network that no normalisation layer
+    interrupts: a norm rescales the backward signal by ``gamma / sigma`` on purpose, and
+    pooling in front of a normalised block changes the per-position scale legitimately.
+
+    Layers left out: embeddings (their gradient is sparse by nature: only the rows of the
+    sampled tokens get one) and the projections that produce attention scores or other
+    products of two signals, whose gradient at initialisation is legitimately tiny when
+    attention is near uniform.
+
+    ## Why is this bad?
+    Gradients are compared per sample and position: a weight applied at many positions (a
+    convolution over a long signal) sums that many terms, so its gradient std is divided by
+    the square root of the number of positions first.
+
+    The gradient of layer ``l`` is the product of the forward signal reaching it and the
+    backward signal coming from above: ``Var(dW_l) = Var(h_{l-1}) * Var(delta_l)``. With a
+    forward-stable init, He et al. show these products cancel except for a fan ratio: the
+    spread of gradient variance across a network is bounded by the largest fan-in over the
+    smallest fan-out (about 1e3 for a pyramid from width 1000 down to 1, which is what one
+    measures with He init). Anything much larger compounds with depth: layers near one end
+    learn orders of magnitude faster than at the other, and no single learning rate suits
+    them (a naive ``U(-1, 1)`` init of a 10-layer tanh pyramid spans more than 8 orders).
+
+    ## Example
+    ```python
+    for m in pyramid.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.uniform_(m.weight, -1, 1)
+    ```
+
+    ## Fix
+    Use the init that matches each layer's activation (IL001 names the layers), or add
+    normalisation. The finding names the layers with the smallest and largest gradients.
+
+    ## Options
+    - ``max-excess-spread`` (default ``100``): flag when the spread of gradient variance
+      (largest over smallest) exceeds the fan-ratio prediction times this factor.
+    """
+
+    code = "IL006"
+    name = "gradient-drift"
+    severity = "warning"
+    needs = frozenset({"gradients"})
+    summary = "Weight gradients span far more orders of magnitude than the layer fans predict."
+    options = {"max-excess-spread": 100.0}
+
+    def check(self, audit: Audit) -> Iterator[Finding]:
+        layers = self._layers(audit)
+        segment = segments(audit.graph)
+        groups: Dict[int, List[Tuple[Op, float]]] = {}
+        for op, value in layers:
+            groups.setdefault(segment[op.id], []).append((op, value))
+        worst = None
+        for group in groups.values():
+            finding = self._judge(audit, group)
+            if finding is not None and (worst is None or finding.value / finding.threshold > worst.value / worst.threshold):
+                worst = finding
+        if worst is not None:
+            yield worst
+
+    def _judge(self, audit: Audit, layers: List[Tuple[Op, float]]) -> Optional[Finding]:
+        if len(layers) < 2:
+            return None
+        lo_op, lo = min(layers, key=lambda x: x[1])
+        hi_op, hi = max(layers, key=lambda x: x[1])
+        if lo <= 0:
+            return None  # exactly zero gradients are IL008's (symmetry) or IL003's (dead units) business
+        spread = (hi / lo) ** 2
+        predicted = self._predicted(audit, [op for op, _ in layers])
+        limit = predicted * self.opts["max-excess-spread"]
+        if spread <= limit:
+            return None
+        median = sorted(v for _, v in layers)[len(layers) // 2]
+        at = lo_op if math.log(median / lo) >= math.log(hi / median) else hi_op
+        message = (f"weight-gradient variance spans {fmt(spread)}x across {len(layers)} layers "
+                   f"(per-position std: smallest {fmt(lo)} at {lo_op.module or '<model>'}, largest {fmt(hi)} at "
+                   f"{hi_op.module or '<model>'}); the layer fans explain {fmt(predicted)}x "
+                   f"(limit {fmt(limit)}x)")
+        fix = ("re-initialise the layers for the activation after each (see IL001) so that the forward signal is "
+               "stable; then the gradients are too")
+        return self.finding(audit, at, message, fix, value=spread, threshold=limit)
+
+    def _layers(self, audit: Audit) -> List[Tuple[Op, float]]:
+        seen: Dict[str, Tuple[Op, float]] = {}
+        for op in audit.graph:
+            if op.kind not in O.WEIGHT_KINDS or "weight" not in op.params:
+                continue
+            name = op.params["weight"]
+            stats = audit.probe.grads.get(name)
+            if not stats or name in seen or not _finite(stats.get("std", float("nan"))):
+                continue
+            if any(t.kind in _SCORE_KINDS or (t.kind == "mul" and len(t.inputs) > 1)
+                   for t in downstream(audit.graph, op)):
+                continue
+            seen[name] = (op, stats["std"] / math.sqrt(_positions(op)))
+        return list(seen.values())
+
+    @staticmethod
+    def _predicted(audit: Audit, ops: List[Op]) -> float:
+        """Largest fan-in over smallest fan-out among the layers (He et al.'s bound), at least 1."""
+        fans_in, fans_out = [], []
+        for op in ops:
+            w = audit.param(op.params["weight"])
+            if w is None or w.dim() < 2:
+                continue
+            fan_in = O.fan_in(w, op.kind, op.attrs.get("layout", "out_in"))
+            fans_in.append(fan_in)
+            fans_out.append(w.numel() // max(fan_in, 1) if op.kind == "linear" else int(w.shape[0]))
+        if not fans_in:
+            return 1.0
+        return max(1.0, max(fans_in) / max(1, min(fans_out)))
+
+
+def segments(graph: Graph) -> Dict[int, int]:
+    """Op id -> id of the op where its normalisation-free segment starts (an input or a norm)."""
+    seg: Dict[int, int] = {}
+    for op in graph:
+        if op.kind in O.NORM_KINDS or not op.inputs:
+            seg[op.id] = op.id
+        else:
+            seg[op.id] = seg.get(op.inputs[0], op.inputs[0])
+    return seg
+
+
+def _positions(op: Op) -> int:
+    """How many (sample, position) pairs the layer's weight was applied to: its gradient sums over them."""
+    shape = op.shape
+    if not shape:
+        return 1
+    axis = 1 if op.kind == "conv" and len(shape) > 1 else -1
+    total = 1
+    for s in shape:
+        total *= int(s)
+    return max(1, total // max(1, int(shape[axis])))
+
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) != float("inf")

@@ -1,0 +1,70 @@
+"""IL007 saturated-activation."""
+from __future__ import annotations
+
+from typing import Iterator
+
+from .. import ops as O
+from ..report import Finding
+from .base import Audit, Rule, fmt, upstream_weight
+from .il001_init_scale import init_fix
+
+
+class SaturatedActivation(Rule):
+    """## What it does
+    For every bounded activation (tanh, sigmoid, hardtanh, softsign, hardsigmoid) measures
+    the fraction of its outputs pinned near a bound: within 1% of the activation's range
+    from either end (``|tanh| > 0.98``, sigmoid below 0.01 or above 0.99, hardtanh exactly
+    at its limits).
+
+    ## Why is this bad?
+    A saturated unit has a derivative near zero (``tanh'(z) = 1 - tanh(z)^2 < 0.04`` once
+    ``|tanh(z)| > 0.98``), so almost no gradient flows through it, and the layers below it
+    learn slowly or not at all. Saturation at initialisation comes from pre-activations
+    that are too large: weights drawn without regard to the fan-in (a naive ``U(-1, 1)``
+    init of a tanh pyramid saturates about 88% of the units of every layer), or a signal
+    that has grown upstream.
+
+    ## Example
+    ```python
+    layer = nn.Linear(500, 500)
+    nn.init.normal_(layer.weight, std=0.1)   # pre-activation std ~2.2
+    model = nn.Sequential(layer, nn.Tanh())
+    ```
+
+    ## Fix
+    Scale the weights feeding the activation for it, e.g.
+    ``nn.init.kaiming_normal_(layer.weight, nonlinearity="tanh")`` or
+    ``nn.init.xavier_normal_(layer.weight)``, or normalise before the activation.
+
+    ## Options
+    - ``max-saturated-fraction`` (default ``0.5``): flag a layer when more than this fraction
+      of its outputs is saturated (the threshold SageMaker Debugger uses).
+    """
+
+    code = "IL007"
+    name = "saturated-activation"
+    severity = "warning"
+    needs = frozenset({"activations"})
+    summary = "A tanh/sigmoid-like activation outputs values pinned at its bounds."
+    options = {"max-saturated-fraction": 0.5}
+
+    def check(self, audit: Audit) -> Iterator[Finding]:
+        seen = set()
+        for op in audit.graph:
+            act = O.ACTIVATIONS.get(op.kind)
+            if act is None or act.bounds is None:
+                continue
+            frac = audit.op_stats(op).get("saturated")
+            if frac is None or frac <= self.opts["max-saturated-fraction"] or (op.module, op.target) in seen:
+                continue
+            seen.add((op.module, op.target))
+            src = upstream_weight(audit.graph, op)
+            pre = audit.op_stats(src).get("std") if src is not None else None
+            message = (f"{fmt(100 * frac)}% of {op.target} outputs are saturated (threshold "
+                       f"{fmt(100 * self.opts['max-saturated-fraction'])}%)"
+                       + (f"; pre-activation std {fmt(pre)}" if pre is not None else ""))
+            fan = audit.fan_in(src) if src is not None else None
+            fix = (init_fix(audit, src, op.kind, fan) if src is not None and fan else
+                   "scale down the input of this activation or normalise it first")
+            yield self.finding(audit, src if src is not None and not op.module else op, message, fix, value=frac,
+                               threshold=self.opts["max-saturated-fraction"])

@@ -1,0 +1,84 @@
+"""IL009 non-finite."""
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+from .. import ops as O
+from ..report import Finding
+from .base import Audit, Rule, fmt
+
+_INF_MEANINGFUL = O.WEIGHT_KINDS | O.NORM_KINDS | frozenset(O.ACTIVATIONS) | {"softmax", "log_softmax", "attention",
+                                                                              "rnn", "embedding", "conv_transpose"}
+
+
+class NonFinite(Rule):
+    """## What it does
+    Looks for NaN or Inf in the forward probe (every op's output) and in the backward
+    probe (every weight's gradient), and names the first op where it appears together with
+    the scale of that op's input.
+
+    Infinities used on purpose are not reported: ``-inf`` in attention masks flows through
+    additions and disappears in the softmax. An Inf counts only in the output of a weight
+    layer, activation, normalisation, softmax or attention, or in a gradient. NaN counts
+    anywhere.
+
+    ## Why is this bad?
+    A non-finite value spreads to everything computed from it; one NaN in the forward pass
+    makes the loss NaN and every gradient NaN, and training is over at step one. At
+    initialisation it means the signal overflowed (a float32 holds at most 3.4e38, reached
+    after some 40 layers of ``randn`` weights of width 100) or an op met an invalid input
+    (``log`` of a negative, ``0/0``).
+
+    ## Example
+    ```python
+    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(50)])
+    for m in model:
+        nn.init.normal_(m.weight)   # std 1: the signal grows 10x per layer
+    ```
+
+    ## Fix
+    Initialise for the activations (IL001) so the signal stays bounded; for an invalid
+    input, guard the op (``clamp_min`` before ``log``/``sqrt``, an ``eps`` in divisions).
+
+    ## Options
+    None.
+    """
+
+    code = "IL009"
+    name = "non-finite"
+    severity = "error"
+    needs = frozenset({"activations"})
+    summary = "NaN or Inf in the forward or backward probe."
+
+    def check(self, audit: Audit) -> Iterator[Finding]:
+        for op in audit.graph:
+            peak = audit.op_stats(op).get("absmax")
+            if peak is None or _finite(peak) or (peak == math.inf and op.kind not in _INF_MEANINGFUL):
+                continue
+            inputs = [audit.op_stats(audit.graph[i]).get("std") for i in op.inputs]
+            scale = ", ".join(fmt(s) for s in inputs if s is not None) or "n/a"
+            what = "NaN" if peak != peak else "Inf"
+            yield self.finding(audit, op, f"first {what} of the forward probe appears in {op.target} "
+                               f"(input std {scale})", _fix(op.kind, inputs), value=peak, threshold=3.4e38)
+            break
+        bad = [(op, op.params["weight"]) for op in audit.graph if op.kind in O.WEIGHT_KINDS and "weight" in op.params
+               and not _finite(audit.probe.grads.get(op.params["weight"], {}).get("absmax", 0.0))]
+        if bad:
+            op, name = bad[-1]
+            yield self.finding(audit, op, f"the backward probe gives a non-finite gradient for {name} "
+                               f"({len(bad)} weight(s) affected)",
+                               "fix the forward signal scale first (IL001, IL005); the gradient overflows with it",
+                               value=audit.probe.grads[name]["absmax"], threshold=3.4e38)
+
+
+def _finite(x: float) -> bool:
+    return x == x and abs(x) != math.inf
+
+
+def _fix(kind: str, input_stds) -> str:
+    if any(s is not None and (not _finite(s) or s > 1e15) for s in input_stds):
+        return "the signal had already exploded before this op; initialise the layers upstream for their activations (IL001)"
+    if kind in O.WEIGHT_KINDS:
+        return "this layer's weights are far too large; initialise them for the activation after it (IL001)"
+    return "guard this op against invalid inputs (clamp_min before log/sqrt, an eps in divisions)"
