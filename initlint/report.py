@@ -70,7 +70,13 @@ class Report:
         return pairs
 
     def assert_clean(self, *, fail_on: str = "warning") -> None:
-        """Raise ``AssertionError`` listing the findings at or above ``fail_on``."""
+        """Raise ``AssertionError`` listing the findings at or above ``fail_on``.
+
+        The message is the findings table, readable as it stands in a failing test.
+        """
+        __tracebackhide__ = True  # pytest: show the caller's line, not this one
+        if fail_on not in SEVERITIES:
+            raise ValueError(f"fail_on takes one of {', '.join(SEVERITIES)}, not {fail_on!r}")
         level = SEVERITIES.index(fail_on)
         bad = [f for f in self.findings if SEVERITIES.index(f.severity) >= level]
         if self.error:
@@ -78,7 +84,22 @@ class Report:
         if bad:
             from .formats import findings_table
 
-            raise AssertionError(f"initlint found {len(bad)} problem(s) in {self.model}:\n" + findings_table(bad))
+            codes = sorted({f.code for f in bad})
+            raise AssertionError(
+                f"initlint found {len(bad)} problem(s) in {self.model} at initialisation:\n\n"
+                + findings_table(bad)
+                + f"\n\nexplain a rule with `initlint explain {codes[0]}`; silence one on purpose with "
+                  f"@initlint.ignore(\"{codes[0]}\", reason=...) on the module class or per_module_ignores")
+
+    def plot(self, path: str) -> Dict[str, Any]:
+        """Save the per-layer signal profile (four panels against depth) to ``path``; needs ``initlint[plot]``.
+
+        Returns the plotted series by name (see :func:`initlint.plot.signal_series`); raises
+        :class:`initlint.plot.PlotError` when matplotlib is missing or the probe did not run.
+        """
+        from .plot import plot_signal
+
+        return plot_signal(self, path)
 
     def to_dict(self) -> Dict[str, Any]:
         """The ``results[]`` entry of the JSON output."""
@@ -95,7 +116,7 @@ class Report:
 _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
 
-def group_runs(findings: List[Finding], min_run: int = 3) -> List[Finding]:
+def group_runs(findings: List[Finding], min_run: int = 4) -> List[Finding]:
     """Merge findings of one code over runs of layers that differ only in one index.
 
     ``layers.0 .. layers.99`` with the same code become one finding on ``layers.{0..99}``
