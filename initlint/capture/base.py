@@ -38,12 +38,17 @@ class Capture:
         raise NotImplementedError
 
     def module_params(self, path: str, module: nn.Module) -> Dict[str, str]:
-        """``weight``/``bias`` of a module op as qualified names."""
+        """Parameters of a module op as qualified names: ``weight``/``bias`` roles for layers
+        that have them, every parameter under its own name otherwise (RNNs, attention)."""
         found = {}
         for role in ("weight", "bias"):
             p = getattr(module, role, None)
             if isinstance(p, nn.Parameter) and id(p) in self.param_names:
                 found[role] = self.param_names[id(p)]
+        if not found:
+            for name, p in module.named_parameters():
+                if id(p) in self.param_names:
+                    found[name] = self.param_names[id(p)]
         return found
 
 
