@@ -1,0 +1,155 @@
+"""Capture backends: fx first, runtime for the rest; both feed the same graph model."""
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import initlint
+from initlint.capture import FxCapture, RuntimeCapture, capture
+from models import FunctionalNet, Untraceable, he_head, mlp
+
+
+def test_fx_is_used_when_it_traces_and_runtime_otherwise():
+    assert initlint.audit(mlp(2)).capture == "fx"
+    report = initlint.audit(Untraceable())
+    assert report.capture == "runtime"
+
+
+def test_both_backends_give_the_same_kinds_for_a_traceable_model():
+    torch.manual_seed(0)
+    model = FunctionalNet()
+    x = torch.randn(8, 64)
+    kinds = {}
+    for backend in (FxCapture, RuntimeCapture):
+        cap = backend(model)
+        cap.run((x,), {}, lambda op, value: None)
+        kinds[backend.name] = [(op.kind, op.module) for op in cap.graph if op.kind in ("linear", "relu")]
+    assert kinds["fx"] == kinds["runtime"]
+    assert [k for k, _ in kinds["fx"]] == ["linear", "relu"] * 3 + ["linear"]
+
+
+def test_runtime_capture_links_inplace_ops_views_and_shared_modules():
+    class Shared(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            h = self.fc(x)
+            h.relu_()
+            h = h.view(h.shape[0], 4, 4).flatten(1)
+            return self.fc(h)  # the same module twice
+
+    cap = RuntimeCapture(Shared())
+    cap.run((torch.randn(4, 16),), {}, lambda op, value: None)
+    g = cap.graph
+    linears = g.of_kind("linear")
+    assert [op.module for op in linears] == ["fc", "fc"]
+    relu = g.of_kind("relu")[0]
+    assert g.producers(relu) == [linears[0]]
+    # the second call reads the relu's output through the view and flatten
+    path, current = [], linears[1]
+    while current.inputs:
+        current = g[current.inputs[0]]
+        path.append(current.kind)
+    assert path[:3] == ["view", "view", "relu"]
+
+
+def test_weight_ops_are_recognised_by_what_they_compute():
+    class Functional(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(8, 16) * 0.1)
+            self.wt = nn.Parameter(torch.randn(16, 8) * 0.1)
+            self.k = nn.Parameter(torch.randn(4, 3, 3, 3) * 0.1)
+            self.emb = nn.Parameter(torch.randn(10, 8))
+            self.g = nn.Parameter(torch.ones(8))
+
+        def forward(self, x, ids, img):
+            a = F.linear(x, self.w)
+            b = x @ self.wt
+            c = F.conv2d(img, self.k)
+            d = F.embedding(ids, self.emb)
+            e = F.layer_norm(a + b, (8,), self.g)
+            return e.sum() + c.sum() + d.sum()
+
+    cap = RuntimeCapture(Functional())
+    cap.run((torch.randn(2, 16), torch.randint(0, 10, (2, 3)), torch.randn(2, 3, 8, 8)), {}, lambda op, v: None)
+    kinds = {(op.kind, op.params.get("weight")) for op in cap.graph if op.params}
+    assert {("linear", "w"), ("linear", "wt"), ("conv", "k"), ("embedding", "emb"), ("layer_norm", "g")} <= kinds
+    layouts = {op.params["weight"]: op.attrs["layout"] for op in cap.graph.of_kind("linear")}
+    assert layouts == {"w": "out_in", "wt": "in_out"}
+
+
+def test_handwritten_rmsnorm_counts_as_normalisation():
+    class MyRMSNorm(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(width))
+
+        def forward(self, x):
+            return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    layers = []
+    for _ in range(12):
+        lin = nn.Linear(32, 32)
+        nn.init.normal_(lin.weight, std=0.001)
+        layers += [lin, MyRMSNorm(32), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(32, 2))
+    for backend in ("fx", "runtime"):
+        cap = capture(model, order=(backend,))
+        cap.run((torch.randn(4, 32),), {}, lambda op, v: None)
+        assert len(cap.graph.of_kind("rms_norm")) == 12
+    assert initlint.audit(model).clean
+
+
+def test_wrappers_are_unwrapped_and_paths_are_the_users():
+    torch.manual_seed(0)
+    model = mlp(8)
+    compiled = torch.compile(model)
+    parallel = nn.DataParallel(model)
+    for wrapped in (compiled, parallel):
+        report = initlint.audit(wrapped)
+        assert ("IL001", "0") in report.codes()
+        assert report.model == "Sequential"
+
+
+def test_inputs_as_tuple_dict_and_integer_ids():
+    class KW(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(50, 16)
+            self.fc = nn.Linear(16, 4)
+
+        def forward(self, input_ids, scale=None):
+            h = self.emb(input_ids)
+            return {"logits": self.fc(h if scale is None else h * scale)}
+
+    model = KW()
+    ids = torch.randint(0, 50, (4, 7))
+    for inputs in ((ids,), {"input_ids": ids}, {"input_ids": ids, "scale": torch.tensor(2.0)}):
+        report = initlint.audit(model, inputs, logits=True)
+        assert report.error is None and report.probe.logits["classes"] == 4
+    inferred = initlint.audit(model)  # probe inferred from the Embedding
+    assert inferred.error is None
+
+
+def test_inferred_probes_for_linear_conv_and_recurrent_models():
+    for model in (mlp(1), nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), nn.Sequential(nn.Conv1d(2, 4, 3)),
+                  nn.GRU(8, 8, batch_first=True)):
+        assert initlint.audit(model).error is None
+    with pytest.raises(initlint.LoadError, match="input-shape"):
+        initlint.audit(nn.Sequential(nn.ReLU()))
+
+
+def test_a_model_fx_traces_but_cannot_run_falls_back_to_runtime():
+    class Odd(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x, *rest):
+            return self.fc(x)
+
+    report = initlint.audit(Odd(), torch.randn(3, 4))
+    assert report.error is None and report.capture in ("fx", "runtime")

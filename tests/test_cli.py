@@ -1,0 +1,100 @@
+"""The command line, run as a real process: exit codes, output, the installed entry point."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+ENV = dict(os.environ, INITLINT_NO_PROGRESS="1", NO_COLOR="1")
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "initlint", *args], capture_output=True, text=True, cwd=cwd, env=ENV)
+
+
+def test_clean_model_exits_0():
+    out = run("check", "examples/kaiming_mlp.py", "--logits")
+    assert out.returncode == 0, out.stderr
+    assert "no findings" in out.stdout
+
+
+def test_findings_exit_1_with_location_code_and_fix():
+    out = run("check", "examples/conv_bias_bn.py")
+    assert out.returncode == 1
+    assert "examples/conv_bias_bn.py:9:1" in out.stdout and "IL002" in out.stdout
+    assert "bias=False" in out.stdout
+
+
+def test_installed_entry_point():
+    exe = shutil.which("initlint", path=os.path.dirname(sys.executable)) or shutil.which("initlint")
+    assert exe, "the initlint console script must be installed"
+    out = subprocess.run([exe, "check", "examples/naive_mlp.py", "--logits", "--format", "concise"],
+                         capture_output=True, text=True, cwd=ROOT, env=ENV)
+    assert out.returncode == 1
+    lines = out.stdout.strip().splitlines()
+    assert any(line.startswith("examples/naive_mlp.py:14:1: IL001 [fc1]") for line in lines)
+
+
+JSON_FINDING_KEYS = {"code", "name", "severity", "module", "message", "fix", "value", "threshold", "location"}
+
+
+def test_json_document_schema():
+    out = run("check", "examples/naive_mlp.py", "examples/kaiming_mlp.py", "--logits", "--format", "json")
+    assert out.returncode == 1
+    doc = json.loads(out.stdout)
+    assert set(doc) == {"initlint", "results"}
+    assert [r["model"] for r in doc["results"]] == ["NaiveMLP", "KaimingMLP"]
+    for result in doc["results"]:
+        assert {"target", "model", "device", "capture", "findings", "error"} <= set(result)
+        assert result["capture"] in ("fx", "runtime") and result["error"] is None
+        for f in result["findings"]:
+            assert JSON_FINDING_KEYS <= set(f)
+            assert isinstance(f["value"], (int, float)) and isinstance(f["threshold"], (int, float))
+    codes = {(f["code"], f["module"]) for f in doc["results"][0]["findings"]}
+    assert ("IL004", "fc3") in codes
+
+
+def test_select_ignore_and_seed():
+    out = run("check", "examples/naive_mlp.py", "--logits", "--select", "IL004", "--format", "json")
+    codes = {f["code"] for f in json.loads(out.stdout)["results"][0]["findings"]}
+    assert codes == {"IL004"}
+    out = run("check", "examples/naive_mlp.py", "--ignore", "IL001,IL005", "--format", "json")
+    codes = {f["code"] for f in json.loads(out.stdout)["results"][0]["findings"]}
+    assert not codes & {"IL001", "IL005"}
+
+
+def test_named_target_and_factory(tmp_path):
+    src = tmp_path / "factory.py"
+    src.write_text("import torch.nn as nn\n\ndef build():\n    return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))\n")
+    out = run("check", f"{src}:build")
+    assert out.returncode == 0, out.stderr
+    out = run("check", "examples/linear_stack.py:ScaledStack")
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_input_shape_option():
+    out = run("check", "examples/kaiming_mlp.py", "--input-shape", "4,200", "--logits")
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (("check", "no/such/file.py"), "no such file"),
+    (("check", "examples/kaiming_mlp.py", "--select", "IL999"), "unknown rule"),
+    (("check", "examples/kaiming_mlp.py", "--input-shape", "4,x"), "--input-shape"),
+    (("explain", "IL999"), "unknown rule"),
+])
+def test_usage_errors_exit_2_with_one_line(args, message):
+    out = run(*args)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_rules_table_and_python_dash_m():
+    out = run("rules")
+    assert out.returncode == 0
+    for code in ("IL001", "IL002", "IL003", "IL004", "IL005", "IL006", "IL007", "IL008", "IL009"):
+        assert code in out.stdout

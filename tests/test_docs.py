@@ -1,0 +1,42 @@
+"""Rule documentation lives in the docstrings; rules/*.md and `initlint explain` are generated."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from initlint.docs import pages, render
+from initlint.rules import all_rules
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Fix", "## Options")
+
+
+@pytest.mark.parametrize("code", list(all_rules()))
+def test_every_rule_documents_every_section(code):
+    doc = all_rules()[code].doc()
+    for section in SECTIONS:
+        assert section in doc, f"{code} lacks {section}"
+
+
+def test_rule_pages_are_up_to_date():
+    directory = os.path.join(ROOT, "rules")
+    present = {n for n in os.listdir(directory) if n.startswith("IL") and n.endswith(".md")}
+    wanted = pages()
+    assert present == set(wanted), "run: python -m initlint.docs rules"
+    for name, text in wanted.items():
+        with open(os.path.join(directory, name), encoding="utf-8") as fh:
+            assert fh.read() == text, f"rules/{name} is stale; run: python -m initlint.docs rules"
+
+
+def test_explain_prints_the_same_text():
+    rule = all_rules()["IL003"]
+    out = subprocess.run([sys.executable, "-m", "initlint", "explain", "dead-relu"], capture_output=True, text=True)
+    assert out.returncode == 0
+    assert out.stdout.strip() == render(rule).strip()
+
+
+def test_options_in_docs_match_declared_options():
+    for code, rule in all_rules().items():
+        for option in rule.options:
+            assert f"``{option}``" in rule.doc(), f"{code} does not document option {option}"
