@@ -1,9 +1,16 @@
-"""Output formats for a list of reports."""
+"""Output formats for a list of reports: text, concise, json, sarif and github.
+
+Every format is a function ``(reports, colour=False) -> str`` registered in :data:`FORMATS`.
+"""
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
+from urllib.parse import quote
 
 from tabulate import tabulate
 
@@ -25,20 +32,32 @@ def where(f: Finding) -> str:
     return f"{relpath(f.location[0])}:{f.location[1]}:1" if f.location else "-"
 
 
-def findings_table(findings: Sequence[Finding]) -> str:
+SEVERITY_COLOURS = {"info": "36", "warning": "33", "error": "31"}
+"""ANSI colour of each severity in the text format (cyan, yellow, red)."""
+
+
+def findings_table(findings: Sequence[Finding], colour: bool = False) -> str:
     """A compact table of findings with the fix on its own line."""
     rows = []
     for f in findings:
         text = f.message + f"\nhelp: {f.fix}"
         if f.caused_by:
             text += "\ncaused by: " + ", ".join(f.caused_by)
-        rows.append([where(f), f.code, f.severity, f.module or "<model>", text])
+        severity = _colour(f.severity, SEVERITY_COLOURS.get(f.severity, "0"), colour)
+        rows.append([where(f), _colour(f.code, "1", colour), severity, f.module or "<model>", text])
     return tabulate(rows, headers=["location", "code", "severity", "module", "message"], tablefmt="simple",
                     maxcolwidths=[None, None, None, 32, 90])
 
 
 def _colour(text: str, code: str, enabled: bool) -> str:
     return f"\033[{code}m{text}\033[0m" if enabled else text
+
+
+def use_colour(stream: Any, environ: Optional[Dict[str, str]] = None) -> bool:
+    """ANSI colour only on a terminal, and never when ``NO_COLOR`` is set (https://no-color.org)."""
+    env = os.environ if environ is None else environ
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and not env.get("NO_COLOR")
 
 
 def format_text(reports: List[Report], colour: bool = False) -> str:
@@ -52,7 +71,7 @@ def format_text(reports: List[Report], colour: bool = False) -> str:
         elif not r.findings:
             out.append(_colour("  no findings", "32", colour))
         else:
-            out.append(findings_table(r.findings))
+            out.append(findings_table(r.findings, colour))
         for note in r.notes:
             out.append(f"  note: {note}")
         out.append("")
@@ -78,9 +97,164 @@ def to_json_document(reports: List[Report]) -> Dict[str, Any]:
     return {"initlint": __version__, "results": [r.to_dict() for r in reports]}
 
 
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN or Infinity: write such measurements as the strings ``"nan"``, ``"inf"``."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _dumps(document: Dict[str, Any]) -> str:
+    return json.dumps(_finite(document), indent=2, default=str, allow_nan=False)
+
+
 def format_json(reports: List[Report], colour: bool = False) -> str:
     """The JSON document, indented."""
-    return json.dumps(to_json_document(reports), indent=2, default=str)
+    return _dumps(to_json_document(reports))
 
 
-FORMATS: Dict[str, Callable[..., str]] = {"text": format_text, "concise": format_concise, "json": format_json}
+# ----------------------------------------------------------------------------- SARIF
+SARIF_SCHEMA = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+SARIF_LEVELS = {"info": "note", "warning": "warning", "error": "error"}
+SRCROOT = "%SRCROOT%"
+
+
+def doc_section(doc: str, heading: str) -> str:
+    """The text under ``## heading`` of a rule docstring (empty when there is none)."""
+    match = re.search(rf"^## {re.escape(heading)}\s*$(.*?)(?=^## |\Z)", doc, re.MULTILINE | re.DOTALL)
+    return match.group(1).strip() if match else ""
+
+
+def sarif_rules() -> List[Dict[str, Any]]:
+    """``tool.driver.rules``: one reporting descriptor per registered rule, from its docstring."""
+    from .rules import all_rules
+
+    out = []
+    for code, rule in all_rules().items():
+        doc = rule.doc()
+        descriptor: Dict[str, Any] = {
+            "id": code,
+            "name": rule.name,
+            "shortDescription": {"text": rule.summary or rule.name},
+            "fullDescription": {"text": doc_section(doc, "What it does") or rule.summary or rule.name},
+            "help": {"text": doc, "markdown": doc},
+            "defaultConfiguration": {"level": SARIF_LEVELS.get(rule.severity, "warning")},
+        }
+        if rule.options:
+            descriptor["properties"] = {"options": dict(rule.options)}
+        out.append(descriptor)
+    return out
+
+
+def artifact_location(path: str) -> Dict[str, str]:
+    """A relative URI under ``%SRCROOT%`` (the working directory) when possible, else an absolute ``file:`` URI."""
+    rel = relpath(path)
+    if os.path.isabs(rel):
+        return {"uri": Path(path).resolve().as_uri()}
+    return {"uri": quote(Path(rel).as_posix()), "uriBaseId": SRCROOT}
+
+
+def target_file(report: Report) -> Optional[str]:
+    """The Python file a report's target names (``models/net.py:Net`` -> ``models/net.py``), if it exists."""
+    target = report.target or ""
+    path = target if os.path.isfile(target) else target.rpartition(":")[0]
+    return path if path.endswith(".py") and os.path.isfile(path) else None
+
+
+def _sarif_result(report: Report, f: Finding, index: Dict[str, int]) -> Dict[str, Any]:
+    module = f.module or "<model>"
+    text = f"{module}: {f.message}\nhelp: {f.fix}"
+    if f.caused_by:
+        text += "\ncaused by: " + ", ".join(f.caused_by)
+    location: Dict[str, Any] = {"logicalLocations": [{"name": module, "fullyQualifiedName": f"{report.model}.{module}"
+                                                       if f.module else report.model, "kind": "module"}]}
+    path = f.location[0] if f.location else target_file(report)
+    if path:
+        physical: Dict[str, Any] = {"artifactLocation": artifact_location(path)}
+        if f.location and f.location[1] >= 1:
+            physical["region"] = {"startLine": int(f.location[1])}
+        location["physicalLocation"] = physical
+    result: Dict[str, Any] = {
+        "ruleId": f.code,
+        "level": SARIF_LEVELS.get(f.severity, "warning"),
+        "message": {"text": text},
+        "locations": [location],
+        "properties": {"model": report.model, "target": report.target, "module": f.module, "value": f.value,
+                       "threshold": f.threshold, "fix": f.fix, "caused_by": f.caused_by, "members": f.members},
+    }
+    if f.code in index:
+        result["ruleIndex"] = index[f.code]
+    return result
+
+
+def to_sarif(reports: List[Report]) -> Dict[str, Any]:
+    """The SARIF 2.1.0 log: one run, the rule registry as ``tool.driver.rules``, one result per finding."""
+    rules = sarif_rules()
+    index = {r["id"]: i for i, r in enumerate(rules)}
+    notifications = [{"level": "error", "message": {"text": f"{r.target or r.model}: {r.error}"}}
+                     for r in reports if r.error]
+    notifications += [{"level": "note", "message": {"text": f"{r.target or r.model}: {note}"}}
+                      for r in reports for note in r.notes]
+    run = {
+        "tool": {"driver": {"name": "initlint", "version": __version__, "semanticVersion": __version__,
+                            "rules": rules}},
+        "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().as_uri() + "/"}},
+        "invocations": [{"executionSuccessful": not any(r.error for r in reports),
+                         "toolExecutionNotifications": notifications}],
+        "results": [_sarif_result(r, f, index) for r in reports for f in r.findings],
+    }
+    return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
+
+
+def format_sarif(reports: List[Report], colour: bool = False) -> str:
+    """SARIF 2.1.0, for GitHub code scanning and other SARIF viewers."""
+    return _dumps(to_sarif(reports))
+
+
+# ----------------------------------------------------------------------------- GitHub Actions
+GITHUB_COMMANDS = {"info": "notice", "warning": "warning", "error": "error"}
+
+
+def github_data(text: str) -> str:
+    """Escape a workflow command's message (as ``@actions/core`` does)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def github_property(text: str) -> str:
+    """Escape a workflow command's property value; ``:`` and ``,`` separate properties."""
+    return github_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _github_line(command: str, message: str, title: str, path: Optional[str] = None,
+                 line: Optional[int] = None) -> str:
+    props = []
+    if path:
+        props.append(f"file={github_property(relpath(path))}")
+        if line:
+            props.append(f"line={int(line)}")
+    props.append(f"title={github_property(title)}")
+    return f"::{command} {','.join(props)}::{github_data(message)}"
+
+
+def format_github(reports: List[Report], colour: bool = False) -> str:
+    """GitHub Actions workflow commands: one annotation per finding, error or note."""
+    lines = []
+    for r in reports:
+        if r.error:
+            lines.append(_github_line("error", f"{r.target or r.model}: {r.error}", "initlint", target_file(r)))
+        for f in r.findings:
+            path, line = f.location if f.location else (target_file(r), None)
+            message = f"{f.module or '<model>'}: {f.message}\nhelp: {f.fix}"
+            lines.append(_github_line(GITHUB_COMMANDS.get(f.severity, "warning"), message, f"{f.code} {f.name}",
+                                      path, line))
+        for note in r.notes:
+            lines.append(_github_line("notice", f"{r.target or r.model}: {note}", "initlint note", target_file(r)))
+    return "\n".join(lines)
+
+
+FORMATS: Dict[str, Callable[..., str]] = {"text": format_text, "concise": format_concise, "json": format_json,
+                                          "sarif": format_sarif, "github": format_github}

@@ -22,7 +22,7 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) 
     """Audit every target; print the report; return the exit code."""
     from .api import UsageError, audit
     from .config import ConfigError, load_config, merge_cli
-    from .formats import FORMATS
+    from .formats import FORMATS, use_colour
     from .load import LoadError, parse_shape, resolve
     from .rules import UnknownCode
 
@@ -50,6 +50,14 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) 
         return EXIT_ERROR
     for warning in config.warnings:
         click.echo(f"initlint: warning: {warning}", err=True)
+    if opts.get("plot_path"):
+        from .plot import PlotError, require_matplotlib
+
+        try:
+            require_matplotlib()  # before minutes of auditing, not after
+        except PlotError as exc:
+            click.echo(f"initlint: error: {exc}", err=True)
+            return EXIT_ERROR
 
     reports: List[Report] = []
     load_failed = False
@@ -65,7 +73,7 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) 
         for cand in candidates:
             try:
                 model = cand.instantiate()
-                say(f"capturing and probing {cand.name}")
+                say(f"auditing {cand.name}: capture, probe, rules")
                 report = audit(model, device=device, select=settings.get("select"), ignore=settings.get("ignore"),
                                logits=settings.get("logits"), seed=settings.get("seed") or 0,
                                batch_size=settings.get("batch_size"), input_shapes=shapes or None,
@@ -76,15 +84,15 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) 
                 load_failed = True
             reports.append(report)
             if opts.get("plot_path") and report.graph is not None:
-                from .plot import PlotError
-
+                path = _plot_path(opts["plot_path"], cand.name, len(candidates) + len(targets) > 2)
+                say(f"plotting {cand.name} to {path}")
                 try:
-                    report.plot(_plot_path(opts["plot_path"], cand.name, len(candidates) + len(targets) > 2))
+                    report.plot(path)
                 except PlotError as exc:
                     click.echo(f"initlint: error: {exc}", err=True)
-                    return EXIT_ERROR
+                    load_failed = True
     say("reporting")
-    colour = fmt == "text" and sys.stdout.isatty() and not os.environ.get("NO_COLOR") and not opts.get("output")
+    colour = fmt == "text" and not opts.get("output") and use_colour(sys.stdout)
     text = FORMATS[fmt](reports, colour=colour)
     if opts.get("output"):
         try:

@@ -1,0 +1,199 @@
+"""Output formats (text, concise, json, sarif, github), --output, colour and progress on stderr."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+import torch.nn as nn
+from click.testing import CliRunner
+
+import initlint
+from initlint.cli import main
+from initlint.formats import FORMATS, format_github, github_data, github_property, to_sarif, use_colour
+from initlint.report import Finding, Report
+from initlint.rules import all_rules
+
+SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
+
+MODEL = '''
+import torch.nn as nn
+
+
+class ConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return self.bn(self.conv(x)).relu()
+'''
+CONV_LINE = MODEL.splitlines().index("        self.conv = nn.Conv2d(3, 8, 3)") + 1
+
+
+@pytest.fixture()
+def model_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()
+    path = tmp_path / "models" / "convbn.py"
+    path.write_text(MODEL)
+    return "models/convbn.py"
+
+
+def check(*args):
+    return CliRunner().invoke(main, ["check", *args])
+
+
+@pytest.fixture(scope="module")
+def reports():
+    """A report with an IL002 warning and an IL010 note, plus one that could not be audited."""
+    report = initlint.audit(nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)), select=["IL002", "IL010"],
+                            per_module_ignores={"decoder": ["IL002"]}, target="models/convbn.py:ConvBN")
+    failed = Report(model="Broken", target="models/broken.py:Broken", error="importing models/broken.py raised "
+                    "ImportError: no module named 'apex'")
+    return [report, failed]
+
+
+def test_every_format_is_registered():
+    assert list(FORMATS) == ["text", "concise", "json", "sarif", "github"]
+
+
+def test_text_format_groups_by_model_and_has_no_colour_unless_asked(reports):
+    text = FORMATS["text"](reports)
+    assert "IL002" in text and "error: importing models/broken.py" in text
+    assert "\033[" not in text
+    assert "\033[" in FORMATS["text"](reports, colour=True)
+
+
+class _Stream:
+    def __init__(self, tty):
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+def test_colour_only_on_a_tty_and_never_with_no_color():
+    assert use_colour(_Stream(True), {}) is True
+    assert use_colour(_Stream(False), {}) is False
+    assert use_colour(_Stream(True), {"NO_COLOR": "1"}) is False
+    assert use_colour(_Stream(True), {"NO_COLOR": ""}) is True  # no-color.org: set and non-empty
+
+
+def test_concise_format_one_line_per_finding(reports):
+    lines = FORMATS["concise"](reports).splitlines()
+    assert any(" IL002 [0] " in line for line in lines)
+    assert any(" IL010 [<model>] " in line for line in lines)
+    assert any(line.startswith("models/broken.py:Broken: error:") for line in lines)
+
+
+def test_json_format_schema(reports):
+    doc = json.loads(FORMATS["json"](reports))
+    assert doc["initlint"] == initlint.__version__
+    ok, failed = doc["results"]
+    assert {"target", "model", "device", "capture", "findings", "error"} <= set(ok)
+    finding = next(f for f in ok["findings"] if f["code"] == "IL002")
+    assert {"code", "name", "severity", "module", "message", "fix", "value", "threshold", "location"} <= set(finding)
+    assert (finding["module"], finding["value"], finding["threshold"]) == ("0", 1.0, 0.0)
+    assert failed["error"].startswith("importing") and failed["findings"] == []
+
+
+def test_json_writes_non_finite_measurements_as_strings():
+    inf = Finding(code="IL009", name="non-finite", severity="error", module="fc", message="m", fix="f",
+                  value=float("inf"), threshold=float("nan"))
+    doc = json.loads(FORMATS["json"]([Report(model="M", findings=[inf])]))
+    assert doc["results"][0]["findings"][0]["value"] == "inf"
+
+
+def test_sarif_is_valid_sarif_2_1_0(reports):
+    jsonschema.Draft4Validator(SCHEMA).validate(to_sarif(reports))
+
+
+def test_sarif_rules_come_from_the_registry(reports):
+    driver = to_sarif(reports)["runs"][0]["tool"]["driver"]
+    assert driver["name"] == "initlint" and driver["version"] == initlint.__version__
+    assert [r["id"] for r in driver["rules"]] == list(all_rules())
+    il003 = next(r for r in driver["rules"] if r["id"] == "IL003")
+    assert il003["name"] == "dead-relu"
+    assert il003["shortDescription"]["text"] == all_rules()["IL003"].summary
+    assert il003["fullDescription"]["text"].startswith("For every ReLU-family op")
+    assert "## Why is this bad?" in il003["help"]["markdown"]
+
+
+def test_sarif_results_levels_and_locations(reports):
+    run = to_sarif(reports)["runs"][0]
+    results = {r["ruleId"]: r for r in run["results"]}
+    assert set(results) == {"IL002", "IL010"}
+    assert (results["IL002"]["level"], results["IL010"]["level"]) == ("warning", "note")
+    rules = run["tool"]["driver"]["rules"]
+    assert rules[results["IL002"]["ruleIndex"]]["id"] == "IL002"
+    (loc,) = results["IL002"]["locations"]
+    assert loc["logicalLocations"][0]["name"] == "0"
+    assert run["invocations"][0]["executionSuccessful"] is False  # one target could not be audited
+    assert "apex" in run["invocations"][0]["toolExecutionNotifications"][0]["message"]["text"]
+
+
+def test_sarif_region_and_relative_uri_from_the_cli(model_file):
+    result = check(model_file, "--format", "sarif")
+    assert result.exit_code == 1, result.output
+    doc = json.loads(result.stdout)
+    jsonschema.Draft4Validator(SCHEMA).validate(doc)
+    (res,) = [r for r in doc["runs"][0]["results"] if r["ruleId"] == "IL002"]
+    physical = res["locations"][0]["physicalLocation"]
+    assert physical["artifactLocation"] == {"uri": "models/convbn.py", "uriBaseId": "%SRCROOT%"}
+    assert physical["region"] == {"startLine": CONV_LINE}
+    assert res["locations"][0]["logicalLocations"][0]["name"] == "conv"
+
+
+def test_github_annotations_from_the_cli(model_file):
+    result = check(model_file, "--format", "github")
+    assert result.exit_code == 1
+    line = next(l for l in result.stdout.splitlines() if "IL002" in l)
+    assert line.startswith(f"::warning file=models/convbn.py,line={CONV_LINE},title=IL002 bias-before-norm::conv: ")
+    assert "%0Ahelp: " in line and "\n" not in line
+
+
+def test_github_escaping():
+    assert github_data("50% done\r\nnext") == "50%25 done%0D%0Anext"
+    assert github_property("a,b:c%") == "a%2Cb%3Ac%25"
+    odd = Finding(code="IL003", name="dead-relu", severity="info", module="m", message="62% dead\nreally",
+                  fix="x", location=("dir,with:comma/model.py", 7))
+    (line,) = format_github([Report(model="M", findings=[odd])]).splitlines()
+    assert line == "::notice file=dir%2Cwith%3Acomma/model.py,line=7,title=IL003 dead-relu::m: 62%25 dead%0Areally%0Ahelp: x"
+
+
+def test_output_file_gets_the_format_and_stdout_stays_empty(model_file, tmp_path):
+    out = tmp_path / "report.sarif"
+    result = check(model_file, "--format", "sarif", "--output", str(out))
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    jsonschema.Draft4Validator(SCHEMA).validate(json.loads(out.read_text()))
+
+
+def test_no_colour_and_no_progress_when_not_a_terminal(model_file):
+    result = check(model_file)
+    assert result.exit_code == 1
+    assert "\033[" not in result.stdout and "IL002" in result.stdout
+    assert "initlint: loading" not in result.stderr and "auditing" not in result.stderr
+
+
+def test_progress_on_stderr_when_it_is_a_terminal(model_file, monkeypatch, capsys):
+    import pty  # POSIX
+
+    master, slave = pty.openpty()
+    terminal = open(slave, "w", closefd=True)
+    assert terminal.isatty()
+    monkeypatch.delenv("INITLINT_NO_PROGRESS", raising=False)
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", model_file])
+    terminal.close()
+    progress = os.read(master, 65536).decode()
+    os.close(master)
+    assert exit_.value.code == 1
+    for stage in ("loading models/convbn.py", "auditing ConvBN", "reporting"):
+        assert f"initlint: {stage}" in progress
+    out = capsys.readouterr().out
+    assert "IL002" in out and "initlint:" not in out  # the report goes to stdout, progress never does
