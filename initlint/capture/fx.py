@@ -10,9 +10,8 @@ import torch.fx as fx
 import torch.nn as nn
 
 from .. import ops as O
-from .base import Capture, CaptureError, Observer, param_roles
+from .base import Capture, CaptureError, Observer, param_roles, user_call_site
 
-_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 class FxCapture(Capture):
@@ -23,7 +22,6 @@ class FxCapture(Capture):
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
         tracer = _Tracer()
-        tracer.record_stack_traces = True
         try:
             traced = tracer.trace(model)
             self.gm = fx.GraphModule(tracer.root, traced)
@@ -102,6 +100,12 @@ class _Tracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         return super().is_leaf_module(m, module_qualified_name) or O.handwritten_kind(m) is not None
 
+    def create_node(self, *args: Any, **kwargs: Any) -> fx.Node:
+        # fx's own record_stack_traces imports torch._dynamo (seconds); a frame walk is enough.
+        node = super().create_node(*args, **kwargs)
+        node.meta["initlint_location"] = user_call_site(2)
+        return node
+
 
 class _Observed(fx.Interpreter):
     def __init__(self, gm: fx.GraphModule, cap: FxCapture, observe: Observer) -> None:
@@ -149,12 +153,7 @@ def _prefix(target: Any) -> str:
 
 
 def _stack_location(node: fx.Node) -> Optional[Tuple[str, int]]:
-    trace = node.stack_trace or ""
-    frames = _FRAME.findall(trace)
-    if not frames:
-        return None
-    filename, line = frames[-1]
-    return (filename, int(line))
+    return node.meta.get("initlint_location")
 
 
 def _bind(model: nn.Module, placeholders: List[fx.Node], args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[Any]:
