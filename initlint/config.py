@@ -1,21 +1,32 @@
 """Settings: defaults, ``[tool.initlint]`` in pyproject.toml, CLI flags, ``audit()`` keywords.
 
-Precedence: command-line flags, then the configuration file, then defaults.
+Precedence: command-line flags, then the configuration file, then defaults. The file is
+the nearest ``pyproject.toml`` at or above the first target that has a ``[tool.initlint]``
+table, or the one given with ``--config``. Unknown keys are warned about; values of the
+wrong type stop the run with one sentence naming the file and the key.
 """
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 KNOWN = ("select", "ignore", "logits", "seed", "batch_size", "rule_options", "device", "fail_on",
          "per_module_ignores", "input_shapes")
-FILE_KEYS = {"select", "ignore", "fail-on", "device", "seed", "batch-size", "logits", "rules",
-             "per-module-ignores", "input-shape", "format"}
+"""Settings :func:`initlint.audit` accepts as keywords (``-`` may be written for ``_``)."""
 
 
 class ConfigError(ValueError):
     """The configuration file cannot be used."""
+
+
+class _Invalid(Exception):
+    """A value check failed: the message completes "KEY must be ...", or is a whole sentence when ``whole``."""
+
+    def __init__(self, message: str, whole: bool = False) -> None:
+        super().__init__(message)
+        self.whole = whole
 
 
 @dataclass
@@ -27,6 +38,154 @@ class Config:
     warnings: List[str] = field(default_factory=list)
 
 
+# ----------------------------------------------------------------------------- value checks
+def _codes(value: Any) -> List[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+        raise _Invalid("a list of rule codes or names such as [\"IL001\", \"dead-relu\"]")
+    return [c.strip() for v in items for c in v.split(",") if c.strip()]
+
+
+def _one_of(choices: Callable[[], List[str]]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or value not in choices():
+            raise _Invalid(f"one of {', '.join(choices())}")
+        return value
+    return check
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _Invalid("a string")
+    return value
+
+
+def _integer(minimum: Optional[int]) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+            raise _Invalid("an integer" if minimum is None else f"an integer of at least {minimum}")
+        return value
+    return check
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid("true or false")
+    return value
+
+
+def _shapes(value: Any) -> List[str]:
+    """``"8,3,32,32"``, ``[8, 3, 32, 32]``, ``["8,10", "8,4"]`` or ``[[8, 10], [8, 4]]`` -> strings."""
+    def one(shape: Any) -> str:
+        if isinstance(shape, str):
+            return shape
+        if isinstance(shape, list) and shape and all(isinstance(s, int) and not isinstance(s, bool) and s > 0
+                                                     for s in shape):
+            return ",".join(str(s) for s in shape)
+        raise _Invalid("a shape such as \"8,3,32,32\" or [8, 3, 32, 32], or a list of shapes")
+    if isinstance(value, list) and value and all(isinstance(s, int) for s in value):
+        return [one(value)]
+    if isinstance(value, list) and value:
+        return [one(s) for s in value]
+    return [one(value)]
+
+
+def _formats() -> List[str]:
+    from .formats import FORMATS
+
+    return list(FORMATS)
+
+
+def _severities() -> List[str]:
+    from .report import SEVERITIES
+
+    return list(SEVERITIES)
+
+
+def _rule_options(value: Any) -> Dict[str, Dict[str, Any]]:
+    """``{rule name or code: {option: value}}``, every option checked against the rule's ``options``."""
+    from .rules import UnknownCode, all_rules, get_rule
+
+    if not isinstance(value, dict):
+        raise _Invalid("a table of rule names to option tables, such as [tool.initlint.rules.dead-relu]")
+    out: Dict[str, Dict[str, Any]] = {}
+    for key, opts in value.items():
+        try:
+            rule = get_rule(key)
+        except UnknownCode:
+            raise _Invalid(f"rules.{key}: unknown rule (known: {', '.join(all_rules())})", True) from None
+        if not isinstance(opts, dict):
+            raise _Invalid(f"rules.{key} must be a table of options, such as [tool.initlint.rules.{key}]", True)
+        checked = out.setdefault(rule.code, {})
+        for option, setting in opts.items():
+            name = option if option in rule.options else option.replace("_", "-")
+            if name not in rule.options:
+                known = ", ".join(rule.options) or "none"
+                raise _Invalid(f"rules.{key}: {rule.code} ({rule.name}) has no option '{option}' "
+                               f"(its options: {known})", True)
+            checked[name] = _option_value(rule, f"rules.{key}.{option}", name, setting)
+    return out
+
+
+def _option_value(rule: Any, where: str, name: str, value: Any) -> Any:
+    default = rule.options[name]
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, (int, float)):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
+            (isinstance(default, float) or isinstance(value, int))
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise _Invalid(f"{where} must be a {_TYPE_NAMES.get(type(default), type(default).__name__)} "
+                       f"(default {default!r}), not {value!r}", True)
+    return float(value) if isinstance(default, float) else value
+
+
+_TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list"}
+
+
+def _ignores(value: Any) -> Dict[str, List[str]]:
+    from .rules import all_rules
+    from .suppress import code_matches, normalise_ignores
+
+    try:
+        table = normalise_ignores(value, "per-module-ignores")
+    except TypeError:
+        raise _Invalid("a table of module patterns to lists of codes, such as \"encoder.*\" = [\"IL004\"]") from None
+    for pattern, codes in table.items():
+        for code in codes:
+            if not any(code_matches(c, r.name, code) for c, r in all_rules().items()):
+                raise _Invalid(f"per-module-ignores: '{code}' (for '{pattern}') is not a known rule code or name", True)
+    return table
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key of ``[tool.initlint]``: where it goes and how it is checked."""
+
+    name: str
+    dest: str
+    check: Callable[[Any], Any]
+    help: str
+
+
+KEYS: Dict[str, Key] = {k.name: k for k in (
+    Key("select", "select", _codes, "codes, prefixes or names of the rules to run (default: all)"),
+    Key("ignore", "ignore", _codes, "codes, prefixes or names of the rules to skip"),
+    Key("fail-on", "fail_on", _one_of(_severities), "lowest severity that makes the exit code 1"),
+    Key("device", "device", _string, "auto, cpu, cuda, cuda:N or mps"),
+    Key("seed", "seed", _integer(None), "seed of the probe batch"),
+    Key("batch-size", "batch_size", _integer(1), "probe batch size when the input is inferred"),
+    Key("logits", "logits", _boolean, "the model output is logits (check its softmax, IL004)"),
+    Key("format", "format", _one_of(_formats), "output format"),
+    Key("input-shape", "input_shapes", _shapes, "probe input shape(s)"),
+    Key("rules", "rule_options", _rule_options, "per-rule options, by rule name or code"),
+    Key("per-module-ignores", "per_module_ignores", _ignores, "module path pattern -> codes to silence there"),
+)}
+
+
+# ----------------------------------------------------------------------------- reading
 def find_pyproject(start: str) -> Optional[str]:
     """Nearest ``pyproject.toml`` at or above ``start`` (a file or directory) that has [tool.initlint]."""
     directory = os.path.abspath(start if os.path.isdir(start) else os.path.dirname(os.path.abspath(start)) or ".")
@@ -42,13 +201,17 @@ def find_pyproject(start: str) -> Optional[str]:
 
 def _has_section(path: str) -> bool:
     try:
-        return "initlint" in _read(path).get("tool", {})
+        tool = _read(path).get("tool", {})
     except ConfigError:
         return True  # let load_config report the broken file
+    return isinstance(tool, dict) and "initlint" in tool
 
 
 def _read(path: str) -> Dict[str, Any]:
-    import tomllib
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
 
     try:
         with open(path, "rb") as fh:
@@ -60,7 +223,7 @@ def _read(path: str) -> Dict[str, Any]:
 
 
 def load_config(explicit: Optional[str], target: str) -> Config:
-    """Read ``[tool.initlint]`` from ``explicit`` or the nearest pyproject.toml above ``target``."""
+    """Read and check ``[tool.initlint]`` from ``explicit`` or the nearest pyproject.toml above ``target``."""
     path = explicit
     if path is None:
         start = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
@@ -69,27 +232,41 @@ def load_config(explicit: Optional[str], target: str) -> Config:
         return Config()
     if not os.path.isfile(path):
         raise ConfigError(f"--config {path}: no such file")
-    section = _read(path).get("tool", {}).get("initlint", {})
+    tool = _read(path).get("tool", {})
     cfg = Config(path=path)
+    if not isinstance(tool, dict) or "initlint" not in tool:
+        cfg.warnings.append(f"{_display(path)} has no [tool.initlint] table; using the defaults")
+        return cfg
+    section = tool["initlint"]
+    if not isinstance(section, dict):
+        raise ConfigError(f"{_display(path)}: tool.initlint must be a table, such as [tool.initlint]")
     for key, value in section.items():
-        if key not in FILE_KEYS:
-            cfg.warnings.append(f"{path}: unknown key '{key}' in [tool.initlint] (ignored)")
+        spec = KEYS.get(key)
+        if spec is None:
+            cfg.warnings.append(_unknown_key(path, key))
             continue
-        cfg.values[key.replace("-", "_")] = value
-    if "rules" in cfg.values:
-        cfg.values["rule_options"] = cfg.values.pop("rules")
-    if "input_shape" in cfg.values:
-        shapes = cfg.values.pop("input_shape")
-        cfg.values["input_shapes"] = [shapes] if isinstance(shapes, str) else list(shapes)
+        try:
+            cfg.values[spec.dest] = spec.check(value)
+        except _Invalid as exc:
+            where = f"{_display(path)}: [tool.initlint] "
+            raise ConfigError(where + (str(exc) if exc.whole else f"{key} must be {exc}, not {value!r}")) from None
     return cfg
+
+
+def _display(path: str) -> str:
+    rel = os.path.relpath(path) if os.path.isabs(path) else path
+    return path if rel.startswith("..") else rel
+
+
+def _unknown_key(path: str, key: str) -> str:
+    close = difflib.get_close_matches(key.replace("_", "-"), list(KEYS), n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return f"{_display(path)}: unknown key '{key}' in [tool.initlint] (ignored{hint})"
 
 
 def merge_cli(config: Config, opts: Dict[str, Any]) -> Dict[str, Any]:
     """CLI flags win over the file; list flags given as comma-separated strings are split."""
     merged = dict(config.values)
-    for key in ("select", "ignore"):
-        if isinstance(merged.get(key), str):
-            merged[key] = [merged[key]]
     for key, value in opts.items():
         if key in ("select", "ignore", "input_shapes"):
             value = [c.strip() for v in value for c in (v.split(",") if key != "input_shapes" else [v]) if c.strip()] or None
