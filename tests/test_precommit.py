@@ -1,0 +1,114 @@
+"""The pre-commit hooks: files without models are skipped without torch, and the real hook passes/fails.
+
+The ``initlint`` hook (``language: python``) builds its own environment with torch the
+first time it runs (about three minutes here, from a local wheel); that is pre-commit's
+business, so the end-to-end test runs ``initlint-system``, the same entry with the
+initlint of this environment, through the real ``pre-commit try-repo``.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = os.path.dirname(sys.executable)
+
+GOOD = '''
+import torch.nn as nn
+
+
+class Good(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 32)
+        nn.init.kaiming_normal_(self.fc.weight, nonlinearity="relu")
+        nn.init.zeros_(self.fc.bias)
+        self.out = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.out(self.fc(x).relu())
+'''
+
+BAD = '''
+import torch.nn as nn
+
+
+class Bad(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        return self.bn(self.conv(x)).relu()
+'''
+
+PLAIN = '''
+import json
+
+
+class Config:
+    """Not a model."""
+
+
+print(json.dumps({"a": 1}))
+'''
+
+
+def _env() -> dict:
+    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), INITLINT_NO_PROGRESS="1")
+    for key in [k for k in env if k.startswith(("PRE_COMMIT", "GIT_"))]:
+        del env[key]  # a surrounding git hook's settings must not leak into the temporary repository
+    return env
+
+
+def test_hooks_manifest():
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    assert set(hooks) == {"initlint", "initlint-system"}
+    assert hooks["initlint"]["language"] == "python" and hooks["initlint-system"]["language"] == "system"
+    for hook in hooks.values():
+        assert hook["entry"] == "initlint check --skip-files-without-models"
+        assert hook["types"] == ["python"]
+
+
+def test_plain_files_are_skipped_without_importing_torch(tmp_path):
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text(PLAIN)
+    script = textwrap.dedent(f"""
+        import sys
+        from initlint.cli import main
+        try:
+            main(["check", "--skip-files-without-models", {str(tmp_path / 'a.py')!r}, {str(tmp_path / 'b.py')!r}])
+        except SystemExit as exc:
+            print("exit", exc.code)
+        print("torch imported:", "torch" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=_env())
+    assert out.stdout.split("\n")[:2] == ["exit 0", "torch imported: False"], out.stderr
+
+
+def _git_repo(path: Path) -> None:
+    path.mkdir()
+    subprocess.run(["git", "init", "-q", str(path)], check=True, env=_env())
+    (path / "good.py").write_text(GOOD)
+    (path / "bad.py").write_text(BAD)
+    (path / "plain.py").write_text(PLAIN)
+
+
+def _try_repo(repo: Path, *files: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), "initlint-system", "--files", *files]
+    return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300, env=_env())
+
+
+def test_pre_commit_hook_passes_good_and_plain_files_and_fails_a_bad_model(tmp_path):
+    repo = tmp_path / "project"
+    _git_repo(repo)
+    passed = _try_repo(repo, "good.py", "plain.py")
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "Passed" in passed.stdout
+    failed = _try_repo(repo, "bad.py", "plain.py")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "Failed" in failed.stdout and "IL002" in failed.stdout
