@@ -112,7 +112,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     ctx = Audit(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))
     findings = _run_rules(rules, ctx, probe, is_meta)
     findings = apply_suppressions(findings, work, options.get("per_module_ignores"), codes)
-    report.findings = group_runs(link_findings(findings))
+    report.findings = group_runs(link_findings(findings, cap.graph))
     report.notes.extend(probe.notes)
     return report
 

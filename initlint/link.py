@@ -1,7 +1,7 @@
 """Root causes: point consequences (dead units, drift, saturation) at the init findings that explain them."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Any, Dict, List
 
 from .report import Finding
 
@@ -11,19 +11,21 @@ CONSEQUENCES = ("IL003", "IL004", "IL005", "IL006", "IL007")
 """Codes that describe a measured symptom an init problem can explain."""
 
 
-def link_findings(findings: List[Finding]) -> List[Finding]:
+def link_findings(findings: List[Finding], graph: Any = None) -> List[Finding]:
     """Fill ``caused_by`` of symptom findings with the root-cause findings that precede them.
 
-    A symptom at module ``m`` is explained by a cause at a module that comes before it in
-    execution order (findings are produced in graph order) or by any cause when the symptom
-    is model-wide (IL005/IL006 report the whole network).
+    A symptom at module ``m`` is explained by a cause at a module that runs before it (or
+    is ``m`` itself), in the graph's execution order; IL005 and IL006 describe a stretch of
+    the network, so every cause explains them.
     """
     causes: List[Finding] = [f for f in findings if f.code in CAUSES and f.severity != "info"]
     if not causes:
         return findings
     order: Dict[str, int] = {}
+    for op in graph or []:
+        order.setdefault(op.module, op.id)
     for f in findings:
-        order.setdefault(f.module, len(order))
+        order.setdefault(f.module, len(order) + 10**9)
     for f in findings:
         if f.code not in CONSEQUENCES:
             continue
