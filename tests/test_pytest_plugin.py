@@ -27,6 +27,7 @@ import torch.nn as nn
 
 
 def conv_bn():
+    torch.manual_seed(0)
     return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
 
 
