@@ -20,7 +20,6 @@ import torch.nn as nn
 
 from . import ops as O
 from .capture import Capture
-from .capture.base import DropoutOff
 from .capture.runtime import _tensors
 from .graph import Graph, Op
 
@@ -61,12 +60,14 @@ class _Collector:
         if self.device is None:
             self.device = value.device
         self.keys.append((scope, key, name))
-        self.values.append(value.detach().reshape(()).to(self.device, torch.float32))
+        self.values.append(value)
 
     def finish(self, result: ProbeResult) -> None:
         if not self.values:
             return
-        host = torch.stack(self.values).tolist()  # the one device -> host transfer
+        with torch.no_grad():
+            flat = torch.stack([v.detach().reshape(()).to(self.device, torch.float32) for v in self.values])
+        host = flat.tolist()  # the one device -> host transfer
         tables = {"ops": result.ops, "params": result.params, "grads": result.grads}
         for (scope, key, name), value in zip(self.keys, host):
             if scope == "logits":
@@ -105,8 +106,10 @@ class Observer:
         if op.kind in _NO_STATS or not t.is_floating_point() or t.numel() == 0:
             return
         y = t.detach()
-        self.c.put("ops", op.id, "std", y.std(correction=0) if y.numel() > 1 else y.abs().sum() * 0)
-        self.c.put("ops", op.id, "absmax", y.abs().amax())
+        # scale as root mean square (one fast reduction, no temporaries) and the largest magnitude
+        # (NaN propagates through amax/amin, so non-finite outputs show up here)
+        self.c.put("ops", op.id, "std", torch.linalg.vector_norm(y, dtype=torch.float32) / math.sqrt(y.numel()))
+        self.c.put("ops", op.id, "absmax", torch.maximum(y.amax(), -y.amin()))
         if op.kind in O.DYING_KINDS:
             self._dead(op, y)
         act = O.ACTIVATIONS.get(op.kind)
@@ -211,7 +214,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
     if forward:
         observer = Observer(lambda: cap.graph, c)
         grad_wanted = backward and any(p.requires_grad for p in named.values())
-        with torch.set_grad_enabled(grad_wanted), DropoutOff():
+        with torch.set_grad_enabled(grad_wanted):
             out = cap.run(args, kwargs, observer)
             result.forward_ran = True
             main = primary_output(out)

@@ -114,6 +114,10 @@ class _Observed(fx.Interpreter):
         self.observe = observe
 
     def run_node(self, n: fx.Node) -> Any:
+        op_id = self.cap.node_ops.get(n)
+        if op_id is not None and self.cap.graph[op_id].kind == "dropout":
+            args, _ = self.fetch_args_kwargs_from_env(n)
+            return args[0]  # dropout is off for the probe
         out = super().run_node(n)
         op_id = self.cap.node_ops.get(n)
         if op_id is not None:

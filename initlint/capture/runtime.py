@@ -142,7 +142,7 @@ class RuntimeCapture(Capture):
         inputs: List[int] = []
         named: List[Tuple[str, torch.Tensor]] = []
         transposed = False
-        for t in _tensors((args, kwargs)):
+        for t in _tensors(args) + (_tensors(kwargs) if kwargs else []):
             p = self.param_of(t)
             if p is not None:
                 named.append((p[0], t))
@@ -178,7 +178,8 @@ class RuntimeCapture(Capture):
         if outs:
             self.busy = True
             try:
-                self.observe(op, outs[0] if len(outs) == 1 else out)
+                with torch._C.DisableTorchFunction():  # the observer's own ops are not the model's
+                    self.observe(op, outs[0] if len(outs) == 1 else out)
             finally:
                 self.busy = False
 
@@ -194,6 +195,8 @@ class _Recorder(TorchFunctionMode):
 
 def _tensors(obj: Any) -> List[torch.Tensor]:
     """Tensors inside nested tuples, lists, dicts and dataclass-like outputs, in order."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
     found: List[torch.Tensor] = []
     _collect(obj, found, 0)
     return found
