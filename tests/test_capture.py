@@ -153,3 +153,13 @@ def test_a_model_fx_traces_but_cannot_run_falls_back_to_runtime():
 
     report = initlint.audit(Odd(), torch.randn(3, 4))
     assert report.error is None and report.capture in ("fx", "runtime")
+
+
+def test_untraceable_model_still_gets_graph_rules_and_inplace_relu_is_measured():
+    healthy = initlint.audit(Untraceable())
+    assert healthy.capture == "runtime"
+    assert {(c, m) for c, m in healthy.codes()} == {("IL002", "conv")}
+    dead = initlint.audit(Untraceable(dead_bias=-10.0))
+    assert ("IL003", "") in dead.codes()  # the z.relu_() call in the model's own forward
+    relu = next(op for op in dead.graph if op.kind == "relu" and op.target == "Tensor.relu_")
+    assert dead.probe.ops[relu.id]["dead"] == relu.attrs["units"] == 64
