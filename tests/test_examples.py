@@ -62,5 +62,5 @@ def test_seed004_pyramid_grid():
             assert cells[(depth, "tanh", init)] == [], f"{init} tanh x{depth} must be clean"
         assert cells[(depth, "relu", "he")] == []
     for init in ("lecun", "glorot"):
-        assert {"IL001", "IL005"} <= set(cells[(100, "relu", init)])
+        assert {"IL001", "IL005", "IL006"} <= set(cells[(100, "relu", init)])  # vanishing, forward and backward
     assert "IL006" in cells[(10, "tanh", "naive")] and "IL007" in cells[(10, "tanh", "naive")]

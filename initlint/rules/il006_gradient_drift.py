@@ -43,6 +43,13 @@ class GradientDrift(Rule):
     learn orders of magnitude faster than at the other, and no single learning rate suits
     them (a naive ``U(-1, 1)`` init of a 10-layer tanh pyramid spans more than 8 orders).
 
+    It also flags gradients that vanished (or exploded) in every layer alike, which no spread
+    shows: for each layer the backward signal ``delta_l`` is estimated as the per-position
+    gradient std over the scale of the layer's input, and compared with the unit-variance
+    cotangent at the output. With a stable init it stays within a few orders of magnitude
+    (1e-3 to 1 in a 100-layer He pyramid and in the transformer zoo of the tests); LeCun or
+    Glorot init in a 100-layer ReLU network leaves it near 1e-10.
+
     ## Example
     ```python
     for m in pyramid.modules():
@@ -57,6 +64,9 @@ class GradientDrift(Rule):
     ## Options
     - ``max-excess-spread`` (default ``100``): flag when the spread of gradient variance
       (largest over smallest) exceeds the fan-ratio prediction times this factor.
+    - ``max-gradient-drift`` (default ``1e6``): flag when the backward signal reaching a
+      weight layer is below ``1 / max-gradient-drift`` of the output's, or above
+      ``max-gradient-drift``, both widened by the square root of the fan ratio.
     """
 
     code = "IL006"
@@ -64,7 +74,7 @@ class GradientDrift(Rule):
     severity = "warning"
     needs = frozenset({"gradients"})
     summary = "Weight gradients span far more orders of magnitude than the layer fans predict."
-    options = {"max-excess-spread": 100.0}
+    options = {"max-excess-spread": 100.0, "max-gradient-drift": 1e6}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         layers = self._layers(audit)
@@ -72,13 +82,38 @@ class GradientDrift(Rule):
         groups: Dict[int, List[Tuple[Op, float]]] = {}
         for op, value in layers:
             groups.setdefault(segment[op.id], []).append((op, value))
-        worst = None
+        worst = self._vanished(audit, layers)
         for group in groups.values():
-            finding = self._judge(audit, group)
+            finding = self._judge(audit, group) if worst is None else None
             if finding is not None and (worst is None or finding.value / finding.threshold > worst.value / worst.threshold):
                 worst = finding
         if worst is not None:
             yield worst
+
+    def _vanished(self, audit: Audit, layers: List[Tuple[Op, float]]) -> Optional[Finding]:
+        """Gradients that vanished or exploded in every layer alike (no spread, but no signal either)."""
+        deltas = []
+        for op, per_position in layers:
+            src = audit.op_stats(audit.graph[op.inputs[0]]).get("std") if op.inputs else None
+            if src and _finite(src) and src > 0:
+                deltas.append((op, per_position / src))
+        if not deltas:
+            return None
+        limit = self.opts["max-gradient-drift"] * math.sqrt(self._predicted(audit, [op for op, _ in deltas]))
+        hi_op, hi = max(deltas, key=lambda x: x[1])
+        lo_op, lo = min(deltas, key=lambda x: x[1])
+        if 0 < lo < 1 / limit:
+            at, value, threshold, what = lo_op, lo, 1 / limit, "vanish"
+        elif hi > limit:
+            at, value, threshold, what = hi_op, hi, limit, "explode"
+        else:
+            return None
+        message = (f"gradients {what}: the backward signal reaching {at.module or '<model>'} is {fmt(value)}x the "
+                   f"unit-variance signal at the output (range over the layers {fmt(lo)}..{fmt(hi)}x; "
+                   f"limit {fmt(1 / limit)}..{fmt(limit)}x with the layer fans)")
+        fix = ("re-initialise the layers for the activation after each (see IL001) so that the forward and "
+               "backward signals keep their scale")
+        return self.finding(audit, at, message, fix, value=value, threshold=threshold)
 
     def _judge(self, audit: Audit, layers: List[Tuple[Op, float]]) -> Optional[Finding]:
         if len(layers) < 2:
