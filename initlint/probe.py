@@ -180,7 +180,7 @@ def _param_stats(c: _Collector, name: str, w: torch.Tensor) -> None:
     if w.dim() >= 2 and w.shape[0] >= 2:
         rows = w.reshape(w.shape[0], -1)
         gen = torch.Generator().manual_seed(0)
-        probe = torch.rand(rows.shape[1], generator=gen, dtype=torch.float64).to(rows.device, torch.float32) + 0.5
+        probe = torch.rand(rows.shape[1], generator=gen).to(rows.device) + 0.5  # float32: MPS has no float64
         proj = (rows @ probe).sort().values
         c.put("params", name, "dup_rows", (proj[1:] == proj[:-1]).sum())
         c.put("params", name, "rows", torch.tensor(float(rows.shape[0])))

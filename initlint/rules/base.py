@@ -70,7 +70,7 @@ class Audit:
 
     def param(self, name: str) -> Optional[nn.Parameter]:
         """The parameter tensor with this qualified name."""
-        return dict(self.model.named_parameters()).get(name) if name not in self._params else self._params[name]
+        return self._params.get(name)
 
     @property
     def _params(self) -> Dict[str, nn.Parameter]:
