@@ -74,7 +74,7 @@ def test_bias_before_norm(initlint_audit):
 
 def test_marker_configures_the_fixture(pytester):
     pytester.makepyfile(MODELS + '''
-@pytest.mark.initlint(ignore=["IL002"])
+@pytest.mark.initlint(select=["IL002", "IL003"], ignore=["IL002"])
 def test_ignored(initlint_audit):
     assert initlint_audit(conv_bn()).codes() == []
 
