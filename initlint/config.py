@@ -146,17 +146,15 @@ _TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string", 
 
 
 def _ignores(value: Any) -> Dict[str, List[str]]:
-    from .rules import all_rules
-    from .suppress import code_matches, normalise_ignores
+    from .suppress import normalise_ignores, unknown_code
 
     try:
         table = normalise_ignores(value, "per-module-ignores")
     except TypeError:
         raise _Invalid("a table of module patterns to lists of codes, such as \"encoder.*\" = [\"IL004\"]") from None
-    for pattern, codes in table.items():
-        for code in codes:
-            if not any(code_matches(c, r.name, code) for c, r in all_rules().items()):
-                raise _Invalid(f"per-module-ignores: '{code}' (for '{pattern}') is not a known rule code or name", True)
+    unknown = unknown_code(table)
+    if unknown:
+        raise _Invalid(f"per-module-ignores: '{unknown[0]}' (for '{unknown[1]}') is not a known rule code or name", True)
     return table
 
 

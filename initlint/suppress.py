@@ -87,6 +87,18 @@ def normalise_ignores(value: Any, where: str = "per_module_ignores") -> Dict[str
     return out
 
 
+def unknown_code(per_module_ignores: Mapping[str, Sequence[str]]) -> Optional[Tuple[str, str]]:
+    """The first ``(code, pattern)`` whose code matches no registered rule, if any."""
+    from .rules import all_rules
+
+    registry = all_rules()
+    for pattern, codes in per_module_ignores.items():
+        for code in codes:
+            if not any(code_matches(c, r.name, code) for c, r in registry.items()):
+                return code, pattern
+    return None
+
+
 def config_suppressions(per_module_ignores: Mapping[str, Sequence[str]]) -> List[Suppression]:
     """One suppression per ``per-module-ignores`` entry."""
     return [Suppression(origin=f"per-module-ignores '{pattern}'", codes=list(codes), pattern=pattern)
@@ -138,12 +150,15 @@ def apply_suppressions(findings: List[Finding], model: Any, per_module_ignores: 
     ``selected`` are the codes that ran: a suppression is only judged unused when it names
     one of them, and IL010 is only reported when it is selected itself.
     """
+    from .api import UsageError
+
     try:
         ignores = normalise_ignores(per_module_ignores)
     except TypeError as exc:
-        from .api import UsageError
-
         raise UsageError(str(exc)) from None
+    unknown = unknown_code(ignores)
+    if unknown:
+        raise UsageError(f"per_module_ignores: '{unknown[0]}' (for '{unknown[1]}') is not a known rule code or name")
     suppressions = config_suppressions(ignores) + code_suppressions(model)
     kept = [f for f in findings if not _silence(f, suppressions)]
     if UNUSED in selected:

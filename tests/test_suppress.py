@@ -183,6 +183,8 @@ def test_malformed_per_module_ignores_is_a_usage_error():
         initlint.audit(conv_bn(), per_module_ignores={"0": [1]})
     with pytest.raises(UsageError, match="table of module patterns"):
         initlint.audit(conv_bn(), per_module_ignores=["0"])
+    with pytest.raises(UsageError, match="'IL999' .* not a known rule"):
+        initlint.audit(conv_bn(), per_module_ignores={"0": ["IL999"]})
 
 
 def test_il010_is_a_documented_rule():
