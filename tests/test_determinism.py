@@ -75,3 +75,39 @@ def test_seed_changes_explicit_input_shapes_too():
     c = initlint.audit(model, input_shapes=[(4, 32)], seed=1)
     assert a.probe.ops != b.probe.ops
     assert fingerprint(a) == fingerprint(c)
+
+
+class FunctionalDropout(nn.Module):
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.p = p
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc(nn.functional.dropout(x, self.p, training=self.training))
+
+
+class GatedDropout(nn.Module):
+    """Module dropout behind a data-dependent branch: only the runtime capture handles it."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.drop = nn.Dropout(p)
+
+    def forward(self, x):
+        return self.fc(self.drop(x)) if x.sum() > -1e9 else x
+
+
+def test_dropout_does_not_change_the_probe():
+    """The probe measures the network, not one dropout mask: p=0.9 and p=0 give the same statistics."""
+    builders = [lambda p: nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Dropout(p), nn.Linear(16, 4)),
+                FunctionalDropout, GatedDropout]
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(0))
+    for build in builders:
+        reports = []
+        for p in (0.0, 0.9):
+            torch.manual_seed(3)
+            reports.append(initlint.audit(build(p), x))
+        assert reports[0].probe.ops == reports[1].probe.ops, reports[0].capture
+        assert reports[0].probe.grads == reports[1].probe.grads, reports[0].capture
