@@ -93,7 +93,8 @@ def test_handwritten_rmsnorm_counts_as_normalisation():
     layers = []
     for _ in range(12):
         lin = nn.Linear(32, 32)
-        nn.init.normal_(lin.weight, std=0.001)
+        nn.init.normal_(lin.weight, std=0.001)  # the norm restores the scale (with zero bias,
+        nn.init.zeros_(lin.bias)               # which would otherwise dominate the tiny product)
         layers += [lin, MyRMSNorm(32), nn.ReLU()]
     model = nn.Sequential(*layers, nn.Linear(32, 2))
     for backend in ("fx", "runtime"):
