@@ -22,7 +22,9 @@ class SignalDrift(Rule):
     normalisation layer. It is judged where the signal ends: at the next normalisation,
     softmax or attention, or at the model output. At a residual addition the larger of the
     two signals carries on, so a deliberately small (or zero-initialised) residual branch
-    does not count as vanishing.
+    does not count as vanishing, and the scale of a weight layer that feeds a
+    normalisation directly is the norm's to fix (as in IL001): the signal is judged at
+    that layer's input.
 
     The finding reports the scale at the start, the worst scale reached, the factor per
     weight layer (geometric mean over the layers in between) and the first layer where the
@@ -75,7 +77,10 @@ class SignalDrift(Rule):
         outputs = set(audit.graph.outputs)
         for endpoint in self._endpoints(audit.graph):
             for src_id in [endpoint.id] if endpoint.id in outputs else endpoint.inputs:
-                src = self._judged_point(audit, audit.graph[src_id])
+                src = audit.graph[src_id]
+                if endpoint.kind in O.NORM_KINDS:
+                    src = _input_of_last_weight(audit.graph, src)  # its scale is the norm's to fix
+                src = self._judged_point(audit, src) if src is not None else None
                 if src is None:
                     continue
                 std = audit.op_stats(src).get("std")
@@ -146,6 +151,20 @@ class SignalDrift(Rule):
                " on for the activation that follows each (see IL001), or add a normalisation layer")
         return self.finding(audit, first, message, fix, value=end_std / start_std,
                             threshold=self.opts["max-std-ratio"] if ratio > 0 else 1 / self.opts["max-std-ratio"])
+
+
+def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
+    """Going back from a norm's input: the input of the weight layer that feeds the norm directly."""
+    current: Optional[Op] = op
+    for _ in range(64):
+        if current is None:
+            return None
+        if current.kind in O.WEIGHT_KINDS:
+            return graph[current.inputs[0]] if current.inputs else None
+        if current.kind not in O.PASS_KINDS and current.kind not in ("add",):
+            return op
+        current = graph[current.inputs[0]] if current.inputs else None
+    return op
 
 
 def _rel(audit: Audit, op: Op, ref: Dict[int, Tuple[float, int]]) -> float:
