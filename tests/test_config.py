@@ -176,6 +176,6 @@ def test_config_without_the_table_warns(project):
 
 
 def test_every_key_is_documented():
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "ecosystem.md").read_text()
+    doc = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     for key in KEYS:
         assert f"`{key}`" in doc, key
