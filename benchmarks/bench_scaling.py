@@ -4,10 +4,13 @@
 
 For ReLU MLPs (``depth`` x (Linear(width, width) + ReLU), batch 16) it measures the median
 time of a plain forward+backward and of ``initlint.audit`` (see bench_overhead.py for both),
-then reports the cost per layer. Growth is linear in depth when the audit's time per layer
-stays constant from the shallowest to the deepest model; it is linear in the model's own
-cost when audit / (fwd+bwd) stays constant, too. A constant per-layer cost that does not
-shrink with width shows as a ratio that falls as the layers get wider.
+then the marginal cost of a layer: the slope of time against depth between consecutive
+depths. Growth is linear in depth when the slope between the two deepest models is no more
+than 1.5x the slope between the two shallowest (a fixed start-up cost only lowers the time
+per layer of deep models, so the slope, not time / depth, is what to compare). It is linear
+in the model's own cost when the audit's slope is a constant multiple of the model's slope
+at every width; a per-layer cost that does not shrink with width shows as a multiple that
+falls as the layers get wider.
 """
 from __future__ import annotations
 
@@ -55,13 +58,21 @@ def main() -> None:
     print(C.table(["width", "depth", "fwd+bwd", "audit", "fwd+bwd / layer", "audit / layer",
                    "overhead / layer", "audit / fwd+bwd"], rows))
     print()
+    slope_rows = []
     for width in widths:
-        first, last = per_layer[(width, depths[0])], per_layer[(width, depths[-1])]
-        growth_audit = last[1] / first[1]
-        growth_model = last[0] / first[0]
-        linear = 0.67 <= growth_audit <= 1.5
-        print(f"width {width}: audit time per layer at depth {depths[-1]} is {growth_audit:.2f}x that at depth "
-              f"{depths[0]} (model: {growth_model:.2f}x) -> {'linear' if linear else 'NOT linear'} in depth")
+        totals = [(d, per_layer[(width, d)][0] * d, per_layer[(width, d)][1] * d) for d in depths]
+        slopes = [((b[1] - a[1]) / (b[0] - a[0]), (b[2] - a[2]) / (b[0] - a[0])) for a, b in zip(totals, totals[1:])]
+        linear = slopes[-1][1] <= 1.5 * slopes[0][1]
+        fixed = totals[0][2] - slopes[0][1] * totals[0][0]
+        for (lo, hi), (model_slope, audit_slope) in zip(zip(depths, depths[1:]), slopes):
+            slope_rows.append([width, f"{lo}-{hi}", f"{model_slope * 1e3:.3f}", f"{audit_slope * 1e3:.3f}",
+                               f"{audit_slope / model_slope:.2f}"])
+        print(f"width {width}: marginal audit cost per layer {slopes[0][1] * 1e3:.2f} ms (depth {depths[0]}-{depths[1]}) "
+              f"-> {slopes[-1][1] * 1e3:.2f} ms (depth {depths[-2]}-{depths[-1]}): "
+              f"{'linear' if linear else 'NOT linear'} in depth; fixed cost about {fixed * 1e3:.0f} ms; "
+              f"a layer costs the audit {slopes[-1][1] / slopes[-1][0]:.1f}x its own fwd+bwd")
+    print()
+    print(C.table(["width", "depths", "fwd+bwd ms / extra layer", "audit ms / extra layer", "ratio"], slope_rows))
     print(f"machine at the end: {C.machine()}")
 
 
