@@ -54,7 +54,10 @@ class _Collector:
     def __init__(self) -> None:
         self.keys: List[Tuple[str, Any, str]] = []
         self.values: List[torch.Tensor] = []
+        self.consts: List[Tuple[str, Any, str, float]] = []
         self.device: Optional[torch.device] = None
+        self._directions: Dict[Tuple[str, torch.dtype], torch.Tensor] = {}
+        self.longest_row = 0
 
     def put(self, scope: str, key: Any, name: str, value: torch.Tensor) -> None:
         if self.device is None:
@@ -62,13 +65,35 @@ class _Collector:
         self.keys.append((scope, key, name))
         self.values.append(value)
 
+    def const(self, scope: str, key: Any, name: str, value: float) -> None:
+        """A value already on the host (a shape, a count)."""
+        self.consts.append((scope, key, name, value))
+
+    def direction(self, size: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """A fixed random vector in [0.5, 1.5) of length ``size``: a slice of one vector made once
+        per device and dtype, so summarising many layers costs one host-to-device copy."""
+        key = (str(device), dtype)
+        current = self._directions.get(key)
+        if current is None or current.numel() < size:
+            length = max(size, self.longest_row)
+            gen = torch.Generator().manual_seed(0)
+            current = self._directions[key] = (torch.rand(length, generator=gen) + 0.5).to(device, dtype)
+        return current[:size]
+
     def finish(self, result: ProbeResult) -> None:
+        tables = {"ops": result.ops, "params": result.params, "grads": result.grads}
+        for scope, key, name, value in self.consts:
+            if scope == "logits":
+                result.logits = result.logits or {}
+                result.logits[name] = value
+            else:
+                tables[scope].setdefault(key, {})[name] = value
         if not self.values:
             return
         with torch.no_grad():
-            flat = torch.stack([v.detach().reshape(()).to(self.device, torch.float32) for v in self.values])
+            flat = torch.stack([v if v.dtype == torch.float32 and v.device == self.device and v.dim() == 0
+                                else v.detach().reshape(()).to(self.device, torch.float32) for v in self.values])
         host = flat.tolist()  # the one device -> host transfer
-        tables = {"ops": result.ops, "params": result.params, "grads": result.grads}
         for (scope, key, name), value in zip(self.keys, host):
             if scope == "logits":
                 result.logits = result.logits or {}
@@ -154,7 +179,7 @@ def put_softmax(c: _Collector, scope: str, key: Any, y: torch.Tensor, dim: int, 
     c.put(scope, key, "maxprob", p.amax(dim).mean())
     c.put(scope, key, "entropy", (entropy * rows).sum() / count)
     c.put(scope, key, "onehot_rows", 1.0 - rows.mean())
-    c.put(scope, key, "classes", torch.tensor(float(classes)))
+    c.const(scope, key, "classes", float(classes))
 
 
 def primary_output(out: Any) -> Optional[torch.Tensor]:
@@ -170,34 +195,42 @@ def primary_output(out: Any) -> Optional[torch.Tensor]:
     return next((t for t in _tensors(out) if t.is_floating_point()), None)
 
 
+def _scale(c: _Collector, scope: str, name: str, t: torch.Tensor) -> torch.Tensor:
+    """rms, mean, std, absmax and spread of ``t`` from three fast reductions, no copies of ``t``."""
+    n = t.numel()
+    rms = torch.linalg.vector_norm(t, dtype=torch.float32) / math.sqrt(n)
+    mean = t.mean(dtype=torch.float32)
+    low, high = torch.aminmax(t)
+    c.put(scope, name, "rms", rms)
+    c.put(scope, name, "mean", mean)
+    c.put(scope, name, "std", (rms * rms - mean * mean).clamp_min(0).sqrt())
+    c.put(scope, name, "absmax", torch.maximum(high, -low))
+    c.put(scope, name, "spread", high - low)
+    return rms
+
+
 def _param_stats(c: _Collector, name: str, w: torch.Tensor) -> None:
-    w = w.detach().float()
-    c.put("params", name, "rms", w.pow(2).mean().sqrt())
-    c.put("params", name, "mean", w.mean())
-    c.put("params", name, "std", w.std(correction=0) if w.numel() > 1 else w.sum() * 0)
-    c.put("params", name, "absmax", w.abs().amax())
-    c.put("params", name, "spread", w.amax() - w.amin())
+    w = w.detach()
+    _scale(c, "params", name, w)
     if w.dim() >= 2 and w.shape[0] >= 2:
         rows = w.reshape(w.shape[0], -1)
-        gen = torch.Generator().manual_seed(0)
-        probe = torch.rand(rows.shape[1], generator=gen).to(rows.device) + 0.5  # float32: MPS has no float64
-        proj = (rows @ probe).sort().values
+        # units with identical weights project identically on a random direction
+        proj = (rows @ c.direction(rows.shape[1], rows.device, rows.dtype)).sort().values
         c.put("params", name, "dup_rows", (proj[1:] == proj[:-1]).sum())
-        c.put("params", name, "rows", torch.tensor(float(rows.shape[0])))
+        c.const("params", name, "rows", float(rows.shape[0]))
 
 
 def _grad_stats(c: _Collector, name: str, g: torch.Tensor) -> None:
-    g = g.detach().float()
-    c.put("grads", name, "std", g.std(correction=0) if g.numel() > 1 else g.abs().sum())
-    c.put("grads", name, "absmax", g.abs().amax())
+    _scale(c, "grads", name, g.detach())
 
 
 def used_params(graph: Graph) -> Dict[str, str]:
-    """Every parameter an op reads, with the kind of the first op reading it."""
+    """Parameters of the weight layers (Linear, Conv), the ones the rules judge, with their op kind."""
     found: Dict[str, str] = {}
     for op in graph:
-        for name in op.params.values():
-            found.setdefault(name, op.kind)
+        if op.kind in O.WEIGHT_KINDS:
+            for name in op.params.values():
+                found.setdefault(name, op.kind)
     return found
 
 
@@ -223,10 +256,12 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
             if grad_wanted:
                 _backward(cap, named, main, c, result)
             del out, main
-    for name in used_params(cap.graph):
-        p = named.get(name)
-        if p is not None and p.is_floating_point() and p.numel() > 0 and p.device.type != "meta":
-            _param_stats(c, name, p)
+    params = [named[n] for n in used_params(cap.graph) if n in named]
+    params = [(n, p) for n, p in zip([n for n in used_params(cap.graph) if n in named], params)
+              if p.is_floating_point() and p.numel() > 0 and p.device.type != "meta"]
+    c.longest_row = max((p[0].numel() for _, p in params if p.dim() >= 2), default=0)
+    for name, p in params:
+        _param_stats(c, name, p)
     c.finish(result)
     return result
 
@@ -236,17 +271,19 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
     if main is None or not main.requires_grad:
         result.notes.append("the backward probe was skipped: the model output does not require grad")
         return
-    weights = [(n, named[n]) for op in cap.graph if op.kind in O.WEIGHT_KINDS | {"embedding"}
+    # Only the weights IL006 judges: embeddings' gradients are sparse and large, and not needed.
+    weights = [(n, named[n]) for op in cap.graph if op.kind in O.WEIGHT_KINDS
                for role, n in op.params.items() if role == "weight" and n in named and named[n].requires_grad]
     weights = list(dict(weights).items())
     if not weights:
         return
     gen = torch.Generator().manual_seed(0)
     cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
-    grads = torch.autograd.grad([main], [p for _, p in weights], [cotangent], allow_unused=True)
-    for (name, _), g in zip(weights, grads):
-        if g is not None:
-            _grad_stats(c, name, g)
+    grads = list(torch.autograd.grad([main], [p for _, p in weights], [cotangent], allow_unused=True))
+    for i, (name, _) in enumerate(weights):
+        if grads[i] is not None:
+            _grad_stats(c, name, grads[i])
+        grads[i] = None  # free each gradient once summarised
     result.backward_ran = True
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any, List, Tuple
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -111,3 +112,28 @@ def test_dropout_does_not_change_the_probe():
             reports.append(initlint.audit(build(p), x))
         assert reports[0].probe.ops == reports[1].probe.ops, reports[0].capture
         assert reports[0].probe.grads == reports[1].probe.grads, reports[0].capture
+
+
+class _AttentionBlock(torch.nn.Module):
+    def __init__(self, p, branch):
+        super().__init__()
+        self.att = torch.nn.MultiheadAttention(16, 2, dropout=p, batch_first=True)
+        self.rnn = torch.nn.LSTM(16, 16, num_layers=2, dropout=p, batch_first=True)
+        self.branch = branch
+
+    def forward(self, x):
+        if self.branch and x.sum() > 1e9:  # data-dependent: only the runtime capture handles it
+            x = x * 2
+        return self.rnn(self.att(x, x, x)[0])[0]
+
+
+@pytest.mark.parametrize("branch", [False, True], ids=["fx", "runtime"])
+def test_dropout_inside_attention_and_lstm_is_off(branch):
+    x = torch.randn(4, 8, 16)
+    stats = []
+    for p in (0.0, 0.9):
+        torch.manual_seed(0)
+        report = initlint.audit(_AttentionBlock(p, branch), x)
+        assert report.capture == ("runtime" if branch else "fx")
+        stats.append(report.probe.ops[max(report.probe.ops)])
+    assert stats[0] == stats[1]

@@ -93,6 +93,11 @@ def without_dropout(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]):
         kwargs = dict(kwargs, dropout_p=0.0)
         if len(args) > 4:
             args = args[:4] + (0.0,) + args[5:]
+    elif O.kind_of_name(name) == "rnn" and name in ("lstm", "gru", "rnn_tanh", "rnn_relu") and len(args) > 6:
+        # (input, hx, params, has_biases, num_layers, dropout, ...) or, packed,
+        # (data, batch_sizes, hx, params, has_biases, num_layers, dropout, ...)
+        index = 5 if isinstance(args[3], bool) else 6
+        args = args[:index] + (0.0,) + args[index + 1:]
     elif name == "multi_head_attention_forward":
         kwargs = dict(kwargs)
         if "dropout_p" in kwargs:
@@ -108,7 +113,7 @@ class DropoutOff(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: D401 - torch protocol
         kwargs = kwargs or {}
         name = O.call_name(func)
-        if O.kind_of_name(name) in ("dropout", "attention"):
+        if O.kind_of_name(name) in ("dropout", "attention", "rnn"):
             skipped, args, kwargs = without_dropout(name, args, kwargs)
             if skipped is not None:
                 return skipped

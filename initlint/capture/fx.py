@@ -10,7 +10,7 @@ import torch.fx as fx
 import torch.nn as nn
 
 from .. import ops as O
-from .base import Capture, CaptureError, Observer, param_roles, user_call_site
+from .base import Capture, CaptureError, DropoutOff, Observer, param_roles, user_call_site, without_dropout
 
 
 
@@ -28,6 +28,7 @@ class FxCapture(Capture):
         except Exception as exc:  # fx raises many exception types on untraceable code
             raise CaptureError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
         self.node_ops: Dict[fx.Node, int] = {}
+        self.module_kinds: Dict[str, str] = {}
         self.placeholders: List[fx.Node] = []
         self._convert()
 
@@ -65,6 +66,7 @@ class FxCapture(Capture):
         )
         op.attrs["module_op"] = True
         self.node_ops[node] = op.id
+        self.module_kinds[node.target] = kind
 
     def _add_call_op(self, node: fx.Node, attr_names: Dict[fx.Node, str]) -> None:
         name = O.call_name(node.target)
@@ -112,6 +114,18 @@ class _Observed(fx.Interpreter):
         super().__init__(gm)
         self.cap = cap
         self.observe = observe
+
+    def call_function(self, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        name = O.call_name(target)
+        if O.kind_of_name(name) in ("attention", "rnn"):
+            _, args, kwargs = without_dropout(name, tuple(args), dict(kwargs))
+        return super().call_function(target, args, kwargs)
+
+    def call_module(self, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        if self.cap.module_kinds.get(target) in ("attention", "rnn"):
+            with DropoutOff():  # dropout inside nn.MultiheadAttention / nn.LSTM(dropout=p)
+                return super().call_module(target, args, kwargs)
+        return super().call_module(target, args, kwargs)
 
     def run_node(self, n: fx.Node) -> Any:
         op_id = self.cap.node_ops.get(n)

@@ -118,7 +118,7 @@ class RuntimeCapture(Capture):
         elif name in _NOT_RECORDED:
             return func(*args, **kwargs)
         kind = O.kind_of_name(name)
-        if kind in ("dropout", "attention"):
+        if kind in ("dropout", "attention", "rnn"):
             skipped, args, kwargs = without_dropout(name, args, kwargs)
             if skipped is not None:
                 return skipped
