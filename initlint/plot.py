@@ -80,7 +80,7 @@ def flagged_modules(report: Any) -> Set[str]:
 def measured_ops(report: Any) -> List[Any]:
     """Weight-layer and activation ops that the probe measured, in execution order: the depth axis."""
     stats = report.probe.ops
-    return [op for op in report.graph.ops if op.id in stats and "std" in stats[op.id]
+    return [op for op in report.graph.ops if op.id in stats and "rms" in stats[op.id]
             and (op.kind in O.WEIGHT_KINDS or (op.kind in O.ACTIVATIONS and op.kind != "identity"))]
 
 
@@ -93,7 +93,7 @@ def signal_series(report: Any) -> Dict[str, Series]:
     for depth, op in enumerate(measured_ops(report)):
         stats = report.probe.ops[op.id]
         hit = op.module in flagged
-        out["weight layers" if op.kind in O.WEIGHT_KINDS else "activations"].add(depth, stats["std"], op.module, hit)
+        out["weight layers" if op.kind in O.WEIGHT_KINDS else "activations"].add(depth, stats["rms"], op.module, hit)
         units = op.attrs.get("units")
         if "dead" in stats and units:
             out["relu"].add(depth, stats["dead"] / units, op.module, hit)

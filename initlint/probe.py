@@ -35,7 +35,8 @@ class ProbeResult:
     """Host-side statistics of one probe run."""
 
     ops: Dict[int, Dict[str, float]] = field(default_factory=dict)
-    """Per op: ``std``, ``absmax`` of its output; ``dead``/``units`` (ReLU family);
+    """Per op: ``rms`` (root mean square, the scale the variance analysis propagates) and
+    ``absmax`` of its output; ``dead``/``units`` (ReLU family);
     ``saturated`` (bounded activations); ``maxprob``/``entropy`` (softmax)."""
     params: Dict[str, Dict[str, float]] = field(default_factory=dict)
     """Per parameter used by an op: ``rms``, ``std``, ``mean``, ``absmax``, ``spread``, ``dup_rows``, ``rows``."""
@@ -133,7 +134,7 @@ class Observer:
         y = t.detach()
         # scale as root mean square (one fast reduction, no temporaries) and the largest magnitude
         # (NaN propagates through amax/amin, so non-finite outputs show up here)
-        self.c.put("ops", op.id, "std", torch.linalg.vector_norm(y, dtype=torch.float32) / math.sqrt(y.numel()))
+        self.c.put("ops", op.id, "rms", torch.linalg.vector_norm(y, dtype=torch.float32) / math.sqrt(y.numel()))
         self.c.put("ops", op.id, "absmax", torch.maximum(y.amax(), -y.amin()))
         if op.kind in O.DYING_KINDS:
             self._dead(op, y)

@@ -63,7 +63,7 @@ def test_seed_changes_the_probe_batch():
     for name, model in models():
         zero, seven = audit_after_seed(model, 0, seed=0), audit_after_seed(model, 0, seed=7)
         first_op = min(zero.probe.ops)
-        assert zero.probe.ops[first_op]["std"] != seven.probe.ops[first_op]["std"], name
+        assert zero.probe.ops[first_op]["rms"] != seven.probe.ops[first_op]["rms"], name
         assert zero.probe.ops != seven.probe.ops, name
         # the weights are the model's own: their statistics do not depend on the probe seed
         assert zero.probe.params == seven.probe.params, name

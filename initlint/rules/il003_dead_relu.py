@@ -97,10 +97,10 @@ class DeadRelu(Rule):
             return "the input of this ReLU is negative almost everywhere; check its scale, or use nn.LeakyReLU"
         bias_name = src.params.get("bias")
         bias = audit.probe.params.get(bias_name or "", {})
-        pre_std = audit.op_stats(src).get("std", 0.0)
-        if bias and bias.get("mean", 0.0) < 0 and abs(bias["mean"]) > 0.5 * pre_std:
-            return (f"the bias of {src.module} is {fmt(bias['mean'])} on average against a pre-activation std of "
-                    f"{fmt(pre_std)}; re-initialise it: nn.init.zeros_({py_path(bias_name)})")
+        pre_rms = audit.op_stats(src).get("rms", 0.0)
+        if bias and bias.get("mean", 0.0) < 0 and abs(bias["mean"]) > 0.5 * pre_rms:
+            return (f"the bias of {src.module} is {fmt(bias['mean'])} on average against a pre-activation rms of "
+                    f"{fmt(pre_rms)}; re-initialise it: nn.init.zeros_({py_path(bias_name)})")
         if src.module in audit.derived.get("IL001", {}):
             return f"the signal reaching {src.module} has vanished (see IL001 {src.module}); fix that init first"
         return f"pre-activations of {src.module} are negative for most units; use nn.LeakyReLU(0.01) or check the input scale"

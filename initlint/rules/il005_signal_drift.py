@@ -16,7 +16,7 @@ _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
 
 class SignalDrift(Rule):
     """## What it does
-    Follows the measured scale (standard deviation) of the forward signal through the
+    Follows the measured scale (root mean square) of the forward signal through the
     network and flags a signal that explodes or vanishes. The signal is compared with its
     scale where it last started afresh: the model input, an embedding, or the output of a
     normalisation layer. It is judged where the signal ends: at the next normalisation,
@@ -54,11 +54,11 @@ class SignalDrift(Rule):
     ```
 
     ## Options
-    - ``max-std-ratio`` (default ``100``): flag when the signal's std ends more than this
+    - ``max-scale-ratio`` (default ``100``): flag when the signal's scale ends more than this
       factor above or below its starting scale (four orders of magnitude in variance, well
       beyond the drift IL001 accepts, so IL005 reports only what has already gone wrong).
     - ``min-units`` (default ``16``): the scale is read at the last layer on the path with
-      at least this many units (features or channels); the std of a few units is too noisy
+      at least this many units (features or channels); the scale of a few units is too noisy
       to judge, and a network's narrow output layers (a width-1 regression head) are judged
       by the layers that feed them.
     """
@@ -68,10 +68,10 @@ class SignalDrift(Rule):
     severity = "warning"
     needs = frozenset({"activations"})
     summary = "The measured forward signal explodes or vanishes through depth."
-    options = {"max-std-ratio": 100.0, "min-units": 16}
+    options = {"max-scale-ratio": 100.0, "min-units": 16}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
-        limit = math.log(self.opts["max-std-ratio"])
+        limit = math.log(self.opts["max-scale-ratio"])
         ref = self._references(audit)
         worst: Optional[Tuple[float, Op, Op]] = None
         outputs = set(audit.graph.outputs)
@@ -83,11 +83,11 @@ class SignalDrift(Rule):
                 src = self._judged_point(audit, src) if src is not None else None
                 if src is None:
                     continue
-                std = audit.op_stats(src).get("std")
+                rms = audit.op_stats(src).get("rms")
                 start = ref.get(src.id)
-                if std is None or start is None or not _finite(std) or start[0] <= 0:
+                if rms is None or start is None or not _finite(rms) or start[0] <= 0:
                     continue
-                ratio = math.log(max(std, 1e-300) / start[0])
+                ratio = math.log(max(rms, 1e-300) / start[0])
                 if abs(ratio) > limit and (worst is None or abs(ratio) > abs(worst[0])):
                     worst = (ratio, src, audit.graph[start[1]])
         if worst is None:
@@ -96,13 +96,13 @@ class SignalDrift(Rule):
         yield self._finding(audit, ratio, src, start_op)
 
     def _references(self, audit: Audit) -> Dict[int, Tuple[float, int]]:
-        """For each op: (std, op id) of the point where its signal last started afresh."""
+        """For each op: (rms, op id) of the point where its signal last started afresh."""
         ref: Dict[int, Tuple[float, int]] = {}
         for op in audit.graph:
-            std = audit.op_stats(op).get("std")
+            rms = audit.op_stats(op).get("rms")
             if op.kind in _START_KINDS:
-                if std is not None and std > 0:
-                    ref[op.id] = (std, op.id)
+                if rms is not None and rms > 0:
+                    ref[op.id] = (rms, op.id)
                 continue
             ins = [i for i in op.inputs if i in ref]
             if not ins:
@@ -122,7 +122,7 @@ class SignalDrift(Rule):
             if current is None or current.kind in _START_KINDS:
                 return None
             shape = current.shape
-            if shape and "std" in audit.op_stats(current):
+            if shape and "rms" in audit.op_stats(current):
                 axis = unit_axis(audit.graph, current) % len(shape) if len(shape) > 1 else 0
                 if len(shape) > 1 and shape[axis] >= self.opts["min-units"]:
                     return current
@@ -137,20 +137,20 @@ class SignalDrift(Rule):
 
     def _finding(self, audit: Audit, ratio: float, src: Op, start_op: Op) -> Finding:
         chain = _weight_chain(audit.graph, src, start_op)
-        start_std = audit.op_stats(start_op)["std"]
-        end_std = audit.op_stats(src)["std"]
+        start_rms = audit.op_stats(start_op)["rms"]
+        end_rms = audit.op_stats(src)["rms"]
         per_layer = math.exp(ratio / max(len(chain), 1))
-        first = _first_drifting(audit, chain, start_std, ratio) or (chain[0] if chain else src)
+        first = _first_drifting(audit, chain, start_rms, ratio) or (chain[0] if chain else src)
         direction = "explodes" if ratio > 0 else "vanishes"
         where = "the input" if start_op.kind == "input" else f"{start_op.target} ({start_op.module or '<model>'})"
-        message = (f"signal {direction}: std {fmt(start_std)} at {where} -> {fmt(end_std)} at "
-                   f"{src.target} ({src.module or '<model>'}), {fmt(end_std / start_std)}x over {len(chain)} weight "
+        message = (f"signal {direction}: scale (rms) {fmt(start_rms)} at {where} -> {fmt(end_rms)} at "
+                   f"{src.target} ({src.module or '<model>'}), {fmt(end_rms / start_rms)}x over {len(chain)} weight "
                    f"layer(s), {fmt(per_layer)}x per layer, starting at {first.module or '<model>'} "
-                   f"(limit {fmt(self.opts['max-std-ratio'])}x either way)")
+                   f"(limit {fmt(self.opts['max-scale-ratio'])}x either way)")
         fix = ("re-initialise the layers from " + (first.module or "the first layer") +
                " on for the activation that follows each (see IL001), or add a normalisation layer")
-        return self.finding(audit, first, message, fix, value=end_std / start_std,
-                            threshold=self.opts["max-std-ratio"] if ratio > 0 else 1 / self.opts["max-std-ratio"])
+        return self.finding(audit, first, message, fix, value=end_rms / start_rms,
+                            threshold=self.opts["max-scale-ratio"] if ratio > 0 else 1 / self.opts["max-scale-ratio"])
 
 
 def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
@@ -168,10 +168,10 @@ def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
 
 
 def _rel(audit: Audit, op: Op, ref: Dict[int, Tuple[float, int]]) -> float:
-    std = audit.op_stats(op).get("std")
-    if std is None or not _finite(std):
+    rms = audit.op_stats(op).get("rms")
+    if rms is None or not _finite(rms):
         return float("inf")
-    return std / ref[op.id][0] if ref[op.id][0] > 0 else 0.0
+    return rms / ref[op.id][0] if ref[op.id][0] > 0 else 0.0
 
 
 def _finite(x: float) -> bool:
@@ -191,11 +191,11 @@ def _weight_chain(graph: Graph, end: Op, start: Op) -> List[Op]:
     return list(reversed(chain))
 
 
-def _first_drifting(audit: Audit, chain: List[Op], start_std: float, ratio: float) -> Optional[Op]:
+def _first_drifting(audit: Audit, chain: List[Op], start_rms: float, ratio: float) -> Optional[Op]:
     """First weight layer whose output scale moved from the previous one's by > 1.5x in the drift's direction."""
-    prev = start_std
+    prev = start_rms
     for op in chain:
-        out = audit.op_stats(op).get("std")
+        out = audit.op_stats(op).get("rms")
         if out is None or out <= 0 or not _finite(out) or prev <= 0:
             prev = out if out else prev
             continue

@@ -94,7 +94,7 @@ class GradientDrift(Rule):
         """Gradients that vanished or exploded in every layer alike (no spread, but no signal either)."""
         deltas = []
         for op, per_position in layers:
-            src = audit.op_stats(audit.graph[op.inputs[0]]).get("std") if op.inputs else None
+            src = audit.op_stats(audit.graph[op.inputs[0]]).get("rms") if op.inputs else None
             if src and _finite(src) and src > 0:
                 deltas.append((op, per_position / src))
         if not deltas:

@@ -59,10 +59,10 @@ class SaturatedActivation(Rule):
                 continue
             seen.add((op.module, op.target))
             src = upstream_weight(audit.graph, op)
-            pre = audit.op_stats(src).get("std") if src is not None else None
+            pre = audit.op_stats(src).get("rms") if src is not None else None
             message = (f"{fmt(100 * frac)}% of {op.target} outputs are saturated (threshold "
                        f"{fmt(100 * self.opts['max-saturated-fraction'])}%)"
-                       + (f"; pre-activation std {fmt(pre)}" if pre is not None else ""))
+                       + (f"; pre-activation rms {fmt(pre)}" if pre is not None else ""))
             fan = audit.fan_in(src) if src is not None else None
             fix = (init_fix(audit, src, op.kind, fan) if src is not None and fan else
                    "scale down the input of this activation or normalise it first")

@@ -56,11 +56,11 @@ class NonFinite(Rule):
             peak = audit.op_stats(op).get("absmax")
             if peak is None or _finite(peak) or (peak == math.inf and op.kind not in _INF_MEANINGFUL):
                 continue
-            inputs = [audit.op_stats(audit.graph[i]).get("std") for i in op.inputs]
+            inputs = [audit.op_stats(audit.graph[i]).get("rms") for i in op.inputs]
             scale = ", ".join(fmt(s) for s in inputs if s is not None) or "n/a"
             what = "NaN" if peak != peak else "Inf"
             yield self.finding(audit, op, f"first {what} of the forward probe appears in {op.target} "
-                               f"(input std {scale})", _fix(op.kind, inputs), value=peak, threshold=3.4e38)
+                               f"(input rms {scale})", _fix(op.kind, inputs), value=peak, threshold=3.4e38)
             break
         bad = [(op, op.params["weight"]) for op in audit.graph if op.kind in O.WEIGHT_KINDS and "weight" in op.params
                and not _finite(audit.probe.grads.get(op.params["weight"], {}).get("absmax", 0.0))]
