@@ -32,18 +32,27 @@ class Candidate:
     build: Any
     """A zero-argument callable returning an ``nn.Module``, or the module itself."""
     origin: str = ""
+    implicit: bool = False
+    """Found by scanning a file (not named by the user): skipped, not an error, when it needs arguments."""
+
+    def required_args(self) -> List[str]:
+        """Constructor arguments without defaults (empty for instances and no-argument factories)."""
+        obj = self.build
+        if isinstance(obj, nn.Module):
+            return []
+        try:
+            sig = inspect.signature(obj)
+        except (TypeError, ValueError):
+            return []
+        return [p.name for p in sig.parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
     def instantiate(self) -> nn.Module:
         """The module, built if needed; raises :class:`LoadError` with a clear reason."""
         obj = self.build
         if isinstance(obj, nn.Module):
             return obj
-        try:
-            sig = inspect.signature(obj)
-            required = [p.name for p in sig.parameters.values()
-                        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        except (TypeError, ValueError):
-            required = []
+        required = self.required_args()
         if required:
             raise LoadError(f"{self.name} needs constructor arguments ({', '.join(required)}); "
                             f"expose a factory function with no arguments and pass FILE.py:FACTORY")
@@ -78,11 +87,22 @@ def resolve(target: str) -> List[Candidate]:
         if not hasattr(module, name):
             raise LoadError(f"{path} defines no '{name}'")
         return [Candidate(name, getattr(module, name), target)]
-    found = [Candidate(n, obj, f"{path}:{n}") for n, obj in vars(module).items()
+    found = [Candidate(n, obj, f"{path}:{n}", implicit=True) for n, obj in vars(module).items()
              if isinstance(obj, type) and issubclass(obj, nn.Module) and obj.__module__ == module.__name__]
     if not found:
         raise LoadError(f"{path} defines no nn.Module subclass; name a factory with {path}:NAME")
     return found
+
+
+def unbuildable_error(path: str, candidates: List["Candidate"]) -> LoadError:
+    """The error for a file none of whose models can be built without arguments."""
+    if len(candidates) == 1:
+        only = candidates[0]
+        return LoadError(f"{only.name} needs constructor arguments ({', '.join(only.required_args())}); "
+                         f"expose a factory function with no arguments and pass {path}:FACTORY")
+    names = ", ".join(f"{c.name}({', '.join(c.required_args())})" for c in candidates)
+    return LoadError(f"no nn.Module subclass in {path} can be built without arguments ({names}); "
+                     f"expose a factory function with no arguments and pass {path}:FACTORY")
 
 
 def import_file(path: str) -> Any:

@@ -23,7 +23,7 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) 
     from .api import UsageError, audit
     from .config import ConfigError, load_config, merge_cli
     from .formats import FORMATS, use_colour
-    from .load import LoadError, parse_shape, resolve
+    from .load import LoadError, parse_shape, resolve, unbuildable_error
     from .rules import UnknownCode
 
     def say(msg: str) -> None:
@@ -70,7 +70,17 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) 
             reports.append(Report(model="-", target=target, error=str(exc)))
             load_failed = True
             continue
+        buildable = [c for c in candidates if not (c.implicit and c.required_args())]
+        if not buildable and not opts.get("skip_files_without_models"):
+            reports.append(Report(model="-", target=target, error=str(unbuildable_error(target, candidates))))
+            load_failed = True
+            continue
         for cand in candidates:
+            if cand not in buildable:
+                # a building block such as Block(dim): the file's models that can be built are audited
+                click.echo(f"initlint: note: {cand.origin} skipped: it needs constructor arguments "
+                           f"({', '.join(cand.required_args())})", err=True)
+                continue
             try:
                 model = cand.instantiate()
                 say(f"auditing {cand.name}: capture, probe, rules")

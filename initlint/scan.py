@@ -35,12 +35,14 @@ def defines_module(source: str) -> Optional[bool]:
         if isinstance(node, ast.ClassDef):
             bases[node.name] = [b for b in (_base_name(x) for x in node.bases) if b]
 
-    def is_module(name: str, depth: int = 0) -> bool:
-        if name.endswith(_MODULE_BASES) or name in ("Sequential", "ModuleList", "ModuleDict"):
-            return True
-        return depth < 20 and any(is_module(b, depth + 1) for b in bases.get(name, []))
+    def base_is_module(name: str, depth: int) -> bool:
+        if name in bases:  # defined in this file: a module if one of its own bases is
+            return depth < 20 and any(base_is_module(b, depth + 1) for b in bases[name])
+        if name.endswith("DataModule"):  # Lightning's data modules hold no network
+            return False
+        return name.endswith(_MODULE_BASES) or name in ("Sequential", "ModuleList", "ModuleDict")
 
-    return any(is_module(name) for name in bases)
+    return any(base_is_module(b, 0) for own in bases.values() for b in own)
 
 
 def file_defines_module(path: str) -> Optional[bool]:

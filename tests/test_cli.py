@@ -98,3 +98,43 @@ def test_rules_table_and_python_dash_m():
     assert out.returncode == 0
     for code in ("IL001", "IL002", "IL003", "IL004", "IL005", "IL006", "IL007", "IL008", "IL009"):
         assert code in out.stdout
+
+
+BLOCKS = '''import torch.nn as nn
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__(); self.fc = nn.Linear(dim, dim); self.act = nn.ReLU()
+    def forward(self, x): return self.act(self.fc(x))
+'''
+
+
+def test_building_blocks_needing_arguments_are_skipped_beside_a_buildable_model(tmp_path):
+    src = tmp_path / "net.py"
+    src.write_text(BLOCKS + '''class Net(nn.Module):
+    def __init__(self):
+        super().__init__(); self.blocks = nn.Sequential(Block(32), Block(32)); self.head = nn.Linear(32, 2)
+    def forward(self, x): return self.head(self.blocks(x))
+''')
+    out = run("check", str(src), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert [r["model"] for r in json.loads(out.stdout)["results"]] == ["Net"]
+    assert "Block skipped: it needs constructor arguments (dim)" in out.stderr
+
+
+def test_a_file_of_blocks_only_is_an_error_unless_skipping_for_pre_commit(tmp_path):
+    src = tmp_path / "blocks.py"
+    src.write_text(BLOCKS + BLOCKS.split("\n", 1)[1].replace("class Block", "class Other"))
+    out = run("check", str(src))
+    assert out.returncode == 2 and "can be built without arguments" in out.stderr
+    out = run("check", "--skip-files-without-models", str(src))
+    assert out.returncode == 0, out.stderr
+
+
+def test_scan_counts_only_real_module_subclasses():
+    from initlint.scan import defines_module
+
+    assert defines_module("class DataModule:\n    pass\n") is False
+    assert defines_module("class Data(pl.LightningDataModule):\n    pass\n") is False
+    assert defines_module("class B(A):\n    pass\nclass A(nn.Module):\n    pass\n") is True
+    assert defines_module("class M(PreTrainedModel):\n    pass\n") is True
+    assert defines_module("def f(:\n") is None
