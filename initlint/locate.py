@@ -51,11 +51,12 @@ def module_locations(model: nn.Module) -> Dict[str, Location]:
     root = _class_source(type(model))
     if root is not None:
         found[""] = (root[0], root[1])
-    for path, module in model.named_modules():
+    modules = dict(model.named_modules())
+    for path in modules:
         if not path:
             continue
         parent_path, _, attr = path.rpartition(".")
-        parent = model.get_submodule(parent_path) if parent_path else model
+        parent = modules.get(parent_path, model)
         loc = _assignment_line(type(parent), attr)
         if loc is None:
             loc = found.get(parent_path)

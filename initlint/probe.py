@@ -101,6 +101,9 @@ class _Collector:
                 result.logits[name] = value
             else:
                 tables[scope].setdefault(key, {})[name] = value
+        for table in (result.ops, result.params, result.grads):
+            for stats in table.values():
+                _derive(stats)
 
 
 def unit_axis(graph: Graph, op: Op) -> int:
@@ -135,7 +138,9 @@ class Observer:
         # scale as root mean square (one fast reduction, no temporaries) and the largest magnitude
         # (NaN propagates through amax/amin, so non-finite outputs show up here)
         self.c.put("ops", op.id, "rms", torch.linalg.vector_norm(y, dtype=torch.float32) / math.sqrt(y.numel()))
-        self.c.put("ops", op.id, "absmax", torch.maximum(y.amax(), -y.amin()))
+        low, high = torch.aminmax(y)
+        self.c.put("ops", op.id, "low", low)
+        self.c.put("ops", op.id, "high", high)
         if op.kind in O.DYING_KINDS:
             self._dead(op, y)
         act = O.ACTIVATIONS.get(op.kind)
@@ -196,24 +201,35 @@ def primary_output(out: Any) -> Optional[torch.Tensor]:
     return next((t for t in _tensors(out) if t.is_floating_point()), None)
 
 
-def _scale(c: _Collector, scope: str, name: str, t: torch.Tensor) -> torch.Tensor:
-    """rms, mean, std, absmax and spread of ``t`` from three fast reductions, no copies of ``t``."""
-    n = t.numel()
-    rms = torch.linalg.vector_norm(t, dtype=torch.float32) / math.sqrt(n)
-    mean = t.mean(dtype=torch.float32)
+def _scale(c: _Collector, scope: str, name: str, t: torch.Tensor) -> None:
+    """rms, mean, lowest and highest value of ``t``: three fast reductions and no copy of ``t``.
+
+    std, absmax and spread are derived from them on the host (:func:`_derive`)."""
+    c.put(scope, name, "rms", torch.linalg.vector_norm(t, dtype=torch.float32) / math.sqrt(t.numel()))
+    c.put(scope, name, "mean", t.mean(dtype=torch.float32))
     low, high = torch.aminmax(t)
-    c.put(scope, name, "rms", rms)
-    c.put(scope, name, "mean", mean)
-    c.put(scope, name, "std", (rms * rms - mean * mean).clamp_min(0).sqrt())
-    c.put(scope, name, "absmax", torch.maximum(high, -low))
-    c.put(scope, name, "spread", high - low)
-    return rms
+    c.put(scope, name, "low", low)
+    c.put(scope, name, "high", high)
+
+
+def _derive(stats: Dict[str, float]) -> None:
+    """Host-side: std from rms and mean, absmax and spread from the extremes."""
+    if "rms" in stats and "mean" in stats and "std" not in stats:
+        stats["std"] = math.sqrt(max(stats["rms"] ** 2 - stats["mean"] ** 2, 0.0)) \
+            if math.isfinite(stats["rms"]) else stats["rms"]
+    if "low" in stats and "high" in stats:
+        low, high = stats["low"], stats["high"]
+        stats["absmax"] = max(high, -low) if low == low and high == high else float("nan")
+        stats["spread"] = high - low
 
 
 def _param_stats(c: _Collector, name: str, w: torch.Tensor) -> None:
     w = w.detach()
+    if w.dim() < 2:  # a bias: its mean is all a rule uses (IL003 names a large negative bias)
+        c.put("params", name, "mean", w.mean(dtype=torch.float32))
+        return
     _scale(c, "params", name, w)
-    if w.dim() >= 2 and w.shape[0] >= 2:
+    if w.shape[0] >= 2:
         rows = w.reshape(w.shape[0], -1)
         # units with identical weights project identically on a random direction
         proj = (rows @ c.direction(rows.shape[1], rows.device, rows.dtype)).sort().values
@@ -302,7 +318,13 @@ def preserved(model: nn.Module, seed: int) -> Iterator[None]:
     mps_state = torch.mps.get_rng_state() if torch.backends.mps.is_available() else None
     try:
         with torch.random.fork_rng(devices=cuda):
-            torch.manual_seed(seed)
+            # torch.manual_seed would also seed every lazily initialised accelerator backend,
+            # which costs milliseconds per call; the devices fork_rng saved are enough.
+            torch.default_generator.manual_seed(seed)
+            if cuda:
+                torch.cuda.manual_seed_all(seed)
+            if mps_state is not None:
+                torch.mps.manual_seed(seed)
             model.train()
             yield
     finally:

@@ -23,8 +23,7 @@ class FxCapture(Capture):
         super().__init__(model)
         tracer = _Tracer()
         try:
-            traced = tracer.trace(model)
-            self.gm = fx.GraphModule(tracer.root, traced)
+            self.fx_graph = tracer.trace(model)
         except Exception as exc:  # fx raises many exception types on untraceable code
             raise CaptureError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
         self.node_ops: Dict[fx.Node, int] = {}
@@ -34,9 +33,9 @@ class FxCapture(Capture):
 
     # ---------------------------------------------------------------- conversion
     def _convert(self) -> None:
-        modules = dict(self.gm.named_modules())
+        modules = dict(self.model.named_modules())
         attr_names: Dict[fx.Node, str] = {}
-        for node in self.gm.graph.nodes:
+        for node in self.fx_graph.nodes:
             if node.op == "get_attr":
                 attr_names[node] = node.target
             elif node.op == "placeholder":
@@ -74,7 +73,7 @@ class FxCapture(Capture):
         named = []
         for n in _nodes_in((node.args, node.kwargs)):
             if n in attr_names:
-                value = _fetch(self.gm, attr_names[n])
+                value = _fetch(self.model, attr_names[n])
                 if isinstance(value, nn.Parameter) and id(value) in self.param_names:
                     named.append((self.param_names[id(value)], value))
         if kind == "matmul" and named:
@@ -92,7 +91,7 @@ class FxCapture(Capture):
     # ---------------------------------------------------------------- execution
     def run(self, args: Tuple[Any, ...], kwargs: Dict[str, Any], observe: Observer) -> Any:
         positional = _bind(self.model, self.placeholders, args, kwargs)
-        interp = _Observed(self.gm, self, observe)
+        interp = _Observed(self.model, self, observe)
         return interp.run(*positional)
 
 
@@ -102,16 +101,20 @@ class _Tracer(fx.Tracer):
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         return super().is_leaf_module(m, module_qualified_name) or O.handwritten_kind(m) is not None
 
-    def create_node(self, *args: Any, **kwargs: Any) -> fx.Node:
-        # fx's own record_stack_traces imports torch._dynamo (seconds); a frame walk is enough.
-        node = super().create_node(*args, **kwargs)
-        node.meta["initlint_location"] = user_call_site(2)
+    def create_node(self, kind: str, *args: Any, **kwargs: Any) -> fx.Node:
+        # fx's own record_stack_traces imports torch._dynamo (seconds); a frame walk is enough,
+        # and only functional calls need it (module calls are located from the source).
+        node = super().create_node(kind, *args, **kwargs)
+        if kind in ("call_function", "call_method"):
+            node.meta["initlint_location"] = user_call_site(2)
         return node
 
 
 class _Observed(fx.Interpreter):
-    def __init__(self, gm: fx.GraphModule, cap: FxCapture, observe: Observer) -> None:
-        super().__init__(gm)
+    """Runs the traced graph against the user's own module (no generated code needed)."""
+
+    def __init__(self, model: nn.Module, cap: FxCapture, observe: Observer) -> None:
+        super().__init__(model, graph=cap.fx_graph)
         self.cap = cap
         self.observe = observe
 
