@@ -30,46 +30,37 @@ def _stack(weight_std: float, bias: str, relu: bool) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class RandnStack(nn.Module):
-    def __init__(self) -> None:
+class _Stack(nn.Module):
+    """Shared forward of the variants below (a private base: initlint audits the variants)."""
+
+    def __init__(self, weight_std: float, bias: str = "zeros", relu: bool = False) -> None:
         super().__init__()
-        self.layers = _stack(1.0, "randn", relu=False)
+        self.layers = _stack(weight_std, bias, relu)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layers(x)
 
 
-class TinyStack(nn.Module):
+class RandnStack(_Stack):
     def __init__(self) -> None:
-        super().__init__()
-        self.layers = _stack(1e-2, "zeros", relu=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
+        super().__init__(1.0, "randn")
 
 
-class ScaledStack(nn.Module):
+class TinyStack(_Stack):
     def __init__(self) -> None:
-        super().__init__()
-        self.layers = _stack(1 / math.sqrt(WIDTH), "zeros", relu=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
+        super().__init__(1e-2)
 
 
-class ScaledReluStack(nn.Module):
+class ScaledStack(_Stack):
     def __init__(self) -> None:
-        super().__init__()
-        self.layers = _stack(1 / math.sqrt(WIDTH), "zeros", relu=True)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
+        super().__init__(1 / math.sqrt(WIDTH))
 
 
-class KaimingReluStack(nn.Module):
+class ScaledReluStack(_Stack):
     def __init__(self) -> None:
-        super().__init__()
-        self.layers = _stack(math.sqrt(2 / WIDTH), "zeros", relu=True)
+        super().__init__(1 / math.sqrt(WIDTH), relu=True)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x)
+
+class KaimingReluStack(_Stack):
+    def __init__(self) -> None:
+        super().__init__(math.sqrt(2 / WIDTH), relu=True)

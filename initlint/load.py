@@ -88,7 +88,8 @@ def resolve(target: str) -> List[Candidate]:
             raise LoadError(f"{path} defines no '{name}'")
         return [Candidate(name, getattr(module, name), target)]
     found = [Candidate(n, obj, f"{path}:{n}", implicit=True) for n, obj in vars(module).items()
-             if isinstance(obj, type) and issubclass(obj, nn.Module) and obj.__module__ == module.__name__]
+             if isinstance(obj, type) and issubclass(obj, nn.Module) and obj.__module__ == module.__name__
+             and not n.startswith("_")]  # a private class is a helper, not a model to audit
     if not found:
         raise LoadError(f"{path} defines no nn.Module subclass; name a factory with {path}:NAME")
     return found

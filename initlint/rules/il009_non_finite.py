@@ -16,7 +16,7 @@ class NonFinite(Rule):
     """## What it does
     Looks for NaN or Inf in the forward probe (every op's output) and in the backward
     probe (every weight's gradient), and names the first op where it appears together with
-    the scale of that op's input.
+    the largest magnitude of that op's input.
 
     Infinities used on purpose are not reported: ``-inf`` in attention masks flows through
     additions and disappears in the softmax. An Inf counts only in the output of a weight
@@ -56,11 +56,11 @@ class NonFinite(Rule):
             peak = audit.op_stats(op).get("absmax")
             if peak is None or _finite(peak) or (peak == math.inf and op.kind not in _INF_MEANINGFUL):
                 continue
-            inputs = [audit.op_stats(audit.graph[i]).get("rms") for i in op.inputs]
+            inputs = [audit.op_stats(audit.graph[i]).get("absmax") for i in op.inputs]
             scale = ", ".join(fmt(s) for s in inputs if s is not None) or "n/a"
             what = "NaN" if peak != peak else "Inf"
             yield self.finding(audit, op, f"first {what} of the forward probe appears in {op.target} "
-                               f"(input rms {scale})", _fix(op.kind, inputs), value=peak, threshold=3.4e38)
+                               f"(largest input magnitude {scale})", _fix(op.kind, inputs), value=peak, threshold=3.4e38)
             break
         bad = [(op, op.params["weight"]) for op in audit.graph if op.kind in O.WEIGHT_KINDS and "weight" in op.params
                and not _finite(audit.probe.grads.get(op.params["weight"], {}).get("absmax", 0.0))]
