@@ -28,6 +28,9 @@ SATURATION_MARGIN = 0.01
 (|tanh| > 0.98, sigmoid < 0.01 or > 0.99)."""
 
 _NO_STATS = frozenset({"view", "dropout", "identity"})
+EXTREMA_KINDS = O.WEIGHT_KINDS | O.NORM_KINDS | frozenset(O.ACTIVATIONS) | {
+    "softmax", "log_softmax", "attention", "rnn", "embedding", "conv_transpose", "input"}
+"""Ops whose largest magnitude is measured: where an Inf is never on purpose (IL009)."""
 
 
 @dataclass
@@ -138,9 +141,10 @@ class Observer:
         # scale as root mean square (one fast reduction, no temporaries) and the largest magnitude
         # (NaN propagates through amax/amin, so non-finite outputs show up here)
         self.c.put("ops", op.id, "rms", torch.linalg.vector_norm(y, dtype=torch.float32) / math.sqrt(y.numel()))
-        low, high = torch.aminmax(y)
-        self.c.put("ops", op.id, "low", low)
-        self.c.put("ops", op.id, "high", high)
+        if op.kind in EXTREMA_KINDS:  # elsewhere a NaN still shows in the rms, and an Inf may be a mask
+            low, high = torch.aminmax(y)
+            self.c.put("ops", op.id, "low", low)
+            self.c.put("ops", op.id, "high", high)
         if op.kind in O.DYING_KINDS:
             self._dead(op, y)
         act = O.ACTIVATIONS.get(op.kind)

@@ -6,10 +6,9 @@ from typing import Iterator
 
 from .. import ops as O
 from ..report import Finding
+from ..probe import EXTREMA_KINDS
 from .base import Audit, Rule, fmt
 
-_INF_MEANINGFUL = O.WEIGHT_KINDS | O.NORM_KINDS | frozenset(O.ACTIVATIONS) | {"softmax", "log_softmax", "attention",
-                                                                              "rnn", "embedding", "conv_transpose"}
 
 
 class NonFinite(Rule):
@@ -53,8 +52,9 @@ class NonFinite(Rule):
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         for op in audit.graph:
-            peak = audit.op_stats(op).get("absmax")
-            if peak is None or _finite(peak) or (peak == math.inf and op.kind not in _INF_MEANINGFUL):
+            stats = audit.op_stats(op)
+            peak = stats.get("absmax", stats.get("rms"))
+            if peak is None or _finite(peak) or (peak == math.inf and op.kind not in EXTREMA_KINDS):
                 continue
             inputs = [audit.op_stats(audit.graph[i]).get("absmax") for i in op.inputs]
             scale = ", ".join(fmt(s) for s in inputs if s is not None) or "n/a"
