@@ -98,6 +98,9 @@ def main():
                 inputs = torch.randn(sizes["length"], sizes["batch"], 16, generator=gen) if name == "gru" else \
                     torch.randn(sizes["batch"], sizes["length"], 16, generator=gen)
         rows.append(bench(name, model, inputs))
+    # the same runtime capture at GPT-2 size (4 layers, n_embd 768), where compute dominates
+    big = tf.GPT2Model(tf.GPT2Config(n_layer=4, n_embd=768, n_head=12, bos_token_id=0, eos_token_id=0))
+    rows.append(bench("gpt2 4x768", big, {"input_ids": torch.randint(0, 50257, (8, 64), generator=gen)}))
     headers = ["model", "ops", "forward ms", "capture ms", "probe ms", "capture / forward", "probe / forward"]
     print(tabulate(rows, headers=headers, tablefmt="github"))
     ratios = sorted(float(r[5]) for r in rows)
