@@ -172,10 +172,28 @@ class _ForwardFailed(Exception):
     def __init__(self, exc: BaseException) -> None:
         super().__init__(str(exc))
         self.reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        self.ours = _raised_by_initlint(exc)
 
     def as_load_error(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> LoadError:
+        if self.ours:
+            return LoadError(f"initlint's probe failed with {self.reason} on the probe input "
+                             f"{describe_inputs(args, kwargs)}; this is a bug in initlint, please report it")
         return LoadError(f"the model's forward raised {self.reason} on the probe input {describe_inputs(args, kwargs)}; "
                          f"pass matching --input-shape or example_inputs")
+
+
+def _raised_by_initlint(exc: BaseException) -> bool:
+    """True when the innermost frame outside torch that raised belongs to initlint, not to the model."""
+    import os
+    import traceback
+
+    own = os.path.dirname(os.path.abspath(__file__))
+    torch_dir = os.path.dirname(torch.__file__)
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename.startswith(torch_dir):
+            continue
+        return frame.filename.startswith(own) and not frame.filename.startswith(os.path.join(own, "capture"))
+    return False
 
 
 def _probe_retrying(cap, args, kwargs, logits: bool, backward: bool, report: Report) -> ProbeResult:

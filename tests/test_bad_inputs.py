@@ -289,3 +289,19 @@ def test_cpu_out_of_memory_halves_until_it_fits():
 def test_out_of_memory_even_at_batch_one_is_a_load_error():
     with pytest.raises(initlint.LoadError, match="out of memory even with a batch of 1"):
         initlint.audit(_NeedsSmallBatch(limit=0))
+
+
+def test_a_failure_inside_initlint_is_not_blamed_on_the_model(monkeypatch):
+    import initlint.probe as probe
+
+    original = probe._derive
+
+    def broken(*args, **kwargs):
+        original(None)  # raises inside initlint's own code
+
+    monkeypatch.setattr(probe, "put_softmax", broken)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(initlint.LoadError, match="bug in initlint"):
+        initlint.audit(model, torch.randn(2, 4), logits=True)
+    with pytest.raises(initlint.LoadError, match="the model's forward raised"):
+        initlint.audit(torch.nn.Sequential(torch.nn.Linear(5, 4)), torch.randn(2, 4))
