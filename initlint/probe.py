@@ -140,7 +140,7 @@ class Observer:
         y = t.detach()
         # scale as root mean square (one fast reduction, no temporaries) and the largest magnitude
         # (NaN propagates through amax/amin, so non-finite outputs show up here)
-        self.c.put("ops", op.id, "rms", torch.linalg.vector_norm(y, dtype=torch.float32) / math.sqrt(y.numel()))
+        self.c.put("ops", op.id, "rms", torch.linalg.vector_norm(y, dtype=_acc(y)) / math.sqrt(y.numel()))
         if op.kind in EXTREMA_KINDS:  # elsewhere a NaN still shows in the rms, and an Inf may be a mask
             low, high = torch.aminmax(y)
             self.c.put("ops", op.id, "low", low)
@@ -205,12 +205,17 @@ def primary_output(out: Any) -> Optional[torch.Tensor]:
     return next((t for t in _tensors(out) if t.is_floating_point()), None)
 
 
+def _acc(t: torch.Tensor) -> torch.dtype:
+    """Accumulate half precision in float32; float32 and float64 in their own type."""
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
 def _scale(c: _Collector, scope: str, name: str, t: torch.Tensor) -> None:
     """rms, mean, lowest and highest value of ``t``: three fast reductions and no copy of ``t``.
 
     std, absmax and spread are derived from them on the host (:func:`_derive`)."""
-    c.put(scope, name, "rms", torch.linalg.vector_norm(t, dtype=torch.float32) / math.sqrt(t.numel()))
-    c.put(scope, name, "mean", t.mean(dtype=torch.float32))
+    c.put(scope, name, "rms", torch.linalg.vector_norm(t, dtype=_acc(t)) / math.sqrt(t.numel()))
+    c.put(scope, name, "mean", t.mean(dtype=_acc(t)))
     low, high = torch.aminmax(t)
     c.put(scope, name, "low", low)
     c.put(scope, name, "high", high)
@@ -230,11 +235,13 @@ def _derive(stats: Dict[str, float]) -> None:
 def _param_stats(c: _Collector, name: str, w: torch.Tensor) -> None:
     w = w.detach()
     if w.dim() < 2:  # a bias: its mean is all a rule uses (IL003 names a large negative bias)
-        c.put("params", name, "mean", w.mean(dtype=torch.float32))
+        c.put("params", name, "mean", w.mean(dtype=_acc(w)))
         return
     _scale(c, "params", name, w)
     if w.shape[0] >= 2:
         rows = w.reshape(w.shape[0], -1)
+        if rows.dtype in (torch.float16, torch.bfloat16):
+            rows = rows.float()  # a half-precision projection would make distinct rows collide
         # units with identical weights project identically on a random direction
         proj = (rows @ c.direction(rows.shape[1], rows.device, rows.dtype)).sort().values
         c.put("params", name, "dup_rows", (proj[1:] == proj[:-1]).sum())
@@ -289,7 +296,10 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
 
 def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch.Tensor], c: _Collector,
               result: ProbeResult) -> None:
-    if main is None or not main.requires_grad:
+    if main is None:
+        result.notes.append("the backward probe was skipped: the model returns no floating-point tensor")
+        return
+    if not main.requires_grad:
         result.notes.append("the backward probe was skipped: the model output does not require grad")
         return
     # Only the weights IL006 judges: embeddings' gradients are sparse and large, and not needed.

@@ -164,3 +164,27 @@ def test_untraceable_model_still_gets_graph_rules_and_inplace_relu_is_measured()
     assert ("IL003", "") in dead.codes()  # the z.relu_() call in the model's own forward
     relu = next(op for op in dead.graph if op.kind == "relu" and op.target == "Tensor.relu_")
     assert dead.probe.ops[relu.id]["dead"] == relu.attrs["units"] == 64
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
+def test_other_float_dtypes(dtype):
+    torch.manual_seed(0)
+    healthy = he_head(mlp(4, width=64, init="he")).to(dtype)
+    assert initlint.audit(healthy).clean
+    bad = nn.Sequential(*[nn.Linear(64, 64) for _ in range(10)]).to(dtype)
+    for layer in bad:
+        nn.init.normal_(layer.weight)
+    assert "IL001" in {c for c, _ in initlint.audit(bad).codes()}
+
+
+def test_outputs_without_a_float_tensor_skip_the_backward_probe_with_a_note():
+    class Argmax(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return {"label": self.fc(x).argmax(-1), "name": "text", "nothing": None}
+
+    report = initlint.audit(Argmax(), torch.randn(3, 4))
+    assert report.error is None and any("no floating-point tensor" in n for n in report.notes)
