@@ -100,6 +100,12 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     work = user_model
     if dev != model_device(user_model) and model_device(user_model).type != "meta":
         work = copy.deepcopy(user_model).to(dev)  # the user's model stays where it is
+    elif _has_lazy_parameters(user_model):
+        work = copy.deepcopy(user_model)  # a forward would materialise the user's lazy modules
+        report.notes.append("the model has lazy modules: audited a copy, materialised by the probe batch")
+    if isinstance(work, torch.jit.ScriptModule):
+        report.notes.append("the model is a TorchScript module: its ops run outside Python, so initlint sees "
+                            "only its inputs and outputs; audit the nn.Module before torch.jit.script")
     is_meta = model_device(work).type == "meta"
     args, kwargs = _probe_inputs(work, example_inputs, input_shapes, options, is_meta)
     if not is_meta:
@@ -115,6 +121,12 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     report.findings = group_runs(link_findings(findings, cap.graph))
     report.notes.extend(probe.notes)
     return report
+
+
+def _has_lazy_parameters(model: nn.Module) -> bool:
+    from torch.nn.parameter import UninitializedParameter
+
+    return any(isinstance(p, UninitializedParameter) for p in model.parameters())
 
 
 def _instantiate(codes: List[str], rule_options: Dict[str, Dict[str, Any]]) -> list:

@@ -188,3 +188,12 @@ def test_outputs_without_a_float_tensor_skip_the_backward_probe_with_a_note():
 
     report = initlint.audit(Argmax(), torch.randn(3, 4))
     assert report.error is None and any("no floating-point tensor" in n for n in report.notes)
+
+
+def test_lazy_modules_are_audited_on_a_copy_and_torchscript_gets_a_note():
+    lazy = nn.Sequential(nn.LazyLinear(8), nn.ReLU(), nn.Linear(8, 2))
+    report = initlint.audit(lazy, torch.randn(4, 5))
+    assert report.error is None and type(lazy[0]).__name__ == "LazyLinear"  # still lazy: not materialised
+    scripted = torch.jit.script(nn.Sequential(nn.Linear(8, 8), nn.ReLU()))
+    report = initlint.audit(scripted, torch.randn(4, 8))
+    assert report.error is None and any("TorchScript" in n for n in report.notes)

@@ -38,6 +38,8 @@ class RuntimeCapture(Capture):
         handles = []
         try:
             for module in self.model.modules():
+                if isinstance(module, torch.jit.ScriptModule):
+                    continue  # TorchScript runs outside Python: no hooks, no recorded ops inside
                 handles.append(module.register_forward_pre_hook(self._enter))
                 handles.append(module.register_forward_hook(self._leave))
             for value in _tensors((args, kwargs)):
