@@ -7,7 +7,7 @@ Linear(width, 1) gives a scalar output. Run this file to print initlint's verdic
 """
 import math
 import sys
-from typing import Callable, Dict, List, Tuple
+from typing import Dict, List, Tuple
 
 import torch
 import torch.nn as nn

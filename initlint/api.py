@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from . import locate
-from .capture import CaptureError, RuntimeCapture, capture
+from .capture import RuntimeCapture, capture
 from .link import link_findings
 from .load import (DEFAULT_BATCH, LoadError, check_finite, infer_inputs, move_inputs, normalise_inputs,
                    shaped_inputs)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Tuple
 
 import click
 
@@ -21,15 +21,8 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_ERROR)
 
 
-def _progress(enabled: bool, message: str) -> None:
-    if enabled:
-        click.echo(f"initlint: {message}", err=True)
 
 
-def _split_codes(values: Tuple[str, ...]) -> Optional[List[str]]:
-    if not values:
-        return None
-    return [c.strip() for v in values for c in v.split(",") if c.strip()]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -163,9 +163,6 @@ def kind_of_name(name: str) -> str:
     return "other"
 
 
-def is_inplace_name(name: str) -> bool:
-    """``relu_``, ``add_``, ``__iadd__``: the call writes into its first argument."""
-    return (name.endswith("_") and not name.endswith("__")) or name.startswith("__i")
 
 
 def call_attrs(kind: str, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -252,14 +252,9 @@ def _grad_stats(c: _Collector, name: str, g: torch.Tensor) -> None:
     _scale(c, "grads", name, g.detach())
 
 
-def used_params(graph: Graph) -> Dict[str, str]:
-    """Parameters of the weight layers (Linear, Conv), the ones the rules judge, with their op kind."""
-    found: Dict[str, str] = {}
-    for op in graph:
-        if op.kind in O.WEIGHT_KINDS:
-            for name in op.params.values():
-                found.setdefault(name, op.kind)
-    return found
+def used_params(graph: Graph) -> List[str]:
+    """Names of the parameters of the weight layers (Linear, Conv): the ones the rules judge."""
+    return list(dict.fromkeys(name for op in graph if op.kind in O.WEIGHT_KINDS for name in op.params.values()))
 
 
 def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, logits: bool = False,
@@ -284,9 +279,8 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
             if grad_wanted:
                 _backward(cap, named, main, c, result)
             del out, main
-    params = [named[n] for n in used_params(cap.graph) if n in named]
-    params = [(n, p) for n, p in zip([n for n in used_params(cap.graph) if n in named], params)
-              if p.is_floating_point() and p.numel() > 0 and p.device.type != "meta"]
+    params = [(n, named[n]) for n in used_params(cap.graph) if n in named]
+    params = [(n, p) for n, p in params if p.is_floating_point() and p.numel() > 0 and p.device.type != "meta"]
     c.longest_row = max((p[0].numel() for _, p in params if p.dim() >= 2), default=0)
     for name, p in params:
         _param_stats(c, name, p)

@@ -7,15 +7,8 @@ from typing import Any, Dict, List
 
 import click
 
+from .cli import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
 from .report import SEVERITIES, Report
-
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-
-
-def _codes(values) -> Any:
-    if not values:
-        return None
-    return [c.strip() for v in values for c in v.split(",") if c.strip()]
 
 
 def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) -> int:

@@ -1,7 +1,6 @@
 """Small models built from code for the rule and capture tests."""
 from __future__ import annotations
 
-import math
 from typing import Callable, List, Optional
 
 import torch

@@ -8,7 +8,7 @@ model once, calling ``observe(op, value)`` after every op.
 """
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from typing import List, Sequence
 
 import torch.nn as nn
 

@@ -2,10 +2,8 @@
 from __future__ import annotations
 
 import inspect
-import re
 from typing import Any, Dict, List, Optional, Tuple
 
-import torch
 import torch.fx as fx
 import torch.nn as nn
 

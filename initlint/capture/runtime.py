@@ -63,7 +63,6 @@ class RuntimeCapture(Capture):
         self.producers: Dict[int, Tuple[Any, int]] = {}
         self.param_views: Dict[int, Tuple[Any, str, bool]] = {}
         self.pending_inputs: List[List[int]] = []
-        self.busy = False
 
     # ------------------------------------------------------------- tensor identity
     def _produced(self, t: torch.Tensor, op_id: int) -> None:
@@ -125,7 +124,7 @@ class RuntimeCapture(Capture):
             if skipped is not None:
                 return skipped
         out = func(*args, **kwargs)
-        if self.opaque_depth or self.busy:
+        if self.opaque_depth:
             return out
         if name == "__setitem__":
             target = args[0]
@@ -178,12 +177,8 @@ class RuntimeCapture(Capture):
         for t in outs:
             self._produced(t, op.id)
         if outs:
-            self.busy = True
-            try:
-                with torch._C.DisableTorchFunction():  # the observer's own ops are not the model's
-                    self.observe(op, outs[0] if len(outs) == 1 else out)
-            finally:
-                self.busy = False
+            with torch._C.DisableTorchFunction():  # the observer's own ops are not the model's
+                self.observe(op, outs[0] if len(outs) == 1 else out)
 
 
 class _Recorder(TorchFunctionMode):

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import inspect
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 

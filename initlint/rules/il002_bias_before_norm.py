@@ -6,7 +6,7 @@ from typing import Iterator, Optional
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Rule, py_path
+from .base import Audit, Rule
 
 _SHAPE_KEEPING = frozenset({"dropout", "identity"})
 

@@ -1,7 +1,6 @@
 """IL004 saturated-softmax."""
 from __future__ import annotations
 
-import math
 from typing import Iterator, Optional
 
 from ..graph import Op
