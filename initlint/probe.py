@@ -42,7 +42,8 @@ class ProbeResult:
     ``absmax`` of its output; ``dead``/``units`` (ReLU family);
     ``saturated`` (bounded activations); ``maxprob``/``entropy`` (softmax)."""
     params: Dict[str, Dict[str, float]] = field(default_factory=dict)
-    """Per parameter used by an op: ``rms``, ``std``, ``mean``, ``absmax``, ``spread``, ``dup_rows``, ``rows``."""
+    """Per weight of a Linear/Conv layer: ``rms``, ``low``, ``high``, ``absmax``, ``spread``,
+    ``dup_rows``, ``rows`` (and ``mean`` when all its entries are equal); per bias: ``mean``."""
     grads: Dict[str, Dict[str, float]] = field(default_factory=dict)
     """Per weight parameter: ``std``, ``absmax`` of its gradient under the backward probe."""
     logits: Optional[Dict[str, float]] = None
@@ -58,16 +59,33 @@ class _Collector:
     def __init__(self) -> None:
         self.keys: List[Tuple[str, Any, str]] = []
         self.values: List[torch.Tensor] = []
+        self.many_keys: List[Tuple[str, Any, str]] = []
+        self.many: List[torch.Tensor] = []
         self.consts: List[Tuple[str, Any, str, float]] = []
         self.device: Optional[torch.device] = None
         self._directions: Dict[Tuple[str, torch.dtype], torch.Tensor] = {}
         self.longest_row = 0
 
     def put(self, scope: str, key: Any, name: str, value: torch.Tensor) -> None:
+        """A 0-d device tensor; nothing is computed or moved until :meth:`finish`."""
         if self.device is None:
-            self.device = value.device
+            self._start(value.device)
         self.keys.append((scope, key, name))
         self.values.append(value)
+
+    def put_many(self, scope: str, keys: List[Any], name: str, values: torch.Tensor) -> None:
+        """One statistic for several keys at once: ``values[i]`` (float32 or wider) belongs to ``keys[i]``."""
+        if self.device is None:
+            self._start(values.device)
+        self.many_keys.extend((scope, key, name) for key in keys)
+        self.many.append(values)
+
+    def _start(self, device: torch.device) -> None:
+        # A float32 zero leads the scalars, so stacking never narrows them to a half type
+        # (type promotion of an integer count with a float16 value gives float16).
+        self.device = device
+        self.keys.append(("", None, ""))
+        self.values.append(torch.zeros((), device=device))
 
     def const(self, scope: str, key: Any, name: str, value: float) -> None:
         """A value already on the host (a shape, a count)."""
@@ -95,10 +113,13 @@ class _Collector:
         if not self.values:
             return
         with torch.no_grad():
-            flat = torch.stack([v if v.dtype == torch.float32 and v.device == self.device and v.dim() == 0
-                                else v.detach().reshape(()).to(self.device, torch.float32) for v in self.values])
+            values = [v if v.device == self.device else v.to(self.device) for v in self.values]
+            many = [v if v.device == self.device else v.to(self.device) for v in self.many]
+            flat = torch.cat([torch.stack(values).detach()] + [v.detach().reshape(-1) for v in many])
         host = flat.tolist()  # the one device -> host transfer
-        for (scope, key, name), value in zip(self.keys, host):
+        for (scope, key, name), value in zip(self.keys + self.many_keys, host):
+            if not scope:
+                continue
             if scope == "logits":
                 result.logits = result.logits or {}
                 result.logits[name] = value
@@ -138,15 +159,17 @@ class Observer:
         if op.kind in _NO_STATS or not t.is_floating_point() or t.numel() == 0:
             return
         y = t.detach()
-        # scale as root mean square (one fast reduction, no temporaries) and the largest magnitude
-        # (NaN propagates through amax/amin, so non-finite outputs show up here)
-        self.c.put("ops", op.id, "rms", torch.linalg.vector_norm(y, dtype=_acc(y)) / math.sqrt(y.numel()))
-        if op.kind in EXTREMA_KINDS:  # elsewhere a NaN still shows in the rms, and an Inf may be a mask
+        # Scale as root mean square: the norm here, divided by sqrt(numel) on the host (an
+        # arithmetic op with a Python number costs more than the reduction on small tensors).
+        self.c.put("ops", op.id, "norm", torch.linalg.vector_norm(y, dtype=_acc(y)))
+        self.c.const("ops", op.id, "numel", float(y.numel()))
+        if op.kind in O.DYING_KINDS:
+            self._dead(op, y)  # also measures the largest value
+        elif op.kind in EXTREMA_KINDS:  # elsewhere a NaN still shows in the norm, and an Inf may be a mask
+            # NaN propagates through amin/amax, so non-finite outputs show up here
             low, high = torch.aminmax(y)
             self.c.put("ops", op.id, "low", low)
             self.c.put("ops", op.id, "high", high)
-        if op.kind in O.DYING_KINDS:
-            self._dead(op, y)
         act = O.ACTIVATIONS.get(op.kind)
         if act is not None and act.bounds is not None:
             self._saturated(op, y, act.bounds)
@@ -154,19 +177,27 @@ class Observer:
             put_softmax(self.c, "ops", op.id, y, op.attrs.get("dim", -1), log=op.kind == "log_softmax")
 
     def _dead(self, op: Op, y: torch.Tensor) -> None:
+        """ReLU-family outputs are >= 0: a unit is dead when its largest output over the batch is 0."""
         if y.dim() < 2:
+            low, high = torch.aminmax(y)
+            self.c.put("ops", op.id, "low", low)
+            self.c.put("ops", op.id, "high", high)
             return
         axis = unit_axis(self.graph_of(), op) % y.dim()
         units = y.shape[axis]
-        alive = (y > 0).movedim(axis, 0).reshape(units, -1).any(dim=1)
+        peaks = y.amax(dim=[d for d in range(y.dim()) if d != axis])  # NaN stays NaN: counted alive
         op.attrs["units"] = units
         op.attrs["unit_axis"] = axis
-        self.c.put("ops", op.id, "dead", units - alive.sum())
+        self.c.put("ops", op.id, "alive", torch.count_nonzero(peaks))
+        self.c.const("ops", op.id, "units", float(units))
+        self.c.put("ops", op.id, "high", peaks.amax())
+        self.c.const("ops", op.id, "low", 0.0)
 
     def _saturated(self, op: Op, y: torch.Tensor, bounds: Tuple[float, float]) -> None:
         lo, hi = bounds
-        margin = SATURATION_MARGIN * (hi - lo)
-        self.c.put("ops", op.id, "saturated", ((y < lo + margin) | (y > hi - margin)).float().mean())
+        centre, reach = (lo + hi) / 2, (hi - lo) / 2 - SATURATION_MARGIN * (hi - lo)
+        centred = y if centre == 0 else y - centre
+        self.c.put("ops", op.id, "saturated_count", torch.count_nonzero(centred.abs() > reach))
 
 
 def put_softmax(c: _Collector, scope: str, key: Any, y: torch.Tensor, dim: int, log: bool) -> None:
@@ -210,19 +241,54 @@ def _acc(t: torch.Tensor) -> torch.dtype:
     return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
 
 
-def _scale(c: _Collector, scope: str, name: str, t: torch.Tensor) -> None:
-    """rms, mean, lowest and highest value of ``t``: three fast reductions and no copy of ``t``.
+def summarise(c: _Collector, scope: str, tensors: List[Tuple[str, torch.Tensor]], *, mean: bool,
+              rows: bool = False) -> None:
+    """Per tensor: ``rms``, ``low``, ``high`` (and ``mean``; ``dup_rows``/``rows`` for matrices).
 
-    std, absmax and spread are derived from them on the host (:func:`_derive`)."""
-    c.put(scope, name, "rms", torch.linalg.vector_norm(t, dtype=_acc(t)) / math.sqrt(t.numel()))
-    c.put(scope, name, "mean", t.mean(dtype=_acc(t)))
-    low, high = torch.aminmax(t)
-    c.put(scope, name, "low", low)
-    c.put(scope, name, "high", high)
+    Reductions run in place, without copies; the norms of all tensors of one dtype and device
+    come from one fused call. std, absmax and spread are derived on the host (:func:`_derive`)."""
+    groups: Dict[Tuple[Any, ...], List[Tuple[str, torch.Tensor]]] = {}
+    for name, t in tensors:
+        groups.setdefault((t.dtype, t.device), []).append((name, t.detach()))
+    for (dtype, _), items in groups.items():
+        names = [n for n, _ in items]
+        values = [t for _, t in items]
+        acc = _acc(values[0])
+        norms = torch._foreach_norm(values, 2, dtype=acc)
+        c.put_many(scope, names, "norm", torch.stack(norms))
+        for name, t in items:
+            c.const(scope, name, "numel", float(t.numel()))
+            if mean:
+                c.put(scope, name, "mean", t.mean(dtype=acc))
+            low, high = torch.aminmax(t)
+            c.put(scope, name, "low", low)
+            c.put(scope, name, "high", high)
+            if rows and t.dim() >= 2 and t.shape[0] >= 2:
+                _duplicate_rows(c, scope, name, t)
+
+
+def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> None:
+    """Count of rows (units) whose weights equal another row's: equal rows project identically
+    on a random direction, so sort the projections and count equal neighbours."""
+    matrix = w.reshape(w.shape[0], -1)
+    if matrix.dtype in (torch.float16, torch.bfloat16):
+        matrix = matrix.float()  # a half-precision projection would make distinct rows collide
+    proj = (matrix @ c.direction(matrix.shape[1], matrix.device, matrix.dtype)).sort().values
+    c.put(scope, name, "dup_rows", (proj[1:] == proj[:-1]).sum())
+    c.const(scope, name, "rows", float(matrix.shape[0]))
 
 
 def _derive(stats: Dict[str, float]) -> None:
-    """Host-side: std from rms and mean, absmax and spread from the extremes."""
+    """Host-side: rms from the norm, std from rms and mean, absmax and spread from the extremes,
+    dead units and the saturated fraction from their counts."""
+    numel = max(stats.get("numel", 1.0), 1.0)
+    if "norm" in stats:
+        stats["rms"] = stats.pop("norm") / math.sqrt(numel)
+    if "alive" in stats:
+        stats["dead"] = stats.pop("units") - stats.pop("alive")
+    if "saturated_count" in stats:
+        stats["saturated"] = stats.pop("saturated_count") / numel
+    stats.pop("numel", None)
     if "rms" in stats and "mean" in stats and "std" not in stats:
         stats["std"] = math.sqrt(max(stats["rms"] ** 2 - stats["mean"] ** 2, 0.0)) \
             if math.isfinite(stats["rms"]) else stats["rms"]
@@ -230,26 +296,23 @@ def _derive(stats: Dict[str, float]) -> None:
         low, high = stats["low"], stats["high"]
         stats["absmax"] = max(high, -low) if low == low and high == high else float("nan")
         stats["spread"] = high - low
+        if "mean" not in stats and stats["spread"] == 0:
+            stats["mean"] = low  # a constant tensor
 
 
-def _param_stats(c: _Collector, name: str, w: torch.Tensor) -> None:
-    w = w.detach()
-    if w.dim() < 2:  # a bias: its mean is all a rule uses (IL003 names a large negative bias)
-        c.put("params", name, "mean", w.mean(dtype=_acc(w)))
-        return
-    _scale(c, "params", name, w)
-    if w.shape[0] >= 2:
-        rows = w.reshape(w.shape[0], -1)
-        if rows.dtype in (torch.float16, torch.bfloat16):
-            rows = rows.float()  # a half-precision projection would make distinct rows collide
-        # units with identical weights project identically on a random direction
-        proj = (rows @ c.direction(rows.shape[1], rows.device, rows.dtype)).sort().values
-        c.put("params", name, "dup_rows", (proj[1:] == proj[:-1]).sum())
-        c.const("params", name, "rows", float(rows.shape[0]))
-
-
-def _grad_stats(c: _Collector, name: str, g: torch.Tensor) -> None:
-    _scale(c, "grads", name, g.detach())
+def _param_stats(c: _Collector, params: List[Tuple[str, torch.Tensor]]) -> None:
+    """Weights: scale, extremes and duplicated rows. Biases: the mean is all a rule uses
+    (IL003 names a large negative bias)."""
+    weights = [(n, p) for n, p in params if p.dim() >= 2]
+    biases = [(n, p) for n, p in params if p.dim() < 2]
+    c.longest_row = max((p[0].numel() for _, p in weights), default=0)
+    summarise(c, "params", weights, mean=False, rows=True)
+    groups: Dict[Tuple[Any, ...], List[Tuple[str, torch.Tensor]]] = {}
+    for name, b in biases:
+        groups.setdefault((b.shape, b.dtype, b.device), []).append((name, b))
+    for items in groups.values():
+        stack = torch.stack([b.detach() for _, b in items]).reshape(len(items), -1)
+        c.put_many("params", [n for n, _ in items], "mean", stack.mean(dim=1, dtype=_acc(stack)))
 
 
 def used_params(graph: Graph) -> List[str]:
@@ -281,9 +344,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
             del out, main
     params = [(n, named[n]) for n in used_params(cap.graph) if n in named]
     params = [(n, p) for n, p in params if p.is_floating_point() and p.numel() > 0 and p.device.type != "meta"]
-    c.longest_row = max((p[0].numel() for _, p in params if p.dim() >= 2), default=0)
-    for name, p in params:
-        _param_stats(c, name, p)
+    _param_stats(c, params)
     c.finish(result)
     return result
 
@@ -305,10 +366,8 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
     gen = torch.Generator().manual_seed(0)
     cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
     grads = list(torch.autograd.grad([main], [p for _, p in weights], [cotangent], allow_unused=True))
-    for i, (name, _) in enumerate(weights):
-        if grads[i] is not None:
-            _grad_stats(c, name, grads[i])
-        grads[i] = None  # free each gradient once summarised
+    summarise(c, "grads", [(name, g) for (name, _), g in zip(weights, grads) if g is not None], mean=True)
+    del grads
     result.backward_ran = True
 
 
