@@ -40,8 +40,9 @@ def unwrap(model: Any) -> nn.Module:
 
 def model_device(model: nn.Module) -> torch.device:
     """Device of the model's first parameter or buffer (CPU for a model with neither)."""
-    for t in list(model.parameters()) + list(model.buffers()):
-        return t.device
+    for tensors in (model.parameters(), model.buffers()):
+        for t in tensors:
+            return t.device
     return torch.device("cpu")
 
 
