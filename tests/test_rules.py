@@ -292,7 +292,10 @@ def test_il008_constant_and_zero_hidden_layers():
     model = he_head(mlp(3, width=64, init="he"))
     nn.init.constant_(model[0].weight, 0.1)
     nn.init.zeros_(model[2].weight)
-    assert codes(initlint.audit(model), "IL008") == {"0", "2"}
+    report = initlint.audit(model)
+    assert codes(report, "IL008") == {"0", "2"}
+    constant = next(f for f in report.findings if f.code == "IL008" and f.module == "0")
+    assert "equal 0.1" in constant.message
 
 
 def test_il008_duplicated_rows():

@@ -1,0 +1,49 @@
+"""The probe's statistics against the same quantities computed directly with torch."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+import initlint
+from initlint.probe import ProbeResult, _Collector
+
+
+def test_statistics_match_a_direct_computation():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 48), nn.ReLU(), nn.Linear(48, 48), nn.Tanh(), nn.Linear(48, 4))
+    nn.init.normal_(model[2].weight, std=2.0)  # drives part of the tanh into saturation
+    with torch.no_grad():
+        model[0].bias[:10] = -10.0  # kills ten ReLU units
+    x = torch.randn(64, 32)
+    report = initlint.audit(model, x)
+    with torch.no_grad():
+        h0 = model[0](x)
+        h1 = torch.relu(h0)
+        h3 = torch.tanh(model[2](h1))
+    ops = {op.module: op for op in report.graph}
+    stats = report.probe.ops
+    assert math.isclose(stats[ops["0"].id]["rms"], h0.pow(2).mean().sqrt().item(), rel_tol=1e-5)
+    assert math.isclose(stats[ops["0"].id]["absmax"], h0.abs().max().item(), rel_tol=1e-6)
+    assert stats[ops["1"].id]["dead"] == int((h1.amax(0) == 0).sum())
+    assert stats[ops["1"].id]["dead"] >= 10
+    assert math.isclose(stats[ops["1"].id]["absmax"], h1.max().item(), rel_tol=1e-6)
+    saturated = ((h3 < -0.98) | (h3 > 0.98)).float().mean().item()
+    assert saturated > 0 and math.isclose(stats[ops["3"].id]["saturated"], saturated, rel_tol=1e-6)
+    w = model[2].weight.detach()
+    params = report.probe.params["2.weight"]
+    assert math.isclose(params["rms"], w.pow(2).mean().sqrt().item(), rel_tol=1e-5)
+    assert params["low"] == w.min().item() and params["high"] == w.max().item()
+    assert params["dup_rows"] == 0 and params["rows"] == 48
+    assert math.isclose(report.probe.params["0.bias"]["mean"], model[0].bias.mean().item(), rel_tol=1e-5)
+
+
+def test_counts_stay_exact_next_to_half_precision_values():
+    c = _Collector()
+    c.put("ops", 0, "count", torch.tensor(70001))
+    c.put("ops", 0, "high", torch.tensor(3.0, dtype=torch.float16))
+    result = ProbeResult()
+    c.finish(result)
+    assert result.ops[0]["count"] == 70001  # float16 would round it to 70016
+    assert result.ops[0]["high"] == 3.0
