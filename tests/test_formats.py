@@ -190,8 +190,17 @@ def test_progress_on_stderr_when_it_is_a_terminal(model_file, monkeypatch, capsy
     with pytest.raises(SystemExit) as exit_:
         main(["check", model_file])
     terminal.close()
-    progress = os.read(master, 65536).decode()
+    chunks = []
+    while True:  # one read returns what the terminal holds at that moment, not everything
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the other end is closed and everything has been read
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
     os.close(master)
+    progress = b"".join(chunks).decode()
     assert exit_.value.code == 1
     for stage in ("loading models/convbn.py", "auditing ConvBN", "reporting"):
         assert f"initlint: {stage}" in progress
