@@ -163,7 +163,7 @@ class Observer:
         # arithmetic op with a Python number costs more than the reduction on small tensors).
         self.c.put("ops", op.id, "norm", torch.linalg.vector_norm(y, dtype=_acc(y)))
         self.c.const("ops", op.id, "numel", float(y.numel()))
-        if op.kind in O.DYING_KINDS:
+        if op.kind in O.DYING_KINDS and y.dim() >= 2:
             self._dead(op, y)  # also measures the largest value
         elif op.kind in EXTREMA_KINDS:  # elsewhere a NaN still shows in the norm, and an Inf may be a mask
             # NaN propagates through amin/amax, so non-finite outputs show up here
@@ -178,11 +178,6 @@ class Observer:
 
     def _dead(self, op: Op, y: torch.Tensor) -> None:
         """ReLU-family outputs are >= 0: a unit is dead when its largest output over the batch is 0."""
-        if y.dim() < 2:
-            low, high = torch.aminmax(y)
-            self.c.put("ops", op.id, "low", low)
-            self.c.put("ops", op.id, "high", high)
-            return
         axis = unit_axis(self.graph_of(), op) % y.dim()
         units = y.shape[axis]
         peaks = y.amax(dim=[d for d in range(y.dim()) if d != axis])  # NaN stays NaN: counted alive
@@ -247,10 +242,7 @@ def summarise(c: _Collector, scope: str, tensors: List[Tuple[str, torch.Tensor]]
 
     Reductions run in place, without copies; the norms of all tensors of one dtype and device
     come from one fused call. std, absmax and spread are derived on the host (:func:`_derive`)."""
-    groups: Dict[Tuple[Any, ...], List[Tuple[str, torch.Tensor]]] = {}
-    for name, t in tensors:
-        groups.setdefault((t.dtype, t.device), []).append((name, t.detach()))
-    for (dtype, _), items in groups.items():
+    for items in _grouped(tensors, lambda t: (t.dtype, t.device)):
         names = [n for n, _ in items]
         values = [t for _, t in items]
         acc = _acc(values[0])
@@ -265,6 +257,14 @@ def summarise(c: _Collector, scope: str, tensors: List[Tuple[str, torch.Tensor]]
             c.put(scope, name, "high", high)
             if rows and t.dim() >= 2 and t.shape[0] >= 2:
                 _duplicate_rows(c, scope, name, t)
+
+
+def _grouped(tensors: List[Tuple[str, torch.Tensor]], key: Any) -> List[List[Tuple[str, torch.Tensor]]]:
+    """``(name, detached tensor)`` pairs in groups of equal ``key(tensor)``, in first-seen order."""
+    groups: Dict[Any, List[Tuple[str, torch.Tensor]]] = {}
+    for name, t in tensors:
+        groups.setdefault(key(t), []).append((name, t.detach()))
+    return list(groups.values())
 
 
 def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> None:
@@ -307,11 +307,8 @@ def _param_stats(c: _Collector, params: List[Tuple[str, torch.Tensor]]) -> None:
     biases = [(n, p) for n, p in params if p.dim() < 2]
     c.longest_row = max((p[0].numel() for _, p in weights), default=0)
     summarise(c, "params", weights, mean=False, rows=True)
-    groups: Dict[Tuple[Any, ...], List[Tuple[str, torch.Tensor]]] = {}
-    for name, b in biases:
-        groups.setdefault((b.shape, b.dtype, b.device), []).append((name, b))
-    for items in groups.values():
-        stack = torch.stack([b.detach() for _, b in items]).reshape(len(items), -1)
+    for items in _grouped(biases, lambda b: (b.shape, b.dtype, b.device)):
+        stack = torch.stack([b for _, b in items]).reshape(len(items), -1)
         c.put_many("params", [n for n, _ in items], "mean", stack.mean(dim=1, dtype=_acc(stack)))
 
 
