@@ -13,7 +13,7 @@ from .version import __version__
 
 __all__ = ["audit", "Report", "Finding", "LoadError", "UsageError", "ignore", "__version__"]
 
-_LAZY = {"audit": "api", "UsageError": "api", "Report": "report", "Finding": "report", "LoadError": "load",
+_LAZY = {"audit": "api", "UsageError": "errors", "Report": "report", "Finding": "report", "LoadError": "errors",
          "ignore": "suppress"}
 
 

@@ -9,8 +9,9 @@ import torch.nn as nn
 
 from . import locate
 from .capture import RuntimeCapture, capture
+from .errors import LoadError, UsageError
 from .link import link_findings
-from .load import (DEFAULT_BATCH, LoadError, check_finite, infer_inputs, move_inputs, normalise_inputs,
+from .load import (DEFAULT_BATCH, check_finite, infer_inputs, move_inputs, normalise_inputs,
                    shaped_inputs)
 from .probe import ProbeResult, preserved, run_probe
 from .report import Finding, Report, group_runs
@@ -20,10 +21,6 @@ from .suppress import apply_suppressions
 
 RULE_ERROR = "IL000"
 """The code :func:`_run_rules` reports a rule's crash under (documented in ``rules/il000_rule_error.py``)."""
-
-
-class UsageError(LoadError):
-    """Bad arguments to :func:`audit` (unknown device, rule code, option)."""
 
 
 def unwrap(model: Any) -> nn.Module:

@@ -11,9 +11,9 @@ from typing import Any, Tuple
 
 import click
 
+from .errors import EXIT_CLEAN, EXIT_ERROR
 from .version import __version__
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 def _fail(message: str) -> None:

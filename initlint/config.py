@@ -12,13 +12,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+from .errors import ConfigError, UsageError
+
 KNOWN = ("select", "ignore", "logits", "seed", "batch_size", "rule_options", "device", "fail_on",
          "per_module_ignores", "input_shapes")
 """Settings :func:`initlint.audit` accepts as keywords (``-`` may be written for ``_``)."""
-
-
-class ConfigError(ValueError):
-    """The configuration file cannot be used."""
 
 
 class _Invalid(Exception):
@@ -277,7 +275,6 @@ def merge_cli(config: Config, opts: Dict[str, Any]) -> Dict[str, Any]:
 
 def apply_settings(base: Dict[str, Any], extra: Dict[str, Any]) -> Dict[str, Any]:
     """Merge extra keyword settings into ``base``; unknown names are a usage error."""
-    from .api import UsageError
 
     out = dict(base)
     for key, value in extra.items():

@@ -9,48 +9,13 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional
 from urllib.parse import quote
 
-from tabulate import tabulate
 
 from .report import Finding, Report
+from .table import colour_text, findings_table, relpath, where
 from .version import __version__
-
-
-def relpath(path: str) -> str:
-    """Path relative to the working directory when it lies below it."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
-
-
-def where(f: Finding) -> str:
-    """``path:line:col`` (col is always 1) or ``-``."""
-    return f"{relpath(f.location[0])}:{f.location[1]}:1" if f.location else "-"
-
-
-SEVERITY_COLOURS = {"info": "36", "warning": "33", "error": "31"}
-"""ANSI colour of each severity in the text format (cyan, yellow, red)."""
-
-
-def findings_table(findings: Sequence[Finding], colour: bool = False) -> str:
-    """A compact table of findings with the fix on its own line."""
-    rows = []
-    for f in findings:
-        text = f.message + f"\nhelp: {f.fix}"
-        if f.caused_by:
-            text += "\ncaused by: " + ", ".join(f.caused_by)
-        severity = _colour(f.severity, SEVERITY_COLOURS.get(f.severity, "0"), colour)
-        rows.append([where(f), _colour(f.code, "1", colour), severity, f.module or "<model>", text])
-    return tabulate(rows, headers=["location", "code", "severity", "module", "message"], tablefmt="simple",
-                    maxcolwidths=[None, None, None, 32, 90])
-
-
-def _colour(text: str, code: str, enabled: bool) -> str:
-    return f"\033[{code}m{text}\033[0m" if enabled else text
 
 
 def use_colour(stream: Any, environ: Optional[Dict[str, str]] = None) -> bool:
@@ -65,11 +30,11 @@ def format_text(reports: List[Report], colour: bool = False) -> str:
     out: List[str] = []
     for r in reports:
         head = f"{r.target or r.model} ({r.model}; capture: {r.capture or '-'}, device: {r.device})"
-        out.append(_colour(head, "1", colour))
+        out.append(colour_text(head, "1", colour))
         if r.error:
-            out.append(_colour(f"  error: {r.error}", "31", colour))
+            out.append(colour_text(f"  error: {r.error}", "31", colour))
         elif not r.findings:
-            out.append(_colour("  no findings", "32", colour))
+            out.append(colour_text("  no findings", "32", colour))
         else:
             out.append(findings_table(r.findings, colour))
         for note in r.notes:

@@ -15,13 +15,10 @@ import torch
 import torch.nn as nn
 
 from .capture.runtime import _tensors
+from .errors import LoadError
 
 DEFAULT_BATCH = 16
 DEFAULT_SPATIAL = 32
-
-
-class LoadError(Exception):
-    """A target cannot be loaded or probed; the message is one sentence for the user."""
 
 
 @dataclass

@@ -5,6 +5,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from .table import findings_table
+
 SEVERITIES = ("info", "warning", "error")
 
 
@@ -82,8 +84,6 @@ class Report:
         if self.error:
             raise AssertionError(f"initlint could not audit {self.model}: {self.error}")
         if bad:
-            from .formats import findings_table
-
             codes = sorted({f.code for f in bad})
             raise AssertionError(
                 f"initlint found {len(bad)} problem(s) in {self.model} at initialisation:\n\n"

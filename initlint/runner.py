@@ -7,7 +7,7 @@ from typing import Any, Dict, List
 
 import click
 
-from .cli import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
 from .report import SEVERITIES, Report
 
 

@@ -11,6 +11,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from .errors import UsageError
 from .report import Finding
 
 UNUSED = "IL010"
@@ -150,8 +151,6 @@ def apply_suppressions(findings: List[Finding], model: Any, per_module_ignores: 
     ``selected`` are the codes that ran: a suppression is only judged unused when it names
     one of them, and IL010 is only reported when it is selected itself.
     """
-    from .api import UsageError
-
     try:
         ignores = normalise_ignores(per_module_ignores)
     except TypeError as exc:

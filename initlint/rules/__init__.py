@@ -6,13 +6,10 @@ import importlib
 import pkgutil
 from typing import Dict, Iterable, List, Optional, Type
 
+from ..errors import UnknownCode
 from .base import Audit, Rule
 
 __all__ = ["Audit", "Rule", "all_rules", "get_rule", "select_rules", "UnknownCode"]
-
-
-class UnknownCode(ValueError):
-    """A ``--select``/``--ignore``/``explain`` code matches no rule."""
 
 
 def _discover() -> Dict[str, Type[Rule]]:

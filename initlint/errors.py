@@ -1,0 +1,27 @@
+"""Errors and exit codes shared by every stage: the one module both the API and the CLI import.
+
+Every error here carries one sentence for the user; the CLI prints it after ``initlint: error:``
+and exits with :data:`EXIT_ERROR`.
+"""
+from __future__ import annotations
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+"""``initlint check``: no finding at or above ``--fail-on``; some; a usage or load error."""
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C (128 + SIGINT, as shells report it)."""
+
+
+class LoadError(Exception):
+    """A target cannot be loaded or probed; the message is one sentence for the user."""
+
+
+class UsageError(LoadError):
+    """Bad arguments to :func:`initlint.audit` or the CLI (unknown device, rule code, option)."""
+
+
+class ConfigError(ValueError):
+    """The configuration file cannot be used."""
+
+
+class UnknownCode(ValueError):
+    """A ``--select``/``--ignore``/``explain`` code matches no rule."""
