@@ -15,7 +15,7 @@ from .load import (DEFAULT_BATCH, check_finite, infer_inputs, move_inputs, norma
                    shaped_inputs)
 from .probe import ProbeResult, preserved, run_probe
 from .report import Finding, Report, group_runs
-from .rules import Audit, all_rules, select_rules
+from .rules import AuditContext, all_rules, plugin_errors, select_rules, with_uses
 from .suppress import apply_suppressions
 
 
@@ -113,8 +113,8 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     cap, probe = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report)
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
     cap.graph.module_locations = locate.module_locations(work)
-    ctx = Audit(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))
-    findings = _run_rules(rules, ctx, probe, is_meta)
+    ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))
+    findings = _run_rules(rules, ctx, probe, is_meta, codes)
     findings = apply_suppressions(findings, work, options.get("per_module_ignores"), codes)
     report.findings = group_runs(link_findings(findings, cap.graph))
     report.notes.extend(probe.notes)
@@ -128,15 +128,15 @@ def _has_lazy_parameters(model: nn.Module) -> bool:
 
 
 def _instantiate(codes: List[str], rule_options: Dict[str, Dict[str, Any]]) -> list:
+    """The selected rules and the rules they use, instantiated with their options, in run order."""
     registry = all_rules()
     by_name = {cls.name: code for code, cls in registry.items()}
     for key in rule_options:
         if key not in registry and key not in by_name:
             raise UsageError(f"options given for unknown rule '{key}'")
     rules = []
-    for code in codes:
-        cls = registry[code]
-        opts = {**rule_options.get(cls.name, {}), **rule_options.get(code, {})}
+    for cls in with_uses(codes):
+        opts = {**rule_options.get(cls.name, {}), **rule_options.get(cls.code, {})}
         try:
             rules.append(cls(**opts))
         except ValueError as exc:
@@ -265,20 +265,27 @@ def describe_inputs(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:
     return ", ".join(parts) or "(no inputs)"
 
 
-def _run_rules(rules, ctx: Audit, probe: ProbeResult, is_meta: bool) -> List[Finding]:
+def _run_rules(rules, ctx: AuditContext, probe: ProbeResult, is_meta: bool, selected: List[str]) -> List[Finding]:
+    """Run the rules in order; a rule that only serves another (through ``uses``) is not reported."""
     findings: List[Finding] = []
-    report_errors = any(rule.code == RULE_ERROR for rule in rules)
+    error_rule = all_rules()[RULE_ERROR]
+    report_errors = RULE_ERROR in selected
+    if report_errors:
+        findings.extend(error_rule.make("", problem, "fix or uninstall the plugin; the built-in rules still ran")
+                        for problem in plugin_errors())
     for rule in rules:
         if is_meta and rule.needs - {"graph"}:
             continue
         if "gradients" in rule.needs and not probe.backward_ran:
             continue
         try:
-            findings.extend(rule.check(ctx))
+            found = list(rule.check(ctx))
         except Exception as exc:  # one broken rule must not hide the others' findings
-            if not report_errors:
-                continue
-            findings.append(Finding(code=RULE_ERROR, name="rule-error", severity="info", module="",
-                                    message=f"{rule.code} ({rule.name}) could not run: {type(exc).__name__}: {exc}",
-                                    fix="please report this with the model that triggers it"))
+            found = []
+            if report_errors and rule.code in selected:
+                findings.append(error_rule.make("", f"{rule.code} ({rule.name}) could not run: {type(exc).__name__}: {exc}",
+                                                "please report this with the model that triggers it"))
+        ctx.results[rule.code] = found
+        if rule.code in selected:
+            findings.extend(found)
     return findings

@@ -4,21 +4,20 @@ from __future__ import annotations
 from typing import Any, Dict, List
 
 from .report import Finding
-
-CAUSES = ("IL001", "IL008")
-"""Codes that name a root cause (a weight's scale or symmetry)."""
-CONSEQUENCES = ("IL003", "IL004", "IL005", "IL006", "IL007")
-"""Codes that describe a measured symptom an init problem can explain."""
+from .rules import all_rules
 
 
 def link_findings(findings: List[Finding], graph: Any = None) -> List[Finding]:
     """Fill ``caused_by`` of symptom findings with the root-cause findings that precede them.
 
-    A symptom at module ``m`` is explained by a cause at a module that runs before it (or
-    is ``m`` itself), in the graph's execution order; IL005 and IL006 describe a stretch of
-    the network, so every cause explains them.
+    Roles come from the rules (``Rule.role``). A symptom at module ``m`` is explained by a
+    cause at a module that runs before it (or is ``m`` itself), in the graph's execution
+    order; a symptom about a stretch of the network (``Rule.stretch``, such as drift through
+    depth) is explained by every cause.
     """
-    causes: List[Finding] = [f for f in findings if f.code in CAUSES and f.severity != "info"]
+    rules = all_rules()
+    role = {code: rule.role for code, rule in rules.items()}
+    causes: List[Finding] = [f for f in findings if role.get(f.code) == "cause" and f.severity != "info"]
     if not causes:
         return findings
     order: Dict[str, int] = {}
@@ -27,9 +26,10 @@ def link_findings(findings: List[Finding], graph: Any = None) -> List[Finding]:
     for f in findings:
         order.setdefault(f.module, len(order) + 10**9)
     for f in findings:
-        if f.code not in CONSEQUENCES:
+        if role.get(f.code) != "symptom":
             continue
-        before = [c for c in causes if f.code in ("IL005", "IL006") or order.get(c.module, 0) <= order.get(f.module, 0)
+        stretch = rules[f.code].stretch
+        before = [c for c in causes if stretch or order.get(c.module, 0) <= order.get(f.module, 0)
                   or c.module == f.module]
         f.caused_by = sorted({c.ref() for c in before})
     return findings

@@ -187,9 +187,8 @@ def unused_findings(suppressions: Iterable[Suppression], selected: Sequence[str]
         if not unused:
             continue
         where = s.roots[0] if s.roots else ""
-        out.append(Finding(
-            code=UNUSED, name="unused-suppression", severity="info", module=where,
-            message=f"{s.origin} silenced no finding of {', '.join(unused)} (0 findings; at least 1 expected)",
-            fix=f"remove {', '.join(unused)} from {s.origin}, or re-check whether the problem it hid is fixed",
+        out.append(registry[UNUSED].make(
+            where, f"{s.origin} silenced no finding of {', '.join(unused)} (0 findings; at least 1 expected)",
+            f"remove {', '.join(unused)} from {s.origin}, or re-check whether the problem it hid is fixed",
             value=0.0, threshold=1.0, location=s.location))
     return out

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from initlint.docs import pages, render
+from initlint.docs import pages, readme_with_table, render
 from initlint.rules import all_rules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -14,9 +14,17 @@ SECTIONS = ("## What it does", "## Why is this bad?", "## Example", "## Fix", "#
 
 @pytest.mark.parametrize("code", list(all_rules()))
 def test_every_rule_documents_every_section(code):
-    doc = all_rules()[code].doc()
+    page = render(all_rules()[code])  # the Example section comes from the rule's first bad example
     for section in SECTIONS:
-        assert section in doc, f"{code} lacks {section}"
+        assert section in page, f"{code} lacks {section}"
+
+
+def test_readme_rule_table_is_up_to_date():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        readme = fh.read()
+    assert readme_with_table(readme) == readme, "run: python -m initlint.docs"
+    for code, rule in all_rules().items():
+        assert f"| {code} | [{rule.name}](rules/{code}-{rule.name}.md) |" in readme
 
 
 def test_rule_pages_are_up_to_date():

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import inspect
+import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from functools import cached_property
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Tuple
 
+import torch
 import torch.nn as nn
 
 from .. import ops as O
@@ -13,10 +16,46 @@ from ..probe import ProbeResult
 from ..report import Finding
 
 
+ROLES = ("cause", "symptom", "check", "meta")
+"""What a rule's findings are: a root ``cause`` in the weights (scale, symmetry); a measured
+``symptom`` that causes upstream explain (dead units, drift, saturation); a ``check`` that
+stands on its own (an architecture or numeric fact); ``meta``, about the audit itself."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """A model a rule is shown on: ``build()`` returns the module (or ``(module, example_inputs)``),
+    and ``expect`` names the modules where the rule must report (empty: a model it must pass).
+
+    Every rule's examples are tests (``tests/test_rule_examples.py`` generates one per example,
+    plugins included) and the first bad one is the ``## Example`` of its documentation.
+    """
+
+    build: Callable[[], Any]
+    expect: FrozenSet[str] = frozenset()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword options for :func:`initlint.audit` (``logits=True``, ``rule_options=...``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "expect", frozenset(self.expect))
+
+    def model(self) -> Tuple[nn.Module, Any]:
+        """Build it with torch seeded to 0: ``(module, example_inputs or None)``."""
+        torch.manual_seed(0)
+        built = self.build()
+        return built if isinstance(built, tuple) else (built, None)
+
+    def source(self) -> str:
+        """The builder's source, for the documentation."""
+        return textwrap.dedent(inspect.getsource(self.build)).strip()
+
+
 class Rule:
-    """Base class. A subclass sets ``code``, ``name``, ``severity``, ``needs``, ``options`` and
-    implements :meth:`check`. Its docstring is the rule's documentation, with the sections
-    ``## What it does``, ``## Why is this bad?``, ``## Example``, ``## Fix`` and ``## Options``.
+    """Base class: one rule, one file. A subclass sets ``code``, ``name``, ``severity``,
+    ``role``, ``needs``, ``options``, its ``bad`` and ``good`` examples, and implements
+    :meth:`check`. Its docstring is the rule's documentation, with the sections
+    ``## What it does``, ``## Why is this bad?``, ``## Fix`` and ``## Options``; the
+    ``## Example`` section is generated from the first bad example.
     """
 
     code: str = ""
@@ -28,6 +67,17 @@ class Rule:
     """Option name -> default value; documented in the docstring's Options section."""
     summary: str = ""
     """One line for ``initlint rules``."""
+    role: str = "check"
+    """One of :data:`ROLES`; linking symptoms to causes reads it."""
+    stretch: bool = False
+    """A symptom about a stretch of the network (drift through depth): every cause explains it,
+    wherever the cause sits; other symptoms are explained by causes that run before them."""
+    uses: FrozenSet[str] = frozenset()
+    """Codes of rules whose findings :meth:`check` reads (:meth:`AuditContext.findings_of`); they run first."""
+    bad: Tuple[Example, ...] = ()
+    """Models the rule must flag, at the modules each example names."""
+    good: Tuple[Example, ...] = ()
+    """Models the rule must pass."""
 
     def __init__(self, **overrides: Any) -> None:
         unknown = set(overrides) - set(self.options)
@@ -35,11 +85,11 @@ class Rule:
             raise ValueError(f"{self.code} ({self.name}) has no option {', '.join(sorted(unknown))}")
         self.opts = {**self.options, **overrides}
 
-    def check(self, audit: "Audit") -> Iterator[Finding]:
+    def check(self, audit: "AuditContext") -> Iterator[Finding]:
         """Yield findings for the audited model."""
         raise NotImplementedError
 
-    def finding(self, audit: "Audit", op_or_module: Any, message: str, fix: str, *, value: Optional[float] = None,
+    def finding(self, audit: "AuditContext", op_or_module: Any, message: str, fix: str, *, value: Optional[float] = None,
                 threshold: Optional[float] = None, severity: Optional[str] = None) -> Finding:
         """A finding of this rule located at an op (or a module path)."""
         if isinstance(op_or_module, Op):
@@ -50,32 +100,40 @@ class Rule:
                        message=message, fix=fix, value=value, threshold=threshold, location=location)
 
     @classmethod
+    def make(cls, module: str, message: str, fix: str, **fields: Any) -> Finding:
+        """A finding of this rule built outside :meth:`check` (by the pipeline, for IL000 and IL010)."""
+        fields.setdefault("severity", cls.severity)
+        return Finding(code=cls.code, name=cls.name, module=module, message=message, fix=fix, **fields)
+
+    @classmethod
     def doc(cls) -> str:
         """The rule's documentation (its docstring, dedented)."""
         return inspect.cleandoc(cls.__doc__ or "")
 
 
 @dataclass
-class Audit:
-    """Everything a rule may read: the model, its captured graph and the probe statistics."""
+class AuditContext:
+    """Everything a rule may read: the model, its captured graph, the probe statistics and
+    the findings of the rules it ``uses``."""
 
     model: nn.Module
     graph: Graph
     probe: ProbeResult
     logits: bool = False
-    derived: Dict[str, Any] = field(default_factory=dict)
-    """Results one rule computes for others (e.g. IL001's flagged layers), keyed by rule code."""
+    results: Dict[str, List[Finding]] = field(default_factory=dict)
+    """Findings of the rules that already ran, by code (filled by the pipeline)."""
+
+    def findings_of(self, code: str) -> List[Finding]:
+        """What rule ``code`` found; it ran first because the reading rule declares it in ``uses``."""
+        return self.results.get(code, [])
 
     def param(self, name: str) -> Optional[nn.Parameter]:
         """The parameter tensor with this qualified name."""
         return self._params.get(name)
 
-    @property
+    @cached_property
     def _params(self) -> Dict[str, nn.Parameter]:
-        cache = self.derived.get("_params")
-        if cache is None:
-            cache = self.derived["_params"] = dict(self.model.named_parameters())
-        return cache
+        return dict(self.model.named_parameters())
 
     def op_stats(self, op: Op) -> Dict[str, float]:
         """Forward statistics of an op (empty when it was not measured)."""
@@ -157,3 +215,32 @@ def upstream_weight(graph: Graph, op: Op, limit: int = 32) -> Optional[Op]:
         if current.kind in O.WEIGHT_KINDS and "weight" in current.params:
             return current
     return None
+
+
+Audit = AuditContext
+"""The name rules written before :class:`AuditContext` use; kept for third-party rules."""
+
+
+def order_by_uses(rules: Iterable[Any]) -> List[Any]:
+    """Rules (classes or instances) in an order where every rule runs after the rules it ``uses``,
+    otherwise in code order. A cycle of ``uses`` is a mistake in the rules: ValueError."""
+    by_code = {r.code: r for r in sorted(rules, key=lambda r: r.code)}
+    ordered: List[Any] = []
+    done: set = set()
+    visiting: List[str] = []
+
+    def place(code: str) -> None:
+        if code in done or code not in by_code:
+            return
+        if code in visiting:
+            raise ValueError(f"rules use each other in a cycle: {' -> '.join(visiting + [code])}")
+        visiting.append(code)
+        for used in sorted(by_code[code].uses):
+            place(used)
+        visiting.pop()
+        done.add(code)
+        ordered.append(by_code[code])
+
+    for code in by_code:
+        place(code)
+    return ordered

@@ -41,7 +41,8 @@ class RuleError(Rule):
     name = "rule-error"
     severity = "info"
     needs = frozenset({"graph"})
-    summary = "A rule raised an exception; the other rules still report."
+    summary = "a rule crashed on this model, or a rule plugin could not be loaded; the others still ran"
+    role = "meta"
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         return iter(())

@@ -5,10 +5,12 @@ import math
 from dataclasses import dataclass
 from typing import Dict, Iterator, Tuple
 
+import torch.nn as nn
+
 from .. import ops as O
 from ..graph import Op
 from ..report import Finding
-from .base import Audit, Rule, downstream, fmt, py_path
+from .base import Audit, Example, Rule, downstream, fmt, py_path
 
 ENDPOINT_KINDS = O.NORM_KINDS | {"softmax", "log_softmax", "attention", "rnn", "other", "reduce", "matmul",
                                   "embedding", "conv_transpose"}
@@ -22,6 +24,41 @@ class _Judged:
     fan_in: int
     activation: str
     drift: float  # log variance factor of this layer against the nearest edge of its band
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def deep_relu_mlp_at_pytorch_default_init():
+    layers = []
+    for _ in range(8):
+        layers += [nn.Linear(256, 256), nn.ReLU()]  # default init: std 1/sqrt(3 * 256)
+    return nn.Sequential(*layers, nn.Linear(256, 10))
+
+
+def randn_relu_mlp():
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    for layer in model[::2]:
+        nn.init.normal_(layer.weight)  # std 1, 16x what ReLU needs at fan-in 256
+    return model
+
+
+def deep_relu_mlp_at_he_init():
+    layers = []
+    for _ in range(16):
+        layers += [nn.Linear(256, 256), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(256, 10))
+    for layer in model[:-1:2]:
+        nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+    nn.init.kaiming_normal_(model[-1].weight, nonlinearity="linear")
+    return model
+
+
+def tiny_init_behind_batchnorm():
+    layers = []
+    for _ in range(10):
+        layer = nn.Linear(64, 64, bias=False)
+        nn.init.normal_(layer.weight, std=0.001)  # far too small, but BatchNorm renormalises
+        layers += [layer, nn.BatchNorm1d(64), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(64, 10))
 
 
 class InitScale(Rule):
@@ -61,14 +98,6 @@ class InitScale(Rule):
     normalisation, a softmax or attention, or the model output. Layers within
     ``tolerance`` of their target (sampling noise of a finite weight matrix) contribute nothing.
 
-    ## Example
-    ```python
-    layers = []
-    for _ in range(8):
-        layers += [nn.Linear(256, 256), nn.ReLU()]   # default init: std 1/sqrt(3*256)
-    model = nn.Sequential(*layers, nn.Linear(256, 10))
-    ```
-
     ## Fix
     Initialise each flagged layer for the activation that follows it:
     ```python
@@ -93,7 +122,11 @@ class InitScale(Rule):
     name = "init-scale"
     severity = "warning"
     needs = frozenset({"graph"})
-    summary = "Weight scale does not match the gain of the next activation, and the mismatch compounds."
+    summary = "weight std against `gain / sqrt(fan_in)` of the next activation, judged by how far the mismatch compounds before a normalisation"
+    role = "cause"
+    bad = (Example(deep_relu_mlp_at_pytorch_default_init, expect={str(i) for i in range(0, 17, 2)}),
+           Example(randn_relu_mlp, expect={"0", "2", "4"}))
+    good = (Example(deep_relu_mlp_at_he_init), Example(tiny_init_behind_batchnorm))
     options = {"max-variance-drift": 1e4, "tolerance": 1.1}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
@@ -107,7 +140,6 @@ class InitScale(Rule):
                 prev = flagged.get(op_id)
                 if prev is None or abs(total) > abs(prev[0]):
                     flagged[op_id] = (total, endpoint, len(chain))
-        audit.derived[self.code] = {}
         seen_modules = set()
         for op_id in sorted(flagged):
             j = judged[op_id]
@@ -115,9 +147,7 @@ class InitScale(Rule):
                 continue
             seen_modules.add(j.op.module)
             total, endpoint, length = flagged[op_id]
-            f = self._finding(audit, j, total, endpoint, length)
-            audit.derived[self.code][j.op.module] = f
-            yield f
+            yield self._finding(audit, j, total, endpoint, length)
 
     # ------------------------------------------------------------------ judgement
     def _judge(self, audit: Audit) -> Dict[int, _Judged]:

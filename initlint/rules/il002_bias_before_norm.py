@@ -3,12 +3,27 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+import torch.nn as nn
+
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Rule
+from .base import Audit, Example, Rule
 
 _SHAPE_KEEPING = frozenset({"dropout", "identity"})
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def conv_with_bias_into_batchnorm():
+    return nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU())
+
+
+def linear_with_bias_into_batchnorm1d():
+    return nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.1), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def conv_without_bias_into_batchnorm():
+    return nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU())
 
 
 class BiasBeforeNorm(Rule):
@@ -31,11 +46,6 @@ class BiasBeforeNorm(Rule):
     norm, or a layer output that is also used elsewhere (each intermediate value must have
     exactly one user).
 
-    ## Example
-    ```python
-    nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU())
-    ```
-
     ## Fix
     ```python
     nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU())
@@ -49,7 +59,10 @@ class BiasBeforeNorm(Rule):
     name = "bias-before-norm"
     severity = "warning"
     needs = frozenset({"graph"})
-    summary = "A bias feeding BatchNorm/InstanceNorm over the same channels is cancelled exactly."
+    summary = "a Linear/Conv bias cancelled exactly by a following BatchNorm/InstanceNorm"
+    role = "check"
+    bad = (Example(conv_with_bias_into_batchnorm, expect={"0"}), Example(linear_with_bias_into_batchnorm1d, expect={"0"}))
+    good = (Example(conv_without_bias_into_batchnorm),)
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         seen = set()

@@ -4,9 +4,29 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
+import torch.nn as nn
+
 from .. import ops as O
 from ..report import Finding
-from .base import Audit, Rule, fmt, py_path, upstream_weight
+from .base import Audit, Example, Rule, fmt, py_path, upstream_weight
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def negative_bias_before_relu():
+    fc = nn.Linear(128, 128)
+    nn.init.constant_(fc.bias, -5.0)  # pre-activations far below zero
+    return nn.Sequential(fc, nn.ReLU(), nn.Linear(128, 10))
+
+
+def he_initialised_relu_mlp():
+    layers = []
+    for _ in range(6):
+        layers += [nn.Linear(128, 128), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(128, 10))
+    for layer in model[::2]:
+        nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+        nn.init.zeros_(layer.bias)
+    return model
 
 
 class DeadRelu(Rule):
@@ -38,13 +58,6 @@ class DeadRelu(Rule):
     for 256 units, 75% for 64, never for layers of fewer than 16 units. Dying from a
     negative bias or a vanished signal kills far more than that.
 
-    ## Example
-    ```python
-    fc = nn.Linear(128, 128)
-    nn.init.constant_(fc.bias, -5.0)   # pre-activations far below zero
-    model = nn.Sequential(fc, nn.ReLU(), nn.Linear(128, 10))
-    ```
-
     ## Fix
     Depends on the cause, which the finding names: a large negative bias (re-initialise it
     with ``nn.init.zeros_``), a too-small upstream init (the signal has vanished and the
@@ -61,7 +74,11 @@ class DeadRelu(Rule):
     name = "dead-relu"
     severity = "warning"
     needs = frozenset({"activations"})
-    summary = "Too many ReLU units output zero for the whole probe batch."
+    summary = "ReLU units that output zero for the whole probe batch (units, not outputs)"
+    role = "symptom"
+    uses = frozenset({"IL001"})
+    bad = (Example(negative_bias_before_relu, expect={"1"}),)
+    good = (Example(he_initialised_relu_mlp),)
     options = {"max-dead-fraction": 0.5, "noise-sigmas": 4.0, "min-observations": 8}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
@@ -101,7 +118,7 @@ class DeadRelu(Rule):
         if bias and bias.get("mean", 0.0) < 0 and abs(bias["mean"]) > 0.5 * pre_rms:
             return (f"the bias of {src.module} is {fmt(bias['mean'])} on average against a pre-activation rms of "
                     f"{fmt(pre_rms)}; re-initialise it: nn.init.zeros_({py_path(bias_name)})")
-        if src.module in audit.derived.get("IL001", {}):
+        if any(f.module == src.module for f in audit.findings_of("IL001")):
             return f"the signal reaching {src.module} has vanished (see IL001 {src.module}); fix that init first"
         return f"pre-activations of {src.module} are negative for most units; use nn.LeakyReLU(0.01) or check the input scale"
 

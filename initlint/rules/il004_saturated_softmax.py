@@ -5,7 +5,22 @@ from typing import Iterator, Optional
 
 from ..graph import Op
 from ..report import Finding
-from .base import Audit, Rule, fmt, py_path, upstream_weight
+import torch.nn as nn
+
+from .base import Audit, Example, Rule, fmt, py_path, upstream_weight
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def oversized_head_into_softmax():
+    head = nn.Linear(256, 10)
+    nn.init.normal_(head.weight, std=1.0)  # logits with std ~ 16
+    return nn.Sequential(nn.Linear(32, 256), nn.LayerNorm(256), nn.ReLU(), head, nn.Softmax(dim=-1))
+
+
+def lecun_head_into_softmax():
+    head = nn.Linear(256, 10)
+    nn.init.kaiming_normal_(head.weight, nonlinearity="linear")
+    return nn.Sequential(nn.Linear(32, 256), nn.LayerNorm(256), nn.ReLU(), head, nn.Softmax(dim=-1))
 
 
 class SaturatedSoftmax(Rule):
@@ -25,13 +40,6 @@ class SaturatedSoftmax(Rule):
     instead of learning. Attention scores that saturate the same way attend to a single
     position and pass almost no gradient to the others.
 
-    ## Example
-    ```python
-    head = nn.Linear(1000, 100)
-    nn.init.normal_(head.weight, std=1.0)      # logits with std ~ 30
-    model = nn.Sequential(nn.Linear(200, 1000), nn.ReLU(), head)
-    ```
-
     ## Fix
     Shrink the last layer's init (zero-init it, or scale it by 0.1) and check the signal
     scale upstream (IL001, IL005):
@@ -50,7 +58,10 @@ class SaturatedSoftmax(Rule):
     name = "saturated-softmax"
     severity = "warning"
     needs = frozenset({"activations"})
-    summary = "Softmax (or the declared logits) is near one-hot at initialisation."
+    summary = "a softmax, or the model's logits, near one-hot at init"
+    role = "symptom"
+    bad = (Example(oversized_head_into_softmax, expect={"3"}),)
+    good = (Example(lecun_head_into_softmax),)
     options = {"min-entropy": 0.5}
 
     def check(self, audit: Audit) -> Iterator[Finding]:

@@ -4,14 +4,33 @@ from __future__ import annotations
 import math
 from typing import Dict, Iterator, List, Optional, Tuple
 
+import torch.nn as nn
+
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Rule, fmt
+from .base import Audit, Example, Rule, fmt
 from ..probe import unit_axis
 from .il001_init_scale import ENDPOINT_KINDS
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def deep_linear_stack_with_tiny_weights():
+    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(30)])
+    for layer in model:
+        nn.init.normal_(layer.weight, std=0.01)  # 1/10 of 1/sqrt(100): the signal shrinks 10x per layer
+        nn.init.zeros_(layer.bias)
+    return model
+
+
+def deep_linear_stack_at_lecun_init():
+    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(30)])
+    for layer in model:
+        nn.init.normal_(layer.weight, std=0.1)
+        nn.init.zeros_(layer.bias)
+    return model
 
 
 class SignalDrift(Rule):
@@ -38,13 +57,6 @@ class SignalDrift(Rule):
     Such a network cannot learn: its outputs do not depend on its inputs, and its gradients
     drift the same way (IL006).
 
-    ## Example
-    ```python
-    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(50)])
-    for m in model:
-        nn.init.normal_(m.weight, std=0.01)
-    ```
-
     ## Fix
     Initialise every layer for the activation after it (see the IL001 findings this one
     links to), or add normalisation layers:
@@ -67,7 +79,11 @@ class SignalDrift(Rule):
     name = "signal-drift"
     severity = "warning"
     needs = frozenset({"activations"})
-    summary = "The measured forward signal explodes or vanishes through depth."
+    summary = "the measured forward signal exploding or vanishing through depth"
+    role = "symptom"
+    stretch = True
+    bad = (Example(deep_linear_stack_with_tiny_weights, expect={"0"}),)
+    good = (Example(deep_linear_stack_at_lecun_init),)
     options = {"max-scale-ratio": 100.0, "min-units": 16}
 
     def check(self, audit: Audit) -> Iterator[Finding]:

@@ -4,12 +4,31 @@ from __future__ import annotations
 import math
 from typing import Dict, Iterator, List, Optional, Tuple
 
+import torch.nn as nn
+
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Rule, downstream, fmt
+from .base import Audit, Example, Rule, downstream, fmt
 
 _SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def tanh_pyramid_with_uniform_weights():
+    widths = [round(200 * 0.96 ** i) for i in range(11)]
+    layers = []
+    for fan_in, fan_out in zip(widths, widths[1:]):
+        layer = nn.Linear(fan_in, fan_out)
+        nn.init.uniform_(layer.weight, -1, 1)  # std 0.58, about 8x what tanh needs
+        layers += [layer, nn.Tanh()]
+    return nn.Sequential(*layers, nn.Linear(widths[-1], 1))
+
+
+def conv_net_with_global_pooling():
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
 
 
 class GradientDrift(Rule):
@@ -50,13 +69,6 @@ class GradientDrift(Rule):
     (1e-3 to 1 in a 100-layer He pyramid and in the transformer zoo of the tests); LeCun or
     Glorot init in a 100-layer ReLU network leaves it near 1e-10.
 
-    ## Example
-    ```python
-    for m in pyramid.modules():
-        if isinstance(m, nn.Linear):
-            nn.init.uniform_(m.weight, -1, 1)
-    ```
-
     ## Fix
     Use the init that matches each layer's activation (IL001 names the layers), or add
     normalisation. The finding names the layers with the smallest and largest gradients.
@@ -73,7 +85,11 @@ class GradientDrift(Rule):
     name = "gradient-drift"
     severity = "warning"
     needs = frozenset({"gradients"})
-    summary = "Weight gradients span far more orders of magnitude than the layer fans predict."
+    summary = "weight gradients spread far beyond what the layer fans predict (backward probe)"
+    role = "symptom"
+    stretch = True
+    bad = (Example(tanh_pyramid_with_uniform_weights, expect={"18"}),)
+    good = (Example(conv_net_with_global_pooling),)
     options = {"max-excess-spread": 100.0, "max-gradient-drift": 1e6}
 
     def check(self, audit: Audit) -> Iterator[Finding]:

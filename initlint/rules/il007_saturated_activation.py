@@ -3,10 +3,25 @@ from __future__ import annotations
 
 from typing import Iterator
 
+import torch.nn as nn
+
 from .. import ops as O
 from ..report import Finding
-from .base import Audit, Rule, fmt, upstream_weight
+from .base import Audit, Example, Rule, fmt, upstream_weight
 from .il001_init_scale import init_fix
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def tanh_after_a_wide_layer_with_large_weights():
+    layer = nn.Linear(500, 500)
+    nn.init.normal_(layer.weight, std=0.2)  # pre-activation std ~4.5
+    return nn.Sequential(layer, nn.Tanh(), nn.Linear(500, 1))
+
+
+def tanh_after_a_glorot_layer():
+    layer = nn.Linear(500, 500)
+    nn.init.xavier_normal_(layer.weight)
+    return nn.Sequential(layer, nn.Tanh(), nn.Linear(500, 1))
 
 
 class SaturatedActivation(Rule):
@@ -24,13 +39,6 @@ class SaturatedActivation(Rule):
     init of a tanh pyramid saturates about 88% of the units of every layer), or a signal
     that has grown upstream.
 
-    ## Example
-    ```python
-    layer = nn.Linear(500, 500)
-    nn.init.normal_(layer.weight, std=0.1)   # pre-activation std ~2.2
-    model = nn.Sequential(layer, nn.Tanh())
-    ```
-
     ## Fix
     Scale the weights feeding the activation for it, e.g.
     ``nn.init.kaiming_normal_(layer.weight, nonlinearity="tanh")`` or
@@ -45,7 +53,10 @@ class SaturatedActivation(Rule):
     name = "saturated-activation"
     severity = "warning"
     needs = frozenset({"activations"})
-    summary = "A tanh/sigmoid-like activation outputs values pinned at its bounds."
+    summary = "tanh/sigmoid-like outputs pinned at their bounds"
+    role = "symptom"
+    bad = (Example(tanh_after_a_wide_layer_with_large_weights, expect={"1"}),)
+    good = (Example(tanh_after_a_glorot_layer),)
     options = {"max-saturated-fraction": 0.5}
 
     def check(self, audit: Audit) -> Iterator[Finding]:

@@ -3,10 +3,27 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+import torch.nn as nn
+
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Rule, fmt, py_path
+from .base import Audit, Example, Rule, fmt, py_path
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def constant_and_zero_hidden_layers():
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    nn.init.constant_(model[0].weight, 0.1)  # every unit computes the same thing
+    nn.init.zeros_(model[2].weight)
+    return model
+
+
+def zero_initialised_classifier_head():
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+    nn.init.kaiming_normal_(model[0].weight, nonlinearity="relu")
+    nn.init.zeros_(model[2].weight)  # deliberate: the head's gradient still differs per unit
+    return model
 
 
 class SymmetricInit(Rule):
@@ -29,13 +46,6 @@ class SymmetricInit(Rule):
     classifier head) starts as the identity of the block or a uniform prediction, and its
     gradient is not zero, because its input is not.
 
-    ## Example
-    ```python
-    hidden = nn.Linear(64, 64)
-    nn.init.constant_(hidden.weight, 0.1)
-    model = nn.Sequential(hidden, nn.ReLU(), nn.Linear(64, 10))
-    ```
-
     ## Fix
     Draw the weights at random with the scale the next activation needs:
     ``nn.init.kaiming_normal_(hidden.weight, nonlinearity="relu")``.
@@ -48,7 +58,10 @@ class SymmetricInit(Rule):
     name = "symmetric-init"
     severity = "warning"
     needs = frozenset({"graph"})
-    summary = "Weights are constant, zero or have duplicated rows, so units cannot break symmetry."
+    summary = "constant, zero or duplicated weights that cannot break symmetry"
+    role = "cause"
+    bad = (Example(constant_and_zero_hidden_layers, expect={"0", "2"}),)
+    good = (Example(zero_initialised_classifier_head),)
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         seen = set()

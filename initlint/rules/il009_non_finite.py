@@ -4,11 +4,28 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
+import torch.nn as nn
+
 from .. import ops as O
 from ..report import Finding
 from ..probe import EXTREMA_KINDS
-from .base import Audit, Rule, fmt
+from .base import Audit, Example, Rule, fmt
 
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def deep_linear_stack_with_randn_weights():
+    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(50)])
+    for layer in model:
+        nn.init.normal_(layer.weight)  # std 1: the signal grows 10x per layer
+    return model
+
+
+def deep_linear_stack_at_lecun_init():
+    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(50)])
+    for layer in model:
+        nn.init.normal_(layer.weight, std=0.1)
+    return model
 
 
 class NonFinite(Rule):
@@ -29,13 +46,6 @@ class NonFinite(Rule):
     after some 40 layers of ``randn`` weights of width 100) or an op met an invalid input
     (``log`` of a negative, ``0/0``).
 
-    ## Example
-    ```python
-    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(50)])
-    for m in model:
-        nn.init.normal_(m.weight)   # std 1: the signal grows 10x per layer
-    ```
-
     ## Fix
     Initialise for the activations (IL001) so the signal stays bounded; for an invalid
     input, guard the op (``clamp_min`` before ``log``/``sqrt``, an ``eps`` in divisions).
@@ -48,7 +58,10 @@ class NonFinite(Rule):
     name = "non-finite"
     severity = "error"
     needs = frozenset({"activations"})
-    summary = "NaN or Inf in the forward or backward probe."
+    summary = "NaN/Inf in the forward or backward probe, at the first op where it appears"
+    role = "check"
+    bad = (Example(deep_linear_stack_with_randn_weights, expect={"37", "49"}),)
+    good = (Example(deep_linear_stack_at_lecun_init),)
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         for op in audit.graph:

@@ -4,7 +4,41 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..report import Finding
-from .base import Audit, Rule
+import torch.nn as nn
+
+from .base import Audit, Example, Rule
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def suppression_that_silences_nothing():
+    from initlint import ignore
+
+    @ignore("IL001", reason="written for an init that was fixed since")
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    return Net()
+
+
+def suppression_that_silences_a_finding():
+    from initlint import ignore
+
+    @ignore("IL008", reason="the constant weight is restored from a checkpoint")
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 16)
+            nn.init.constant_(self.fc.weight, 0.5)
+
+        def forward(self, x):
+            return self.fc(x).relu()
+
+    return Net()
 
 
 class UnusedSuppression(Rule):
@@ -54,7 +88,10 @@ class UnusedSuppression(Rule):
     name = "unused-suppression"
     severity = "info"
     needs = frozenset({"graph"})
-    summary = "A per-module-ignores entry or an initlint.ignore decorator silenced no finding."
+    summary = "a suppression that silenced nothing"
+    role = "meta"
+    bad = (Example(suppression_that_silences_nothing, expect={""}),)
+    good = (Example(suppression_that_silences_a_finding),)
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         return iter(())
