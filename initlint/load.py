@@ -24,6 +24,10 @@ class LoadError(Exception):
     """A target cannot be loaded or probed; the message is one sentence for the user."""
 
 
+class NoModelsError(LoadError):
+    """An imported file defines no public ``nn.Module`` subclass."""
+
+
 @dataclass
 class Candidate:
     """A model to audit: a display name and a way to build it."""
@@ -91,7 +95,7 @@ def resolve(target: str) -> List[Candidate]:
              if isinstance(obj, type) and issubclass(obj, nn.Module) and obj.__module__ == module.__name__
              and not n.startswith("_")]  # a private class is a helper, not a model to audit
     if not found:
-        raise LoadError(f"{path} defines no nn.Module subclass; name a factory with {path}:NAME")
+        raise NoModelsError(f"{path} defines no nn.Module subclass; name a factory with {path}:NAME")
     return found
 
 

@@ -1,54 +1,384 @@
-"""Torch-free pre-scan: does a Python file define an ``nn.Module`` subclass?
+"""Torch-free static scan: does a Python file define a torch ``nn.Module`` subclass?
 
-Used by ``initlint check`` (and so by the pre-commit hook) to skip ordinary Python
-files without importing torch or the file itself.
+``initlint check`` (and so the pre-commit hook and folder targets) uses it to decide which
+files to import, without importing torch or the file itself. A class counts when one of its
+bases resolves, by reading import statements and assignments, to a torch module class:
+
+* ``import torch.nn as nn`` / ``from torch import nn`` / ``from torch.nn import Module`` /
+  ``import torch`` followed by ``nn.Module``, ``Module``, ``torch.nn.Module`` (or any other
+  class of ``torch.nn``, such as ``nn.Sequential``);
+* an alias (``Base = nn.Module``) or a class of the same file that is itself one;
+* a class of the project, imported from a sibling module (``from .base import Base``) or
+  from a package found above the file: that file is read the same way;
+* a model class of a known torch library: ``transformers`` (not its ``TF``/``Flax``
+  classes), ``lightning``'s ``LightningModule``, ``diffusers``, ``timm``, ``torchvision``,
+  ``torch_geometric``.
+
+Bases from Flax, JAX, TensorFlow/Keras, Ansible and the standard library are not torch
+modules. A base the scan cannot follow (a third-party package it does not know, a base
+built by a call) is judged conservatively: the file is a candidate ("maybe") only if it
+imports torch itself; it is then imported and audited if it does define an ``nn.Module``
+subclass, and passed over quietly if it does not. Files without such a class, and files
+that do not parse (Python 2, newer syntax, a bad encoding), are never imported.
 """
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional
+import builtins
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
-_MODULE_BASES = ("Module", "PreTrainedModel", "LightningModule")
+MODEL, MAYBE, NONE, UNPARSABLE = "model", "maybe", "none", "unparsable"
+"""Verdicts of :func:`scan_file`."""
+
+TORCH, UNKNOWN, OTHER = 2, 1, 0
+"""What a base class is, strongest first: combining several possibilities keeps the strongest."""
+
+_CLASS_WITH_BASES = re.compile(rb"^[ \t]*class[ \t]+\w+[ \t]*\(", re.M)
 
 
-def _base_name(node: ast.expr) -> Optional[str]:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Subscript):
-        return _base_name(node.value)
-    return None
+@dataclass
+class ScanResult:
+    """What the scan concluded about one file."""
+
+    verdict: str
+    models: List[str] = field(default_factory=list)
+    """Public classes that derive from a torch module."""
+    unresolved: List[str] = field(default_factory=list)
+    """``Net (base keras.Model)``: public classes whose base the scan could not follow."""
+    reason: str = ""
+    """Why the file does not parse (for :data:`UNPARSABLE`)."""
+
+
+# ----------------------------------------------------------------------------- what a dotted name is
+_TORCH_NON_MODULES = {"Parameter", "UninitializedParameter", "UninitializedBuffer", "Buffer"}
+_TORCH_NON_MODULE_PARTS = {"utils", "init", "functional", "parameter", "attention", "grad", "common_types"}
+_TORCH_OTHER_MODULES = {"torch.jit.ScriptModule", "torch.jit.RecursiveScriptModule", "torch.fx.GraphModule"}
+
+
+def _torch_kind(parts: List[str]) -> int:
+    dotted, last = ".".join(parts), parts[-1]
+    if dotted in _TORCH_OTHER_MODULES:
+        return TORCH
+    in_nn = parts[1:2] == ["nn"] or parts[1:3] == ["ao", "nn"]
+    if in_nn and last[:1].isupper() and last not in _TORCH_NON_MODULES \
+            and not _TORCH_NON_MODULE_PARTS.intersection(parts[:-1]):
+        return TORCH
+    return OTHER
+
+
+def _transformers_kind(parts: List[str]) -> int:
+    last = parts[-1]
+    if last.startswith(("TF", "Flax")) or any(p.startswith(("modeling_tf", "modeling_flax")) for p in parts):
+        return OTHER
+    modelish = last.endswith("Model") or "For" in last or any(p.startswith("modeling_") for p in parts[:-1])
+    return TORCH if modelish and last[:1].isupper() else OTHER
+
+
+def _diffusers_kind(parts: List[str]) -> int:
+    last = parts[-1]
+    if last.startswith("Flax") or last.endswith(("Pipeline", "Scheduler", "Config", "Output")):
+        return OTHER
+    modelish = last in ("ModelMixin", "AutoencoderKL") or last.endswith("Model") or "models" in parts[:-1]
+    return TORCH if modelish else OTHER
+
+
+def _parts_rule(*markers: str) -> Callable[[List[str]], int]:
+    return lambda parts: TORCH if set(markers).intersection(parts[1:-1]) and parts[-1][:1].isupper() else OTHER
+
+
+_FRAMEWORKS: Dict[str, Callable[[List[str]], int]] = {
+    "torch": _torch_kind,
+    "transformers": _transformers_kind,
+    "diffusers": _diffusers_kind,
+    "lightning": lambda parts: TORCH if parts[-1] == "LightningModule" else OTHER,
+    "pytorch_lightning": lambda parts: TORCH if parts[-1] == "LightningModule" else OTHER,
+    "timm": _parts_rule("models", "layers"),
+    "torchvision": _parts_rule("models", "ops"),
+    "torch_geometric": _parts_rule("nn"),
+}
+"""Top-level package -> how to judge a class imported from it, without reading the package."""
+
+_NOT_TORCH = {"flax", "jax", "jaxlib", "haiku", "equinox", "optax", "tensorflow", "tf_keras", "keras", "ansible",
+              "mxnet", "paddle", "mindspore", "numpy", "pandas", "sklearn", "scipy", "pydantic", "attr", "attrs",
+              "django", "flask", "fastapi", "sqlalchemy", "click", "typer", "pytest", "setuptools"}
+"""Packages whose classes are never torch modules."""
+
+_STDLIB = set(getattr(sys, "stdlib_module_names", ())) | {"builtins", "typing_extensions"}
+_BUILTINS = set(dir(builtins))
+_TORCH_IMPORTS = {"torch", "transformers", "diffusers", "lightning", "pytorch_lightning", "timm", "torchvision",
+                  "torch_geometric"}
+
+
+# ----------------------------------------------------------------------------- one file's names
+Ref = Union[None, Tuple[str, str, "_Module"], Tuple[str, "_Module", str]]
+"""``None`` (unknown), ``("q", dotted, where)`` (an absolute name seen from a file) or ``("c", module, class)``."""
+
+
+class _Module:
+    """The module-level names of one parsed file: imports, assignments, classes."""
+
+    def __init__(self, path: str, tree: ast.Module) -> None:
+        self.path = path
+        self.package = _package_of(path)
+        self.bindings: Dict[str, List[Union[str, ast.expr, None]]] = {}
+        self.classes: Dict[str, List[ast.expr]] = {}
+        self.order: List[str] = []
+        self.star: List[str] = []
+        self.imports_torch = False
+        self._collect(tree.body)
+
+    def _bind(self, name: str, value: Union[str, ast.expr, None]) -> None:
+        self.bindings.setdefault(name, []).append(value)
+
+    def _collect(self, body: List[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    top = alias.name.split(".")[0]
+                    self._bind(alias.asname or top, alias.name if alias.asname else top)
+                    self.imports_torch |= top in _TORCH_IMPORTS
+            elif isinstance(node, ast.ImportFrom):
+                self._import_from(node)
+            elif isinstance(node, ast.ClassDef):
+                if node.name not in self.classes:
+                    self.order.append(node.name)
+                self.classes.setdefault(node.name, []).extend(node.bases)
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        self._bind(target.id, node.value)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                self._bind(node.target.id, node.value)
+            else:  # module-level if/try/with blocks define module names too
+                for block in ("body", "orelse", "finalbody"):
+                    self._collect(getattr(node, block, None) or [])
+                for handler in getattr(node, "handlers", None) or []:
+                    self._collect(handler.body)
+
+    def _import_from(self, node: ast.ImportFrom) -> None:
+        base = _absolute(node.module, node.level, self.package)
+        if base is not None:
+            self.imports_torch |= base.split(".")[0] in _TORCH_IMPORTS
+        for alias in node.names:
+            if alias.name == "*":
+                if base is not None:
+                    self.star.append(base)
+                continue
+            self._bind(alias.asname or alias.name, f"{base}.{alias.name}" if base else None)
+
+
+def _absolute(module: Optional[str], level: int, package: str) -> Optional[str]:
+    """The absolute dotted name of ``from <level dots><module> import``; None when it leaves the package."""
+    if level == 0:
+        return module
+    parts = package.split(".") if package else []
+    if level - 1 > len(parts) or (not parts and level > 1):
+        return None
+    base = parts[:len(parts) - (level - 1)] + (module.split(".") if module else [])
+    return ".".join(base) or None
+
+
+def _package_of(path: str) -> str:
+    """``pkg.sub`` for ``.../pkg/sub/file.py`` when both folders hold an ``__init__.py``."""
+    parts: List[str] = []
+    directory = os.path.dirname(os.path.abspath(path))
+    while os.path.isfile(os.path.join(directory, "__init__.py")):
+        parts.insert(0, os.path.basename(directory))
+        parent = os.path.dirname(directory)
+        if parent == directory:
+            break
+        directory = parent
+    return ".".join(parts)
+
+
+_PROJECT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+
+
+def _roots(path: str) -> List[str]:
+    """Folders an absolute import of the file's project is looked up in: the package root, the file's
+    folder and its parents up to the project root (a folder with pyproject.toml, setup.py or .git), and its src/."""
+    directory = os.path.dirname(os.path.abspath(path))
+    package = _package_of(path)
+    top = directory
+    for _ in package.split(".") if package else ():
+        top = os.path.dirname(top)
+    roots = [top, directory]
+    current = directory
+    for _ in range(8):
+        if current not in roots:
+            roots.append(current)
+        if any(os.path.exists(os.path.join(current, m)) for m in _PROJECT_MARKERS):
+            roots.append(os.path.join(current, "src"))
+            break
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return roots
+
+
+# ----------------------------------------------------------------------------- resolution
+class _Resolver:
+    """Judges base classes across the files of one run; parsed files are cached."""
+
+    def __init__(self) -> None:
+        self.modules: Dict[str, Optional[_Module]] = {}
+        self.class_kinds: Dict[Tuple[_Module, str], int] = {}
+        self.roots: Dict[str, List[str]] = {}
+
+    def module(self, path: str) -> Optional[_Module]:
+        path = os.path.abspath(path)
+        if path not in self.modules:
+            self.modules[path] = None  # a cycle of imports reads as unknown
+            try:
+                with open(path, "rb") as fh:
+                    self.modules[path] = _Module(path, ast.parse(fh.read()))
+            except (OSError, SyntaxError, ValueError, RecursionError):
+                pass
+        return self.modules[path]
+
+    def refs(self, expr: ast.expr, mod: _Module, depth: int = 0) -> List[Ref]:
+        """Everything ``expr`` may name, seen from ``mod``."""
+        if depth > 30:
+            return [None]
+        if isinstance(expr, ast.Name):
+            return self._name_refs(expr.id, mod, depth)
+        if isinstance(expr, ast.Attribute):
+            return [("q", f"{r[1]}.{expr.attr}", r[2]) if r and r[0] == "q" else None
+                    for r in self.refs(expr.value, mod, depth + 1)]
+        if isinstance(expr, ast.Subscript):  # Generic[T], Base[int]
+            return self.refs(expr.value, mod, depth + 1)
+        if isinstance(expr, ast.IfExp):
+            return self.refs(expr.body, mod, depth + 1) + self.refs(expr.orelse, mod, depth + 1)
+        return [None]
+
+    def _name_refs(self, name: str, mod: _Module, depth: int) -> List[Ref]:
+        out: List[Ref] = [("c", mod, name)] if name in mod.classes else []
+        for value in mod.bindings.get(name, []):
+            if value is None or isinstance(value, str):
+                out.append(("q", value, mod) if value else None)
+            elif not (isinstance(value, ast.Name) and value.id == name):
+                out.extend(self.refs(value, mod, depth + 1))
+        if not out:
+            if mod.star:
+                out = [("q", f"{star}.{name}", mod) for star in mod.star]
+            else:
+                out = [("q", f"builtins.{name}", mod) if name in _BUILTINS else None]
+        return out
+
+    def kind(self, ref: Ref, depth: int = 0) -> int:
+        """TORCH, UNKNOWN or OTHER for one reference."""
+        if ref is None or depth > 30:
+            return UNKNOWN
+        if ref[0] == "c":
+            return self.class_kind(ref[1], ref[2], depth)
+        return self.dotted_kind(ref[1], ref[2], depth)
+
+    def class_kind(self, mod: _Module, name: str, depth: int = 0) -> int:
+        key = (mod, name)
+        if key not in self.class_kinds:
+            self.class_kinds[key] = OTHER  # a class deriving from itself is not a module
+            kinds = [self.kind(r, depth + 1) for base in mod.classes[name] for r in self.refs(base, mod)]
+            self.class_kinds[key] = max(kinds, default=OTHER)
+        return self.class_kinds[key]
+
+    def dotted_kind(self, dotted: str, seen_from: _Module, depth: int) -> int:
+        parts = dotted.split(".")
+        top = parts[0]
+        if top in _FRAMEWORKS:
+            return _FRAMEWORKS[top](parts)
+        if top in _NOT_TORCH or top in _STDLIB:
+            return OTHER
+        found = self._locate(parts, seen_from.path)
+        if found is None:
+            return UNKNOWN
+        path, rest = found
+        target = self.module(path)
+        if target is None or not rest:
+            return UNKNOWN
+        expr: ast.expr = ast.Name(rest[0])
+        for attr in rest[1:]:
+            expr = ast.Attribute(expr, attr)
+        return max((self.kind(r, depth + 1) for r in self.refs(expr, target)), default=UNKNOWN)
+
+    def _locate(self, parts: List[str], from_path: str) -> Optional[Tuple[str, List[str]]]:
+        """The project file defining the longest module prefix of ``parts``, and the names after it."""
+        directory = os.path.dirname(os.path.abspath(from_path))
+        if directory not in self.roots:
+            self.roots[directory] = _roots(from_path)
+        for cut in range(len(parts) - 1, 0, -1):
+            for root in self.roots[directory]:
+                base = os.path.join(root, *parts[:cut])
+                for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+                    if os.path.isfile(candidate):
+                        return candidate, parts[cut:]
+        return None
+
+
+_RESOLVER = _Resolver()
+
+
+# ----------------------------------------------------------------------------- entry points
+def scan_source(source: Union[bytes, str], path: str = "<source>") -> ScanResult:
+    """Judge ``source`` (the text of the file at ``path``; ``path`` locates its sibling modules)."""
+    data = source.encode("utf-8", "surrogateescape") if isinstance(source, str) else source
+    if not _CLASS_WITH_BASES.search(data):  # no class with bases: nothing to parse
+        return ScanResult(NONE)
+    try:
+        tree = ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError) as exc:
+        return ScanResult(UNPARSABLE, reason=_parse_error(exc))
+    mod = _Module(os.path.abspath(path), tree)
+    _RESOLVER.modules[mod.path] = mod
+    result = ScanResult(NONE)
+    for name in mod.order:
+        if name.startswith("_"):  # private helpers are not audited (initlint.load skips them too)
+            continue
+        kind = _RESOLVER.class_kind(mod, name)
+        if kind == TORCH:
+            result.models.append(name)
+        elif kind == UNKNOWN:
+            result.unresolved.append(f"{name} ({_describe_bases(mod, name)})")
+    if result.models:
+        result.verdict = MODEL
+    elif result.unresolved and mod.imports_torch:
+        result.verdict = MAYBE
+    return result
+
+
+def _describe_bases(mod: _Module, name: str) -> str:
+    return "base " + ", ".join(ast.unparse(b) for b in mod.classes[name])
+
+
+def _parse_error(exc: BaseException) -> str:
+    version = f"Python {sys.version_info[0]}.{sys.version_info[1]}"
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        return f"{version} cannot parse it (line {exc.lineno}: {exc.msg})"
+    message = exc.msg if isinstance(exc, SyntaxError) else str(exc)
+    return f"{version} cannot parse it ({message})"
+
+
+def scan_file(path: str) -> ScanResult:
+    """Judge the file at ``path`` without importing it (or torch); unreadable files are UNPARSABLE."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        return ScanResult(UNPARSABLE, reason=f"cannot be read ({exc.strerror})")
+    return scan_source(data, path)
 
 
 def defines_module(source: str) -> Optional[bool]:
-    """True if a class in ``source`` derives (within the file) from a ``*Module`` base.
-
-    Returns None when the source does not parse (the caller then imports it to report the error).
-    """
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    bases: Dict[str, List[str]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
-            bases[node.name] = [b for b in (_base_name(x) for x in node.bases) if b]
-
-    def base_is_module(name: str, depth: int) -> bool:
-        if name in bases:  # defined in this file: a module if one of its own bases is
-            return depth < 20 and any(base_is_module(b, depth + 1) for b in bases[name])
-        if name.endswith("DataModule"):  # Lightning's data modules hold no network
-            return False
-        return name.endswith(_MODULE_BASES) or name in ("Sequential", "ModuleList", "ModuleDict")
-
-    return any(base_is_module(b, 0) for own in bases.values() for b in own)
+    """True if a class in ``source`` (may) derive from a torch ``nn.Module``; None when it does not parse."""
+    verdict = scan_source(source).verdict
+    return None if verdict == UNPARSABLE else verdict in (MODEL, MAYBE)
 
 
 def file_defines_module(path: str) -> Optional[bool]:
     """:func:`defines_module` for a file; None when it cannot be read or parsed."""
-    try:
-        with open(path, "rb") as fh:
-            return defines_module(fh.read().decode("utf-8", errors="replace"))
-    except OSError:
-        return None
+    verdict = scan_file(path).verdict
+    return None if verdict == UNPARSABLE else verdict in (MODEL, MAYBE)
