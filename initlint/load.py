@@ -28,6 +28,10 @@ class NoModelsError(LoadError):
     """An imported file defines no public ``nn.Module`` subclass."""
 
 
+class NoProbeInputError(LoadError):
+    """No probe input can be inferred for the model (and none was given)."""
+
+
 @dataclass
 class Candidate:
     """A model to audit: a display name and a way to build it."""
@@ -219,7 +223,7 @@ def infer_inputs(model: nn.Module, batch: int, seed: int) -> Tuple[Tuple[Any, ..
     first = first_consumer(model)
     name = type(model).__name__
     if first is None:
-        raise LoadError(f"cannot infer a probe input for {name}: it has no Linear, Conv or Embedding layer to read "
+        raise NoProbeInputError(f"cannot infer a probe input for {name}: it has no Linear, Conv or Embedding layer to read "
                         f"the input shape from; pass --input-shape (e.g. 16,3,32,32) or example_inputs")
     if isinstance(first, nn.Linear):
         return (torch.randn(batch, first.in_features, generator=gen, dtype=dtype),), {}
@@ -239,7 +243,7 @@ def infer_inputs(model: nn.Module, batch: int, seed: int) -> Tuple[Tuple[Any, ..
         width = first.linear1.in_features
         shape = (batch, 8, width) if first.self_attn.batch_first else (8, batch, width)
         return (torch.randn(*shape, generator=gen, dtype=dtype),), {}
-    raise LoadError(f"cannot infer a probe input for {name} (first layer {type(first).__name__}); "
+    raise NoProbeInputError(f"cannot infer a probe input for {name} (first layer {type(first).__name__}); "
                     f"pass --input-shape or example_inputs")
 
 
