@@ -24,6 +24,7 @@ that do not parse (Python 2, newer syntax, a bad encoding), are never imported.
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import os
 import re
@@ -221,6 +222,124 @@ def _roots(path: str) -> List[str]:
     return roots
 
 
+# ----------------------------------------------------------------------------- the module skeleton
+_STATEMENT = re.compile(  # anchored on "\n" rather than "^": a literal prefix the regex engine jumps between
+    r"\n(?:(?P<cls>class[ \t]+\w+[ \t]*[(:])"
+    r"|(?P<body>(?:async[ \t]+)?def\b|class\b|@)"
+    r"|(?P<block>(?:if|elif|else|try|except|finally|with|for|while)\b)"
+    r"|(?P<imp>[ \t]*(?:import[ \t]+[\w.]|from[ \t]+[\w.]+[ \t]+import\b))"
+    r"|(?P<asg>[A-Za-z_]\w*[ \t]*(?::[^=\n]*)?=(?!=)[^\n]*))")
+_OPEN, _CLOSE = "([{", ")]}"
+_CLASS_NAME = re.compile(r"class[ \t]+\w+[ \t]*")
+def _triple_quoted(text: str) -> List[Tuple[int, int]]:
+    """Spans of triple-quoted strings (docstrings), pairing each opening quote with the next one like it."""
+    spans: List[Tuple[int, int]] = []
+    following = {q: text.find(q) for q in ('"""', "'''")}
+    while True:
+        live = [(i, q) for q, i in following.items() if i >= 0]
+        if not live:
+            return spans
+        begin, quote = min(live)
+        close = text.find(quote, begin + 3)
+        end = len(text) if close < 0 else close + 3
+        spans.append((begin, end))
+        for q, i in following.items():
+            if 0 <= i < end:
+                following[q] = text.find(q, end)
+
+
+def _statement(text: str, start: int, limit: int = 100) -> Tuple[str, bool]:
+    """The logical line starting at ``start`` (continued while brackets are open or a line ends in a
+    backslash), and whether it ended balanced within ``limit`` lines."""
+    depth, pos, lines = 0, start, 0
+    while pos < len(text) and lines < limit:
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        line = text[pos:end].split("#", 1)[0]
+        depth += sum(line.count(c) for c in _OPEN) - sum(line.count(c) for c in _CLOSE)
+        lines += 1
+        if depth <= 0 and not line.rstrip().endswith("\\"):
+            return text[start:end], depth == 0
+        pos = end + 1
+    return text[start:pos], False
+
+
+def _class_header(text: str, start: int) -> Optional[str]:
+    """``class Name(bases): pass`` for the class statement at ``start``, or None when its bases do not close."""
+    name_end = _CLASS_NAME.match(text, start).end()  # type: ignore[union-attr]
+    if text[name_end] == ":":
+        return text[start:name_end] + ": pass"
+    open_at = name_end
+    depth = 0
+    for pos in range(open_at, min(len(text), open_at + 4000)):
+        char = text[pos]
+        depth += (char in _OPEN) - (char in _CLOSE)
+        if depth == 0:
+            return text[start:pos + 1] + ": pass"
+    return None
+
+
+def _skeleton(text: str) -> str:
+    """The statements that decide what a module-level class derives from: imports (module level, and in
+    module-level if/try/with blocks), class headers and one-line assignments. Function and class bodies,
+    and everything else, are left out: parsing this is much cheaper than parsing the file."""
+    out: List[str] = []
+    context = "module"
+    text = "\n" + text  # every statement now starts after a "\n", the first one too
+    strings = _triple_quoted(text)
+    starts = [a for a, _ in strings]
+    for match in _STATEMENT.finditer(text):
+        begin, head = match.start() + 1, match.group(0)[1:]
+        at = bisect.bisect_right(starts, begin) - 1
+        if at >= 0 and begin < strings[at][1]:
+            continue  # inside a docstring or other triple-quoted string
+        kind = match.lastgroup
+        if kind == "cls":
+            context = "body"
+            header = _class_header(text, begin)
+            if header:
+                out.append(header)
+        elif kind in ("body", "block"):
+            context = kind
+        elif kind == "imp":
+            indented = head[:1] in " \t"
+            if indented and context == "body":
+                continue  # an import inside a function or class is not a module name
+            stmt, ok = _statement(text, begin + len(head) - len(head.lstrip()))
+            if ok:
+                out.append(stmt)
+            context = context if indented else "module"
+        else:
+            stmt, ok = _statement(text, begin, limit=1)
+            if ok:
+                out.append(stmt)
+            context = "module"
+    return "\n".join(out)
+
+
+def _decode(data: bytes) -> str:
+    try:
+        return data.decode("utf-8")  # the default source encoding: a coding cookie matters only when this fails
+    except UnicodeDecodeError:
+        pass
+    import io
+    import tokenize
+
+    try:
+        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+    except SyntaxError:
+        encoding = "utf-8"
+    return data.decode(encoding, errors="replace")
+
+
+def _parse_module(data: bytes) -> ast.Module:
+    """The skeleton's tree; the whole file's when the skeleton does not parse. Raises what ``ast.parse`` raises."""
+    try:
+        return ast.parse(_skeleton(_decode(data)))
+    except (SyntaxError, ValueError, LookupError):
+        return ast.parse(data)
+
+
 # ----------------------------------------------------------------------------- resolution
 class _Resolver:
     """Judges base classes across the files of one run; parsed files are cached."""
@@ -236,7 +355,7 @@ class _Resolver:
             self.modules[path] = None  # a cycle of imports reads as unknown
             try:
                 with open(path, "rb") as fh:
-                    self.modules[path] = _Module(path, ast.parse(fh.read()))
+                    self.modules[path] = _Module(path, _parse_module(fh.read()))
             except (OSError, SyntaxError, ValueError, RecursionError):
                 pass
         return self.modules[path]
@@ -329,7 +448,7 @@ def scan_source(source: Union[bytes, str], path: str = "<source>") -> ScanResult
     if not _CLASS_WITH_BASES.search(data):  # no class with bases: nothing to parse
         return ScanResult(NONE)
     try:
-        tree = ast.parse(data)
+        tree = _parse_module(data)
     except (SyntaxError, ValueError, RecursionError) as exc:
         return ScanResult(UNPARSABLE, reason=_parse_error(exc))
     mod = _Module(os.path.abspath(path), tree)
@@ -347,6 +466,11 @@ def scan_source(source: Union[bytes, str], path: str = "<source>") -> ScanResult
         result.verdict = MODEL
     elif result.unresolved and mod.imports_torch:
         result.verdict = MAYBE
+    if result.verdict != NONE:
+        try:  # it will be imported: the whole file must parse, not only its skeleton
+            ast.parse(data)
+        except (SyntaxError, ValueError, RecursionError) as exc:
+            return ScanResult(UNPARSABLE, models=result.models, reason=_parse_error(exc))
     return result
 
 

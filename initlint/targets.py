@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -43,29 +44,42 @@ class Collected:
 
 
 # ----------------------------------------------------------------------------- exclusions
-@dataclass(frozen=True)
 class Exclusions:
     """Glob patterns and the folder that patterns with ``/`` are relative to."""
 
-    patterns: Tuple[str, ...]
-    base: str
-
-    def matches(self, path: str) -> bool:
-        """Is ``path`` (a file or folder) excluded, by its own name or a folder above it (below ``base``)?"""
-        rel = os.path.relpath(os.path.abspath(path), self.base).replace(os.sep, "/")
-        parts = [p for p in rel.split("/") if p not in ("", ".")] if not rel.startswith("..") \
-            else [os.path.basename(os.path.abspath(path))]
-        prefixes = ["/".join(parts[:i + 1]) for i in range(len(parts))]
+    def __init__(self, patterns: Sequence[str], base: str) -> None:
+        self.patterns = tuple(patterns)
+        self.base = base
+        names, paths = [], []
         for raw in self.patterns:
             pattern = raw.strip().rstrip("/")
             pattern = pattern[2:] if pattern.startswith("./") else pattern
             if "/" not in pattern:
-                if any(fnmatch.fnmatchcase(part, pattern) for part in parts):
-                    return True
-            elif any(fnmatch.fnmatchcase(p, pattern) or (pattern.startswith("**/")
-                     and fnmatch.fnmatchcase(p, pattern[3:])) for p in prefixes):
-                return True
-        return False
+                names.append(fnmatch.translate(pattern))
+            else:
+                paths.append(fnmatch.translate(pattern))
+                if pattern.startswith("**/"):
+                    paths.append(fnmatch.translate(pattern[3:]))
+        self._names = re.compile("|".join(names)) if names else None
+        self._paths = re.compile("|".join(paths)) if paths else None
+
+    def matches_entry(self, rel_dir: str, name: str) -> bool:
+        """Is ``name`` in the folder ``rel_dir`` (relative to :attr:`base`, posix) excluded? Its parents
+        are taken as checked already, as a walk does."""
+        if self._names is not None and self._names.match(name):
+            return True
+        return self._paths is not None and bool(self._paths.match(f"{rel_dir}/{name}" if rel_dir else name))
+
+    def relative(self, path: str) -> str:
+        """``path`` relative to :attr:`base` in posix form (``""`` for the base itself)."""
+        rel = os.path.relpath(os.path.abspath(path), self.base).replace(os.sep, "/")
+        return "" if rel == "." else rel
+
+    def matches(self, path: str) -> bool:
+        """Is ``path`` (a file or folder) excluded, by its own name or a folder above it (below ``base``)?"""
+        rel = self.relative(path)
+        parts = rel.split("/") if rel and not rel.startswith("..") else [os.path.basename(os.path.abspath(path))]
+        return any(self.matches_entry("/".join(parts[:i]), part) for i, part in enumerate(parts))
 
 
 class ExclusionFinder:
@@ -134,9 +148,10 @@ def walk(folder: str, finder: ExclusionFinder) -> List[str]:
     found: List[str] = []
     for directory, dirs, files in os.walk(folder):
         rules = finder.for_dir(directory)
-        dirs[:] = sorted(d for d in dirs if not rules.matches(os.path.join(directory, d)))
+        rel = rules.relative(directory)
+        dirs[:] = sorted(d for d in dirs if not rules.matches_entry(rel, d))
         found.extend(os.path.normpath(os.path.join(directory, f)) for f in sorted(files)
-                     if f.endswith(".py") and not rules.matches(os.path.join(directory, f)))
+                     if f.endswith(".py") and not rules.matches_entry(rel, f))
     return found
 
 

@@ -96,8 +96,9 @@ FOREIGN = {
     "flax_net.py": "import flax.linen as nn\n\n\nclass Net(nn.Module):\n    features: int = 8\n",
     "tf_net.py": "import tensorflow as tf\n\n\nclass Net(tf.Module):\n    pass\n",
     "ansible_module.py": "from ansible.module_utils.basic import AnsibleModule\n\n\nclass Mod(AnsibleModule):\n    pass\n",
-    "py2.py": 'print "hello from Python 2"\n\n\nclass Old(object):\n    pass\n',
-    "newer.py": "type Width = int\n\n\nclass New(object):\n    pass\n",
+    # torch models the running Python cannot parse: skipped with a note, not an error
+    "py2.py": 'import torch.nn as nn\nprint "hello from Python 2"\n\n\nclass Old(nn.Module):\n    pass\n',
+    "newer.py": "import torch.nn as nn\ntype Width = int\n\n\nclass New(nn.Module):\n    pass\n",
 }
 
 ALIASED_BAD = BAD.replace("import torch.nn as nn\n", "import torch.nn as nn\n\nBase = nn.Module\n").replace(

@@ -66,16 +66,33 @@ def test_an_unfollowable_base_in_a_file_that_imports_torch_is_a_candidate():
 
 
 @pytest.mark.parametrize("data", [
-    b'print "python 2"\nclass A(object): pass\n',
-    b"type Alias = int\nclass A(object): pass\n",  # Python 3.12 syntax
-    b"def f[T](x: T) -> T:\n    return x\nclass A(object): pass\n",
-    b"class A(object): pass\nname = '\xe9t\xe9'\n",  # Latin-1 bytes without a coding cookie
-    b"class A(object): pass\nx = 1\x00\n",
-], ids=["python 2", "type statement", "generic function", "bad encoding", "null byte"])
-def test_files_that_do_not_parse_are_unparsable_with_the_reason(data):
+    b'import torch.nn as nn\nprint "python 2"\nclass Net(nn.Module): pass\n',
+    b"import torch.nn as nn\ntype Width = int\nclass Net(nn.Module): pass\n",  # Python 3.12 syntax
+    b"import torch.nn as nn\nclass Net(nn.Module):\n    def f[T](self, x: T) -> T:\n        return x\n",
+    b"import torch.nn as nn\nclass Net(nn.Module): pass\nname = '\xe9t\xe9'\n",  # Latin-1, no coding cookie
+    b"import torch.nn as nn\nclass Net(nn.Module): pass\nx = 1\x00\n",
+], ids=["python 2", "type statement", "generic method", "bad encoding", "null byte"])
+def test_model_files_that_do_not_parse_are_unparsable_with_the_reason(data):
     result = scan_source(data)
     assert result.verdict == UNPARSABLE
     assert result.reason.startswith(f"Python {sys.version_info[0]}.{sys.version_info[1]} cannot parse it")
+
+
+def test_other_files_that_do_not_parse_hold_no_model():
+    assert scan_source(b'print "python 2"\nclass Old(object): pass\n').verdict == NONE
+
+
+def test_what_the_scan_reads_and_what_it_leaves_out():
+    multi_line = ("from torch.nn import (\n    Linear,\n    Module,\n)\n\n\nclass Net(\n    Module,  # (the base)\n):\n"
+                  "    pass\n")
+    assert scan_source(multi_line).models == ["Net"]
+    conversion = ("import flax.linen as nn\n\n\ndef to_torch(params):\n    import torch.nn as nn\n    return nn.Linear(2, 2)\n"
+                  "\n\nclass Net(nn.Module):\n    pass\n")
+    assert scan_source(conversion).verdict == NONE  # torch is imported inside a function only
+    guarded = "if True:\n    from torch import nn\nelse:\n    nn = None\n\n\nclass Net(nn.Module):\n    pass\n"
+    assert scan_source(guarded).models == ["Net"]
+    docstring = '"""Example::\n\n    import torch.nn as nn\n    from this import that\n"""\nclass Net(Base): pass\n'
+    assert scan_source(docstring).verdict == NONE
 
 
 def write_tree(root: Path, files: dict) -> None:
