@@ -20,6 +20,12 @@ built by a call) is judged conservatively: the file is a candidate ("maybe") onl
 imports torch itself; it is then imported and audited if it does define an ``nn.Module``
 subclass, and passed over quietly if it does not. Files without such a class, and files
 that do not parse (Python 2, newer syntax, a bad encoding), are never imported.
+
+To stay well under a millisecond per file, the scan does not parse whole files: it reads
+their skeleton, the statements that decide what a module-level class derives from (imports
+at module level or in module-level ``if``/``try``/``with`` blocks, ``class`` headers,
+one-line assignments), outside triple-quoted strings. A candidate file is then parsed
+whole, since it is about to be imported.
 """
 from __future__ import annotations
 
