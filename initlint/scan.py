@@ -237,6 +237,8 @@ _STATEMENT = re.compile(  # anchored on "\n" rather than "^": a literal prefix t
     r"|(?P<asg>[A-Za-z_]\w*[ \t]*(?::[^=\n]*)?=(?!=)[^\n]*))")
 _OPEN, _CLOSE = "([{", ")]}"
 _CLASS_NAME = re.compile(r"class[ \t]+\w+[ \t]*")
+
+
 def _triple_quoted(text: str) -> List[Tuple[int, int]]:
     """Spans of triple-quoted strings (docstrings), pairing each opening quote with the next one like it."""
     spans: List[Tuple[int, int]] = []
@@ -325,7 +327,7 @@ def _skeleton(text: str) -> str:
 
 def _decode(data: bytes) -> str:
     try:
-        return data.decode("utf-8")  # the default source encoding: a coding cookie matters only when this fails
+        return data.decode("utf-8-sig")  # the default source encoding (a BOM allowed): a coding cookie matters only when this fails
     except UnicodeDecodeError:
         pass
     import io

@@ -91,6 +91,8 @@ def test_what_the_scan_reads_and_what_it_leaves_out():
     assert scan_source(conversion).verdict == NONE  # torch is imported inside a function only
     guarded = "if True:\n    from torch import nn\nelse:\n    nn = None\n\n\nclass Net(nn.Module):\n    pass\n"
     assert scan_source(guarded).models == ["Net"]
+    crlf_bom = b"\xef\xbb\xbfimport torch.nn as nn\r\nBase = nn.Module\r\nclass Net(\r\n    Base):\r\n    pass\r\n"
+    assert scan_source(crlf_bom).models == ["Net"]
     docstring = '"""Example::\n\n    import torch.nn as nn\n    from this import that\n"""\nclass Net(Base): pass\n'
     assert scan_source(docstring).verdict == NONE
 
