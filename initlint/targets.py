@@ -126,10 +126,11 @@ def _read_exclusions(path: str) -> Exclusions:
     if not os.path.isfile(path):
         raise TargetError(f"--config {path}: no such file")
     try:
-        section = _read(path).get("tool", {}).get("initlint", {})
+        tool = _read(path).get("tool", {})
     except ConfigError as exc:
         raise TargetError(str(exc)) from None
-    section = section if isinstance(section, dict) else {}
+    section = tool.get("initlint", {}) if isinstance(tool, dict) else {}
+    section = section if isinstance(section, dict) else {}  # the loader reports a table of the wrong type
     values: Dict[str, Any] = {}
     for key in ("exclude", "extend-exclude"):
         if key in section:
