@@ -39,6 +39,7 @@ def main() -> None:
 @click.option("--logits/--no-logits", default=None, help="The model output is logits: check its softmax (IL004).")
 @click.option("--select", multiple=True, help="Codes or prefixes to run (comma-separated), e.g. IL00,IL010.")
 @click.option("--ignore", multiple=True, help="Codes or prefixes to skip (comma-separated).")
+@click.option("--extend-select", multiple=True, help="Codes or prefixes to run on top of the selection (comma-separated).")
 @click.option("--format", "fmt", default=None, help="text, concise, json, sarif or github.")
 @click.option("--output", "output", default=None, type=click.Path(dir_okay=False), help="Write the report to FILE.")
 @click.option("--seed", default=None, type=int, help="Seed of the probe batch (default 0).")
@@ -49,29 +50,26 @@ def main() -> None:
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
               help="Save the per-layer signal profile as an image (needs initlint[plot]).")
 @click.option("--skip-files-without-models", is_flag=True,
-              help="Silently skip .py files that define no nn.Module subclass (for pre-commit).")
+              help="Skip files that define no torch nn.Module subclass or do not parse, and excluded paths (for pre-commit).")
 def check(targets: Tuple[str, ...], **opts: Any) -> None:
-    """Audit the models in TARGETS (FILE.py, FILE.py:NAME or package.module:NAME)."""
-    from .scan import file_defines_module
+    """Audit the models in TARGETS (FOLDER, FILE.py, FILE.py:NAME or package.module:NAME)."""
+    from .targets import TargetError, collect
 
     progress = sys.stderr.isatty() and not os.environ.get("INITLINT_NO_PROGRESS")
-    wanted = []
-    for target in targets:
-        path = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
-        if path.endswith(".py") and ":" not in target and file_defines_module(path) is False:
-            if opts["skip_files_without_models"]:
-                continue
-            if len(targets) == 1:
-                _fail(f"{path} defines no nn.Module subclass; name a factory with {path}:NAME")
-            continue
-        wanted.append(target)
-    if not wanted:
-        if opts["skip_files_without_models"]:
+    hook = opts["skip_files_without_models"]
+    try:
+        found = collect(targets, hook=hook, config_path=opts["config_path"])
+    except TargetError as exc:
+        _fail(str(exc))
+    for note in found.notes:
+        click.echo(f"initlint: note: {note}", err=True)
+    if not found.targets:
+        if hook:
             sys.exit(EXIT_CLEAN)
-        _fail("none of the targets defines an nn.Module subclass")
+        _fail(found.nothing)
     from .runner import run_check
 
-    code = run_check(wanted, opts, progress=progress)
+    code = run_check(found.targets, opts, progress=progress, implicit=found.implicit)
     sys.exit(code)
 
 

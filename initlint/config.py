@@ -1,8 +1,9 @@
 """Settings: defaults, ``[tool.initlint]`` in pyproject.toml, CLI flags, ``audit()`` keywords.
 
-Precedence: command-line flags, then the configuration file, then defaults. The file is
-the nearest ``pyproject.toml`` at or above the first target that has a ``[tool.initlint]``
-table, or the one given with ``--config``. Unknown keys are warned about; values of the
+Precedence: command-line flags, then the configuration file, then defaults; rule selection
+is layered as in ruff (:func:`initlint.rules.resolve_selection`). The file is the nearest
+``pyproject.toml`` at or above each target that has a ``[tool.initlint]`` table, or the one
+given with ``--config``. Unknown keys are warned about; values of the
 wrong type stop the run with one sentence naming the file and the key.
 """
 from __future__ import annotations
@@ -42,6 +43,13 @@ def _codes(value: Any) -> List[str]:
     if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
         raise _Invalid("a list of rule codes or names such as [\"IL001\", \"dead-relu\"]")
     return [c.strip() for v in items for c in v.split(",") if c.strip()]
+
+
+def _globs(value: Any) -> List[str]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) and v.strip() for v in items):
+        raise _Invalid("a list of glob patterns such as [\"tests/fixtures\", \"*_legacy.py\"]")
+    return [v.strip() for v in items]
 
 
 def _one_of(choices: Callable[[], List[str]]) -> Callable[[Any], str]:
@@ -169,6 +177,9 @@ class Key:
 KEYS: Dict[str, Key] = {k.name: k for k in (
     Key("select", "select", _codes, "codes, prefixes or names of the rules to run (default: all)"),
     Key("ignore", "ignore", _codes, "codes, prefixes or names of the rules to skip"),
+    Key("extend-select", "extend_select", _codes, "rules to run on top of select"),
+    Key("exclude", "exclude", _globs, "paths a folder walk skips, replacing the defaults"),
+    Key("extend-exclude", "extend_exclude", _globs, "paths a folder walk skips, besides the defaults"),
     Key("fail-on", "fail_on", _one_of(_severities), "lowest severity that makes the exit code 1"),
     Key("device", "device", _string, "auto, cpu, cuda, cuda:N or mps"),
     Key("seed", "seed", _integer(None), "seed of the probe batch"),
@@ -261,16 +272,37 @@ def _unknown_key(path: str, key: str) -> str:
 
 
 def merge_cli(config: Config, opts: Dict[str, Any]) -> Dict[str, Any]:
-    """CLI flags win over the file; list flags given as comma-separated strings are split."""
+    """CLI flags win over the file; list flags given as comma-separated strings are split.
+
+    ``select`` and ``ignore`` of the result are resolved codes: the file's selection, then the
+    command line's, each applied in turn as ruff does (see :func:`initlint.rules.resolve_selection`).
+    """
     merged = dict(config.values)
+    cli: Dict[str, Any] = {}
     for key, value in opts.items():
-        if key in ("select", "ignore", "input_shapes"):
-            value = [c.strip() for v in value for c in (v.split(",") if key != "input_shapes" else [v]) if c.strip()] or None
+        if key in ("select", "ignore", "extend_select", "input_shapes"):
+            value = [c.strip() for v in value or () for c in (v.split(",") if key != "input_shapes" else [v])
+                     if c.strip()] or None
         if key == "fmt":
             key = "format"
         if value is not None and value is not False or (key == "logits" and value is False):
-            merged[key] = value
+            cli[key] = value
+    merged.update(cli)
+    merged["select"], merged["ignore"] = _resolve_rules(config.values, cli)
+    merged.pop("extend_select", None)
     return merged
+
+
+def _resolve_rules(file: Dict[str, Any], cli: Dict[str, Any]) -> Any:
+    from .rules import NoRulesLeft, Selection, resolve_selection
+
+    layers = [Selection(v.get("select") or None, v.get("ignore") or (), v.get("extend_select") or ())
+              for v in (file, cli)]
+    enabled, ignored = resolve_selection(layers)
+    if not enabled:
+        raise NoRulesLeft("the selection leaves no rule to run (select, extend-select and ignore of the "
+                          "configuration file, then of the command line)")
+    return enabled, ignored
 
 
 def apply_settings(base: Dict[str, Any], extra: Dict[str, Any]) -> Dict[str, Any]:

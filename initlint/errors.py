@@ -15,6 +15,14 @@ class LoadError(Exception):
     """A target cannot be loaded or probed; the message is one sentence for the user."""
 
 
+class NoModelsError(LoadError):
+    """An imported file defines no public ``nn.Module`` subclass."""
+
+
+class NoProbeInputError(LoadError):
+    """No probe input can be inferred for the model (and none was given)."""
+
+
 class UsageError(LoadError):
     """Bad arguments to :func:`initlint.audit` or the CLI (unknown device, rule code, option)."""
 

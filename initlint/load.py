@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from .capture.runtime import _tensors
-from .errors import LoadError
+from .errors import LoadError, NoModelsError, NoProbeInputError
 
 DEFAULT_BATCH = 16
 DEFAULT_SPATIAL = 32
@@ -88,7 +88,7 @@ def resolve(target: str) -> List[Candidate]:
              if isinstance(obj, type) and issubclass(obj, nn.Module) and obj.__module__ == module.__name__
              and not n.startswith("_")]  # a private class is a helper, not a model to audit
     if not found:
-        raise LoadError(f"{path} defines no nn.Module subclass; name a factory with {path}:NAME")
+        raise NoModelsError(f"{path} defines no nn.Module subclass; name a factory with {path}:NAME")
     return found
 
 
@@ -212,7 +212,7 @@ def infer_inputs(model: nn.Module, batch: int, seed: int) -> Tuple[Tuple[Any, ..
     first = first_consumer(model)
     name = type(model).__name__
     if first is None:
-        raise LoadError(f"cannot infer a probe input for {name}: it has no Linear, Conv or Embedding layer to read "
+        raise NoProbeInputError(f"cannot infer a probe input for {name}: it has no Linear, Conv or Embedding layer to read "
                         f"the input shape from; pass --input-shape (e.g. 16,3,32,32) or example_inputs")
     if isinstance(first, nn.Linear):
         return (torch.randn(batch, first.in_features, generator=gen, dtype=dtype),), {}
@@ -232,7 +232,7 @@ def infer_inputs(model: nn.Module, batch: int, seed: int) -> Tuple[Tuple[Any, ..
         width = first.linear1.in_features
         shape = (batch, 8, width) if first.self_attn.batch_first else (8, batch, width)
         return (torch.randn(*shape, generator=gen, dtype=dtype),), {}
-    raise LoadError(f"cannot infer a probe input for {name} (first layer {type(first).__name__}); "
+    raise NoProbeInputError(f"cannot infer a probe input for {name} (first layer {type(first).__name__}); "
                     f"pass --input-shape or example_inputs")
 
 

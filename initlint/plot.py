@@ -9,7 +9,7 @@ matplotlib is an optional dependency (``pip install 'initlint[plot]'``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Set
+from typing import Any, Dict, List, Set, Tuple
 
 from . import ops as O
 
@@ -107,14 +107,23 @@ def signal_series(report: Any) -> Dict[str, Series]:
 
 def plot_signal(report: Any, path: str, *, dpi: int = 120) -> Dict[str, Series]:
     """Save the four-panel figure of ``report`` to ``path``; return the plotted series."""
+    fig, series = signal_figure(report)
+    try:
+        fig.savefig(path, dpi=dpi)
+    except OSError as exc:
+        raise PlotError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return series
+
+
+def signal_figure(report: Any) -> Tuple[Any, Dict[str, Series]]:
+    """The four-panel figure of ``report`` (a matplotlib ``Figure`` that notebooks show inline) and its series."""
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
 
     series = signal_series(report)
     layers = measured_ops(report)
     depth = len(layers)
-    fig = Figure(figsize=(9, 10), constrained_layout=True)
+    fig = _figure_class()(figsize=(9, 10), constrained_layout=True)
     FigureCanvasAgg(fig)  # Agg, without touching pyplot's global backend
     axes = fig.subplots(len(PANELS), 1, sharex=True)
     for ax, panel in zip(axes, PANELS):
@@ -124,11 +133,27 @@ def plot_signal(report: Any, path: str, *, dpi: int = 120) -> Dict[str, Series]:
         axes[-1].set_xticks(range(depth))
         axes[-1].set_xticklabels([op.module or "<model>" for op in layers], rotation=90, fontsize=7)
     fig.suptitle(f"{report.model}: signal at initialisation (red: flagged layers)")
-    try:
-        fig.savefig(path, dpi=dpi)
-    except OSError as exc:
-        raise PlotError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return series
+    return fig, series
+
+
+_FIGURE: List[Any] = []
+
+
+def _figure_class() -> Any:
+    """A matplotlib ``Figure`` that renders itself as PNG in IPython/Jupyter, with or without pyplot."""
+    if not _FIGURE:
+        from matplotlib.figure import Figure
+
+        class SignalFigure(Figure):
+            def _repr_png_(self) -> bytes:
+                import io
+
+                buffer = io.BytesIO()
+                self.savefig(buffer, format="png", dpi=100)
+                return buffer.getvalue()
+
+        _FIGURE.append(SignalFigure)
+    return _FIGURE[0]
 
 
 _STYLE = {"weight layers": ("o", "tab:blue"), "activations": ("s", "tab:gray"), "relu": ("o", "tab:blue"),

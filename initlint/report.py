@@ -91,15 +91,31 @@ class Report:
                 + f"\n\nexplain a rule with `initlint explain {codes[0]}`; silence one on purpose with "
                   f"@initlint.ignore(\"{codes[0]}\", reason=...) on the module class or per_module_ignores")
 
-    def plot(self, path: str) -> Dict[str, Any]:
-        """Save the per-layer signal profile (four panels against depth) to ``path``; needs ``initlint[plot]``.
+    def plot(self, path: Optional[str] = None) -> Any:
+        """The per-layer signal profile (four panels against depth); needs ``initlint[plot]``.
 
-        Returns the plotted series by name (see :func:`initlint.plot.signal_series`); raises
+        With ``path``, saves the image there and returns the plotted series by name (see
+        :func:`initlint.plot.signal_series`). Without it, returns the matplotlib ``Figure``,
+        which a notebook shows inline when it is the cell's result. Raises
         :class:`initlint.plot.PlotError` when matplotlib is missing or the probe did not run.
         """
-        from .plot import plot_signal
+        from .plot import plot_signal, signal_figure
 
+        if path is None:
+            return signal_figure(self)[0]
         return plot_signal(self, path)
+
+    def _repr_html_(self) -> str:
+        """The findings table for Jupyter: one row per finding, the fix as code, everything escaped."""
+        from .notebook import report_html
+
+        return report_html(self)
+
+    def _repr_markdown_(self) -> str:
+        """The findings as a Markdown table, for front ends that render Markdown but not HTML."""
+        from .notebook import report_markdown
+
+        return report_markdown(self)
 
     def to_dict(self) -> Dict[str, Any]:
         """The ``results[]`` entry of the JSON output."""

@@ -65,10 +65,11 @@ def test_missing_path(tmp_path):
     assert "nowhere/missing.py" in line and "no such file" in line
 
 
-def test_directory(tmp_path):
+def test_directory_without_models(tmp_path):
     (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "utils.py").write_text("def helper():\n    return 1\n")
     line = error_line(run_cli("check", "models", cwd=tmp_path))
-    assert "models" in line and "is a directory" in line
+    assert "models" in line and "no Python file below it defines a torch nn.Module subclass" in line
 
 
 def test_non_python_file(tmp_path):

@@ -134,7 +134,8 @@ def test_scan_counts_only_real_module_subclasses():
     from initlint.scan import defines_module
 
     assert defines_module("class DataModule:\n    pass\n") is False
-    assert defines_module("class Data(pl.LightningDataModule):\n    pass\n") is False
-    assert defines_module("class B(A):\n    pass\nclass A(nn.Module):\n    pass\n") is True
-    assert defines_module("class M(PreTrainedModel):\n    pass\n") is True
-    assert defines_module("def f(:\n") is None
+    assert defines_module("import lightning as pl\nclass Data(pl.LightningDataModule):\n    pass\n") is False
+    assert defines_module("import torch.nn as nn\nclass B(A):\n    pass\nclass A(nn.Module):\n    pass\n") is True
+    assert defines_module("from transformers import PreTrainedModel\nclass M(PreTrainedModel):\n    pass\n") is True
+    assert defines_module("import torch.nn as nn\nclass A(nn.Module):\n    def f(:\n") is None
+    assert defines_module("def f(:\n") is False  # no class with bases: nothing to parse, not a model

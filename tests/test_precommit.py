@@ -1,4 +1,5 @@
-"""The pre-commit hooks: files without models are skipped without torch, and the real hook passes/fails.
+"""The pre-commit hooks: files without torch models are skipped without importing them, and the real hook
+fails only on real findings.
 
 The ``initlint`` hook (``language: python``) builds its own environment with torch the
 first time it runs (about three minutes here, from a local wheel); that is pre-commit's
@@ -90,25 +91,48 @@ def test_plain_files_are_skipped_without_importing_torch(tmp_path):
     assert out.stdout.split("\n")[:2] == ["exit 0", "torch imported: False"], out.stderr
 
 
+FOREIGN = {
+    # files the hook must pass over without importing them: each writes a marker if it is imported
+    "flax_net.py": "import flax.linen as nn\n\n\nclass Net(nn.Module):\n    features: int = 8\n",
+    "tf_net.py": "import tensorflow as tf\n\n\nclass Net(tf.Module):\n    pass\n",
+    "ansible_module.py": "from ansible.module_utils.basic import AnsibleModule\n\n\nclass Mod(AnsibleModule):\n    pass\n",
+    # torch models the running Python cannot parse: skipped with a note, not an error
+    "py2.py": 'import torch.nn as nn\nprint "hello from Python 2"\n\n\nclass Old(nn.Module):\n    pass\n',
+    "newer.py": "import torch.nn as nn\ntype Width = int\n\n\nclass New(nn.Module):\n    pass\n",
+}
+
+ALIASED_BAD = BAD.replace("import torch.nn as nn\n", "import torch.nn as nn\n\nBase = nn.Module\n").replace(
+    "class Bad(nn.Module)", "class Bad(Base)")
+
+
 def _git_repo(path: Path) -> None:
     path.mkdir()
     subprocess.run(["git", "init", "-q", str(path)], check=True, env=_env())
     (path / "good.py").write_text(GOOD)
-    (path / "bad.py").write_text(BAD)
+    (path / "bad.py").write_text(ALIASED_BAD)
     (path / "plain.py").write_text(PLAIN)
+    for name, body in FOREIGN.items():
+        (path / name).write_text(f"open('IMPORTED-{name}', 'w').close()\n" + body)
 
 
 def _try_repo(repo: Path, *files: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), "initlint-system", "--files", *files]
+    cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), "initlint-system", "--verbose", "--files", *files]
     return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300, env=_env())
 
 
-def test_pre_commit_hook_passes_good_and_plain_files_and_fails_a_bad_model(tmp_path):
+def test_pre_commit_hook_fails_only_on_real_findings(tmp_path):
+    """One run of the real hook over a good model, a bad one (nn.Module through an alias), a plain file, and
+    Flax, TensorFlow, Ansible, Python 2 and Python 3.12 files: it fails on the bad model alone, imports none of
+    the foreign files, and says why it skipped the two it cannot parse."""
     repo = tmp_path / "project"
     _git_repo(repo)
-    passed = _try_repo(repo, "good.py", "plain.py")
-    assert passed.returncode == 0, passed.stdout + passed.stderr
-    assert "Passed" in passed.stdout
-    failed = _try_repo(repo, "bad.py", "plain.py")
-    assert failed.returncode == 1, failed.stdout + failed.stderr
-    assert "Failed" in failed.stdout and "IL002" in failed.stdout
+    out = _try_repo(repo, "good.py", "bad.py", "plain.py", *FOREIGN)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Failed" in out.stdout and "bad.py:Bad" in out.stdout and "IL002" in out.stdout
+    assert "good.py:Good" in out.stdout  # audited, and clean
+    assert "IL0" not in out.stdout.split("good.py:Good")[1].split("\n\n")[0]
+    assert [p.name for p in repo.glob("IMPORTED-*")] == []
+    for name in ("py2.py", "newer.py"):
+        assert f"initlint: note: {name} skipped: Python {sys.version_info[0]}.{sys.version_info[1]} cannot parse it" \
+            in out.stdout
+    assert "error" not in out.stdout.lower().replace("severity", "")

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Type
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 from ..errors import UnknownCode
 from .base import ROLES, Audit, AuditContext, Example, Rule, order_by_uses
 
-__all__ = ["Audit", "AuditContext", "Example", "Rule", "all_rules", "get_rule", "select_rules", "with_uses",
-           "plugin_errors", "UnknownCode"]
+__all__ = ["Audit", "AuditContext", "Example", "Rule", "all_rules", "get_rule", "select_rules", "resolve_selection",
+           "Selection", "with_uses", "plugin_errors", "UnknownCode"]
 
 ENTRY_POINT_GROUP = "initlint.rules"
 
@@ -103,13 +104,81 @@ def _matches(code: str, name: str, patterns: Iterable[str]) -> bool:
     return any(code.startswith(p.upper()) or name == p.lower() for p in patterns)
 
 
-def select_rules(select: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]] = None) -> List[str]:
-    """Codes enabled by ``select`` (prefixes or names; default all) minus ``ignore``."""
-    select = [s for s in (select or []) if s]
-    ignore = [s for s in (ignore or []) if s]
-    for pattern in select + ignore:
-        if pattern.upper() != "ALL" and not any(_matches(c, r.name, [pattern]) for c, r in all_rules().items()):
+class NoRulesLeft(UnknownCode):
+    """The layers of selection switch every rule off."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One layer of rule selection: the configuration file's, or the command line's.
+
+    ``select`` (when given) replaces what earlier layers chose, ``extend_select`` adds to it and
+    ``ignore`` removes from it; patterns are codes, code prefixes, rule names or ``ALL``.
+    """
+
+    select: Optional[Sequence[str]] = None
+    ignore: Sequence[str] = ()
+    extend_select: Sequence[str] = ()
+
+
+def _specificity(pattern: str, code: str, name: str) -> Optional[int]:
+    """How precisely ``pattern`` names the rule (None: not at all); ``ALL`` < prefixes by length < code or name."""
+    key = pattern.strip()
+    if key.upper() == "ALL":
+        return 0
+    if key.upper() == code or key.lower() == name:
+        return 1000
+    return len(key) if code.startswith(key.upper()) else None
+
+
+def _check_patterns(patterns: Iterable[str]) -> None:
+    for pattern in patterns:
+        if pattern.strip().upper() != "ALL" and not any(_matches(c, r.name, [pattern.strip()])
+                                                        for c, r in all_rules().items()):
             raise UnknownCode(f"unknown rule code '{pattern}' (known: {', '.join(all_rules())})")
-    chosen = [c for c, r in all_rules().items()
-              if not select or "ALL" in (s.upper() for s in select) or _matches(c, r.name, select)]
-    return [c for c in chosen if not _matches(c, all_rules()[c].name, ignore)]
+
+
+def _layer_decisions(layer: Selection) -> Dict[str, bool]:
+    """Code -> on/off for the rules this layer names: the most specific pattern wins, an ignore on a tie."""
+    decisions: Dict[str, bool] = {}
+    for code, rule in all_rules().items():
+        best: Optional[Tuple[int, bool]] = None
+        for patterns, on in ((list(layer.select or []) + list(layer.extend_select), True), (layer.ignore, False)):
+            for pattern in patterns:
+                spec = _specificity(pattern, code, rule.name)
+                if spec is not None and (best is None or spec > best[0] or (spec == best[0] and not on)):
+                    best = (spec, on)
+        if best is not None:
+            decisions[code] = best[1]
+    return decisions
+
+
+def resolve_selection(layers: Sequence[Selection]) -> Tuple[List[str], List[str]]:
+    """Apply ``layers`` in order, as ruff does; return (enabled codes, codes last switched off by an ignore).
+
+    Starting from every rule, a layer with ``select`` replaces the enabled set with what it
+    selects; a layer without it adds its ``extend_select`` and removes its ``ignore``. Within a
+    layer the more specific pattern wins (a code or name over a prefix, a longer prefix over a
+    shorter one, any of them over ``ALL``), and an ignore wins a tie. So configuration
+    ``ignore = ["IL002"]`` followed by ``--select IL002`` on the command line runs IL002.
+    """
+    enabled = set(all_rules())
+    ignored: set = set()
+    for layer in layers:
+        _check_patterns([*(layer.select or []), *layer.ignore, *layer.extend_select])
+        decisions = _layer_decisions(layer)
+        if layer.select:
+            enabled = set()
+        for code, on in decisions.items():
+            (enabled.add if on else enabled.discard)(code)
+            (ignored.discard if on else ignored.add)(code)
+    order = list(all_rules())
+    return [c for c in order if c in enabled], [c for c in order if c in ignored]
+
+
+def select_rules(select: Optional[Iterable[str]] = None, ignore: Optional[Iterable[str]] = None,
+                 extend_select: Optional[Iterable[str]] = None) -> List[str]:
+    """Codes enabled by one layer of ``select`` (prefixes or names; default all), ``extend_select`` and ``ignore``."""
+    layer = Selection([s for s in (select or []) if s] or None, [s for s in (ignore or []) if s],
+                      [s for s in (extend_select or []) if s])
+    return resolve_selection([layer])[0]

@@ -1,0 +1,92 @@
+"""A Hugging Face ``TrainerCallback`` that audits the model on the first training batch.
+
+::
+
+    from transformers import Trainer
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[InitlintTrainerCallback()])
+    trainer.train()
+
+``Trainer`` gives callbacks no batch, so at ``on_train_begin`` the callback puts a forward
+pre-hook on the model: the first forward call in training mode (the first real training
+batch, before any optimizer step) is audited with exactly the inputs the ``Trainer`` passes,
+less the label keys (``labels`` and the model's other label names, ``num_items_in_batch``),
+then the hook removes itself and the forward goes on. The findings are logged through
+``transformers``' logging; a finding at or above ``fail_on`` stops the run with
+:class:`~initlint.integrations.InitlintFailure` (``fail_on=None`` only logs). A model that
+cannot be audited is logged as a warning and training goes on; a resumed run is not audited.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from transformers import TrainerCallback
+from transformers.utils import logging as hf_logging
+
+from ._core import BatchAuditor, InitlintFailure, without_labels
+
+__all__ = ["InitlintTrainerCallback", "InitlintFailure"]
+
+log = hf_logging.get_logger("transformers.integrations.initlint")
+
+
+class InitlintTrainerCallback(TrainerCallback):
+    """Audit the model once, on the first training batch; stop on findings at or above ``fail_on``.
+
+    ``inputs(args, kwargs)`` picks what to audit from the forward call's positional and
+    keyword arguments (default: the keyword arguments less the labels, or the positional
+    ones); other keywords are :func:`initlint.audit` settings (``select``, ``ignore``, ...).
+    """
+
+    def __init__(self, fail_on: Optional[str] = "warning", *,
+                 inputs: Optional[Callable[[Tuple[Any, ...], Dict[str, Any]], Any]] = None, **settings: Any) -> None:
+        self.auditor = BatchAuditor("InitlintTrainerCallback", fail_on, None, settings)
+        self.inputs = inputs
+        self._handle: Any = None
+        self._labels: Tuple[str, ...] = ()
+        self._lock = threading.Lock()
+
+    @property
+    def report(self) -> Any:
+        """The :class:`~initlint.Report` of the audit, once it ran."""
+        return self.auditor.report
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if self.auditor.done or model is None:
+            return
+        if state.global_step > 0:  # resumed from a checkpoint: the model is no longer at its initialisation
+            self.auditor.done = True
+            return
+        from transformers.utils import find_labels
+
+        self._labels = tuple(args.label_names or find_labels(type(model)))
+        self._handle = model.register_forward_pre_hook(self._first_forward, with_kwargs=True)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._remove()
+
+    def _remove(self) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def _first_forward(self, module: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
+        import torch
+
+        if not module.training or not torch.is_grad_enabled():
+            return  # an evaluation or generation call, not a training batch
+        with self._lock:
+            if self.auditor.done:
+                return
+            self._remove()
+            self.auditor.audit(module, self._example(args, kwargs), log)
+
+    def _example(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """The keyword inputs less the labels (how ``Trainer`` calls models), else the positional ones."""
+        if self.inputs is not None:
+            return self.inputs(args, kwargs)
+        if kwargs and not args:
+            return without_labels(kwargs, self._labels)
+        return args[0] if len(args) == 1 else args

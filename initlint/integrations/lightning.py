@@ -1,0 +1,83 @@
+"""A Lightning callback that audits the model on the first training batch.
+
+::
+
+    import lightning as L
+    from initlint.integrations.lightning import InitlintCallback
+
+    trainer = L.Trainer(callbacks=[InitlintCallback(fail_on="warning")])
+    trainer.fit(model, datamodule)
+
+On the first training batch (after the batch reached the model's device, before the first
+``training_step`` and so before any optimizer step) the callback runs
+``initlint.audit(module, inputs)``, where ``inputs`` is ``inputs(batch)`` when given, else the
+first element of an ``(x, y)`` batch, a dict batch without its labels, or the batch itself.
+``module`` is the LightningModule, or its attribute named by ``module="net"`` when the
+network lives there. The findings are logged through Lightning's logger and, as counts, to
+every logger of the trainer (``initlint/findings``, ``initlint/failing``). A finding at or
+above ``fail_on`` stops the run with :class:`~initlint.integrations.InitlintFailure`;
+``fail_on=None`` only logs. A model that cannot be audited on that batch is logged as a
+warning and training goes on; a run resumed from a checkpoint (global step above 0) is not
+audited, since the model is no longer at its initialisation.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Optional
+
+try:
+    from lightning.pytorch import Callback
+    _LOGGER = "lightning.pytorch.callbacks.initlint"
+except ImportError:  # the older package name
+    from pytorch_lightning import Callback  # type: ignore[no-redef]
+    _LOGGER = "pytorch_lightning.callbacks.initlint"
+
+from ._core import BatchAuditor, InitlintFailure
+
+__all__ = ["InitlintCallback", "InitlintFailure"]
+
+log = logging.getLogger(_LOGGER)
+
+
+class InitlintCallback(Callback):
+    """Audit the model once, on the first training batch; stop on findings at or above ``fail_on``.
+
+    ``inputs(batch)`` picks the model inputs out of a batch; ``module`` names an attribute of
+    the LightningModule to audit instead of it (``"net"``, ``"model.backbone"``); other
+    keywords are :func:`initlint.audit` settings (``select``, ``ignore``, ``logits``, ...).
+    """
+
+    def __init__(self, fail_on: Optional[str] = "warning", *, inputs: Optional[Callable[[Any], Any]] = None,
+                 module: Optional[str] = None, **settings: Any) -> None:
+        super().__init__()
+        self.auditor = BatchAuditor("InitlintCallback", fail_on, inputs, settings)
+        self.module = module
+
+    @property
+    def report(self) -> Any:
+        """The :class:`~initlint.Report` of the audit, once it ran."""
+        return self.auditor.report
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if self.auditor.done:
+            return
+        if trainer.global_step > 0:  # resumed from a checkpoint: the model is no longer at its initialisation
+            self.auditor.done = True
+            return
+        model = pl_module
+        for name in (self.module.split(".") if self.module else []):
+            model = getattr(model, name)
+        logger = log if trainer.is_global_zero else logging.getLogger(f"{_LOGGER}.rank")
+        try:
+            self.auditor.audit(model, self.auditor.example(batch), logger)
+        finally:
+            self._log_counts(trainer)
+
+    def _log_counts(self, trainer: Any) -> None:
+        report = self.auditor.report
+        if report is None or not trainer.is_global_zero:
+            return
+        counts = {"initlint/findings": float(len(report.findings)),
+                  "initlint/failing": float(len(self.auditor.failing(report)))}
+        for logger in trainer.loggers:
+            logger.log_metrics(counts, step=trainer.global_step)

@@ -1,0 +1,229 @@
+"""Training-loop callbacks, run inside a real ``lightning.Trainer.fit`` and a real ``transformers.Trainer.train``.
+
+Each framework gets a bad model (a Linear bias cancelled by the BatchNorm after it: IL002)
+and a good one. The bad one must stop the run before any optimizer step, or train on with
+the findings logged when ``fail_on=None``; the good one trains its two steps to exactly the
+weights it reaches without the callback.
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import logging
+from pathlib import Path
+from typing import Dict, Iterator, List
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from initlint.integrations import InitlintFailure
+
+
+def snapshot(model: nn.Module) -> Dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def same(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@contextlib.contextmanager
+def records(name: str) -> Iterator[List[logging.LogRecord]]:
+    """Log records of logger ``name`` (the frameworks' loggers do not propagate to pytest's caplog)."""
+    got: List[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = got.append  # type: ignore[method-assign]
+    logger = logging.getLogger(name)
+    logger.addHandler(handler)
+    try:
+        yield got
+    finally:
+        logger.removeHandler(handler)
+
+
+def mlp(bias: bool) -> nn.Sequential:
+    """Linear -> BatchNorm1d -> ReLU -> Linear: with ``bias`` the first bias is cancelled exactly (IL002)."""
+    return nn.Sequential(nn.Linear(16, 32, bias=bias), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def vectors(n: int = 64):
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, 16, generator=g), torch.randint(0, 4, (n,), generator=g)
+
+
+# ----------------------------------------------------------------------------- Lightning
+def lightning_run(tmp_path: Path, bias: bool, callback=None):
+    import lightning as L
+    from lightning.pytorch.loggers import CSVLogger
+
+    class Lit(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = mlp(bias)
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.cross_entropy(self(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    model = Lit()
+    before = snapshot(model)
+    x, y = vectors()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+    trainer = L.Trainer(max_steps=2, accelerator="cpu", devices=1, enable_checkpointing=False,
+                        logger=CSVLogger(str(tmp_path)), enable_progress_bar=False, enable_model_summary=False,
+                        callbacks=[callback] if callback else [])
+    error = None
+    try:
+        trainer.fit(model, loader)
+    except InitlintFailure as exc:
+        error = exc
+    return model, before, trainer, error
+
+
+def logged_metrics(tmp_path: Path) -> Dict[str, str]:
+    (path,) = tmp_path.rglob("metrics.csv")
+    rows = list(csv.DictReader(path.open()))
+    return {k: v for row in rows for k, v in row.items() if k.startswith("initlint/") and v}
+
+
+def test_lightning_callback_stops_a_bad_model_before_the_first_optimizer_step(tmp_path):
+    from initlint.integrations.lightning import InitlintCallback
+
+    callback = InitlintCallback()
+    with records("lightning.pytorch.callbacks.initlint") as logged:
+        model, before, trainer, error = lightning_run(tmp_path, bias=True, callback=callback)
+    assert error is not None and error.report.codes() == [("IL002", "net.0")]
+    assert "stopped training before the first optimizer step" in str(error)
+    assert trainer.global_step == 0 and same(snapshot(model), before)  # no optimizer step, model untouched
+    assert [r.levelno for r in logged] == [logging.WARNING] and "IL002" in logged[0].getMessage()
+    assert logged_metrics(tmp_path) == {"initlint/findings": "1.0", "initlint/failing": "1.0"}
+
+
+def test_lightning_callback_warns_only_with_fail_on_none(tmp_path):
+    from initlint.integrations.lightning import InitlintCallback
+
+    callback = InitlintCallback(fail_on=None)
+    with records("lightning.pytorch.callbacks.initlint") as logged:
+        model, before, trainer, error = lightning_run(tmp_path, bias=True, callback=callback)
+    assert error is None and trainer.global_step == 2
+    assert callback.report.codes() == [("IL002", "net.0")]
+    assert [r.levelno for r in logged] == [logging.WARNING]
+    assert logged_metrics(tmp_path) == {"initlint/findings": "1.0", "initlint/failing": "0.0"}
+
+
+def test_lightning_callback_passes_a_good_model_and_changes_nothing(tmp_path):
+    from initlint.integrations.lightning import InitlintCallback
+
+    callback = InitlintCallback()
+    model, _, trainer, error = lightning_run(tmp_path / "with", bias=False, callback=callback)
+    assert error is None and trainer.global_step == 2
+    assert callback.report is not None and callback.report.codes() == []
+    plain, _, _, _ = lightning_run(tmp_path / "without", bias=False)
+    assert same(snapshot(model), snapshot(plain))  # the audit left weights, buffers and the RNG as they were
+
+
+# ----------------------------------------------------------------------------- Hugging Face
+class VectorNet(nn.Module):
+    """A model as ``Trainer`` expects one: keyword inputs, optional labels, a dict with the loss."""
+
+    def __init__(self, bias: bool) -> None:
+        super().__init__()
+        self.net = mlp(bias)
+
+    def forward(self, x, labels=None):
+        logits = self.net(x)
+        return {"loss": None if labels is None else F.cross_entropy(logits, labels), "logits": logits}
+
+
+def hf_run(tmp_path: Path, model: nn.Module, rows: List[dict], callback=None):
+    from transformers import Trainer, TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to=[], save_strategy="no",
+                             logging_strategy="no", use_cpu=True, per_device_train_batch_size=8, disable_tqdm=True,
+                             dataloader_num_workers=0, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=rows, callbacks=[callback] if callback else [])
+    before = snapshot(model)
+    error = None
+    try:
+        trainer.train()
+    except InitlintFailure as exc:
+        error = exc
+    return before, trainer, error
+
+
+def vector_rows() -> List[dict]:
+    x, y = vectors(32)
+    return [{"x": x[i], "labels": y[i]} for i in range(len(x))]
+
+
+def token_rows() -> List[dict]:
+    g = torch.Generator().manual_seed(0)
+    return [{"input_ids": torch.randint(0, 100, (12,), generator=g), "attention_mask": torch.ones(12, dtype=torch.long),
+             "labels": torch.randint(0, 2, (), generator=g)} for _ in range(32)]
+
+
+def tiny_bert():
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=32, num_labels=2)
+    return BertForSequenceClassification(config)
+
+
+def test_trainer_callback_stops_a_bad_model_before_the_first_optimizer_step(tmp_path):
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    torch.manual_seed(0)
+    model = VectorNet(bias=True)
+    callback = InitlintTrainerCallback()
+    with records("transformers.integrations.initlint") as logged:
+        before, trainer, error = hf_run(tmp_path, model, vector_rows(), callback)
+    assert error is not None and error.report.codes() == [("IL002", "net.0")]
+    assert "stopped training before the first optimizer step" in str(error)
+    assert trainer.state.global_step == 0 and same(snapshot(model), before)
+    assert [r.levelno for r in logged] == [logging.WARNING] and "IL002" in logged[0].getMessage()
+    assert not model._forward_pre_hooks  # the hook removed itself
+
+
+def test_trainer_callback_warns_only_with_fail_on_none(tmp_path):
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    torch.manual_seed(0)
+    callback = InitlintTrainerCallback(fail_on=None)
+    with records("transformers.integrations.initlint") as logged:
+        _, trainer, error = hf_run(tmp_path, VectorNet(bias=True), vector_rows(), callback)
+    assert error is None and trainer.state.global_step == 2
+    assert callback.report.codes() == [("IL002", "net.0")]
+    assert [r.levelno for r in logged] == [logging.WARNING]
+
+
+def test_trainer_callback_passes_a_good_transformers_model_and_changes_nothing(tmp_path):
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    callback = InitlintTrainerCallback()
+    model = tiny_bert()
+    _, trainer, error = hf_run(tmp_path / "with", model, token_rows(), callback)
+    assert error is None and trainer.state.global_step == 2
+    assert callback.report is not None and callback.report.codes() == []
+    plain = tiny_bert()
+    hf_run(tmp_path / "without", plain, token_rows())
+    assert same(snapshot(model), snapshot(plain))
+
+
+def test_callbacks_reject_an_unknown_fail_on():
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+    from initlint.integrations.lightning import InitlintCallback
+
+    for cls in (InitlintCallback, InitlintTrainerCallback):
+        with pytest.raises(ValueError, match="fail_on takes one of info, warning, error or None"):
+            cls(fail_on="warn")
