@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Tuple
+from typing import Any, Dict, Tuple
 
 import click
 
 from .version import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT, as shells report a command stopped with Ctrl-C."""
 
 
 def _fail(message: str) -> None:
@@ -21,11 +23,31 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_ERROR)
 
 
+def _interrupted() -> None:
+    click.echo("initlint: interrupted", err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
+class _Group(click.Group):
+    """Click's usage errors as one ``initlint: error:`` line (exit 2); Ctrl-C as exit 130."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # plain `initlint`: the help, as click shows it
+                exc.show()
+                sys.exit(EXIT_ERROR)
+            message = exc.format_message().rstrip(".")
+            hint = f" (see '{exc.ctx.command_path} --help')" if isinstance(exc, click.UsageError) and exc.ctx else ""
+            _fail(message[:1].lower() + message[1:] + hint)
+        except (click.Abort, KeyboardInterrupt):
+            _interrupted()
+        sys.exit(code if isinstance(code, int) else EXIT_CLEAN)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="initlint")
 def main() -> None:
     """A linter for PyTorch models at initialisation."""
@@ -43,6 +65,8 @@ def main() -> None:
 @click.option("--output", "output", default=None, type=click.Path(dir_okay=False), help="Write the report to FILE.")
 @click.option("--seed", default=None, type=int, help="Seed of the probe batch (default 0).")
 @click.option("--batch-size", default=None, type=int, help="Probe batch size when it is inferred (default 16).")
+@click.option("--import-timeout", default=None, type=float, metavar="SECONDS",
+              help="Stop importing a target that takes longer (default 120; 0: no limit).")
 @click.option("--fail-on", default=None, help="Lowest severity that makes the exit code 1: info, warning, error.")
 @click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False),
               help="A pyproject.toml to read [tool.initlint] from (default: the nearest one above the target).")
@@ -52,6 +76,13 @@ def main() -> None:
               help="Silently skip .py files that define no nn.Module subclass (for pre-commit).")
 def check(targets: Tuple[str, ...], **opts: Any) -> None:
     """Audit the models in TARGETS (FILE.py, FILE.py:NAME or package.module:NAME)."""
+    try:
+        _check(targets, opts)
+    except KeyboardInterrupt:
+        _interrupted()
+
+
+def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
     from .scan import file_defines_module
 
     progress = sys.stderr.isatty() and not os.environ.get("INITLINT_NO_PROGRESS")

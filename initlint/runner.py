@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
@@ -13,88 +13,22 @@ from .report import SEVERITIES, Report
 
 def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) -> int:
     """Audit every target; print the report; return the exit code."""
-    from .api import UsageError, audit
-    from .config import ConfigError, load_config, merge_cli
     from .formats import FORMATS, use_colour
-    from .load import LoadError, parse_shape, resolve, unbuildable_error
-    from .rules import UnknownCode
 
     def say(msg: str) -> None:
         if progress:
             click.echo(f"initlint: {msg}", err=True)
 
-    try:
-        config = load_config(opts.get("config_path"), targets[0])
-        for text in opts.get("input_shapes") or ():
-            parse_shape(text)  # before merging, which drops empty values: --input-shape "" is an error too
-        settings = merge_cli(config, opts)
-        shapes = [parse_shape(s) for s in settings.get("input_shapes") or []]
-        fmt = settings.get("format") or "text"
-        if fmt not in FORMATS:
-            raise UsageError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
-        fail_on = settings.get("fail_on") or "warning"
-        if fail_on not in SEVERITIES:
-            raise UsageError(f"--fail-on takes one of {', '.join(SEVERITIES)}, not '{fail_on}'")
-        from .rules import select_rules
-
-        select_rules(settings.get("select"), settings.get("ignore"))
-    except (LoadError, UnknownCode, ConfigError) as exc:
-        click.echo(f"initlint: error: {exc}", err=True)
+    prepared = _prepare(targets, opts)
+    if prepared is None:
         return EXIT_ERROR
-    for warning in config.warnings:
-        click.echo(f"initlint: warning: {warning}", err=True)
-    if opts.get("plot_path"):
-        from .plot import PlotError, require_matplotlib
-
-        try:
-            require_matplotlib()  # before minutes of auditing, not after
-        except PlotError as exc:
-            click.echo(f"initlint: error: {exc}", err=True)
-            return EXIT_ERROR
-
+    settings, shapes = prepared
     reports: List[Report] = []
     load_failed = False
-    device = settings.get("device") or "auto"
     for target in targets:
-        say(f"loading {target}")
-        try:
-            candidates = resolve(target)
-        except LoadError as exc:
-            reports.append(Report(model="-", target=target, error=str(exc)))
-            load_failed = True
-            continue
-        buildable = [c for c in candidates if not (c.implicit and c.required_args())]
-        if not buildable and not opts.get("skip_files_without_models"):
-            reports.append(Report(model="-", target=target, error=str(unbuildable_error(target, candidates))))
-            load_failed = True
-            continue
-        for cand in candidates:
-            if cand not in buildable:
-                # a building block such as Block(dim): the file's models that can be built are audited
-                click.echo(f"initlint: note: {cand.origin} skipped: it needs constructor arguments "
-                           f"({', '.join(cand.required_args())})", err=True)
-                continue
-            try:
-                model = cand.instantiate()
-                say(f"auditing {cand.name}: capture, probe, rules")
-                report = audit(model, device=device, select=settings.get("select"), ignore=settings.get("ignore"),
-                               logits=settings.get("logits"), seed=settings.get("seed") or 0,
-                               batch_size=settings.get("batch_size"), input_shapes=shapes or None,
-                               rule_options=settings.get("rule_options"), name=cand.name, target=cand.origin,
-                               per_module_ignores=settings.get("per_module_ignores"))
-            except (LoadError, UnknownCode) as exc:
-                report = Report(model=cand.name, target=cand.origin, error=str(exc))
-                load_failed = True
-            reports.append(report)
-            if opts.get("plot_path") and report.graph is not None:
-                path = _plot_path(opts["plot_path"], cand.name, len(candidates) + len(targets) > 2)
-                say(f"plotting {cand.name} to {path}")
-                try:
-                    report.plot(path)
-                except PlotError as exc:
-                    click.echo(f"initlint: error: {exc}", err=True)
-                    load_failed = True
+        load_failed |= _check_target(target, settings, shapes, opts, say, reports, several=len(targets) > 1)
     say("reporting")
+    fmt = settings.get("format") or "text"
     colour = fmt == "text" and not opts.get("output") and use_colour(sys.stdout)
     text = FORMATS[fmt](reports, colour=colour)
     if opts.get("output"):
@@ -106,16 +40,149 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) 
             return EXIT_ERROR
     else:
         click.echo(text)
+    _echo_errors(reports)
+    if load_failed:
+        return EXIT_ERROR
+    level = SEVERITIES.index(settings.get("fail_on") or "warning")
+    failing = [f for r in reports for f in r.findings if SEVERITIES.index(f.severity) >= level]
+    return EXIT_FINDINGS if failing else EXIT_CLEAN
+
+
+def _prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Tuple[Dict[str, Any], list]]:
+    """Read the configuration and check every setting before any user code runs; None after an error."""
+    from .api import UsageError
+    from .config import ConfigError, check_flags, load_config, merge_cli
+    from .formats import FORMATS
+    from .load import LoadError, parse_shape
+    from .rules import UnknownCode, select_rules
+
+    try:
+        check_flags(opts)
+        config = load_config(opts.get("config_path"), targets[0])
+        for text in opts.get("input_shapes") or ():
+            parse_shape(text)  # before merging, which drops empty values: --input-shape "" is an error too
+        settings = merge_cli(config, opts)
+        shapes = [parse_shape(s) for s in settings.get("input_shapes") or []]
+        fmt = settings.get("format") or "text"
+        if fmt not in FORMATS:
+            raise UsageError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+        fail_on = settings.get("fail_on") or "warning"
+        if fail_on not in SEVERITIES:
+            raise UsageError(f"--fail-on takes one of {', '.join(SEVERITIES)}, not '{fail_on}'")
+        select_rules(settings.get("select"), settings.get("ignore"))
+    except (LoadError, UnknownCode, ConfigError) as exc:
+        click.echo(f"initlint: error: {exc}", err=True)
+        return None
+    for warning in config.warnings:
+        click.echo(f"initlint: warning: {warning}", err=True)
+    if opts.get("plot_path"):
+        from .plot import PlotError, require_matplotlib
+
+        try:
+            require_matplotlib()  # before minutes of auditing, not after
+        except PlotError as exc:
+            click.echo(f"initlint: error: {exc}", err=True)
+            return None
+    return settings, shapes
+
+
+def _check_target(target: str, settings: Dict[str, Any], shapes: list, opts: Dict[str, Any],
+                  say: Callable[[str], None], reports: List[Report], several: bool) -> bool:
+    """Load, build and audit the models of one target into ``reports``; True when something failed.
+
+    The user's code runs with its own folder first on ``sys.path``, its stdout sent to stderr,
+    and the RNGs seeded before the import and before each model is built.
+    """
+    from .config import DEFAULT_IMPORT_TIMEOUT
+    from .load import LoadError, resolve, unbuildable_error
+    from .targets import own_folder, seed_everything, stdout_to_stderr
+
+    seed = settings.get("seed") or 0
+    timeout = settings.get("import_timeout", DEFAULT_IMPORT_TIMEOUT)
+    path = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
+    with own_folder(path), stdout_to_stderr():
+        say(f"loading {target}")
+        seed_everything(seed)
+        try:
+            candidates = resolve(target, timeout=timeout)
+        except LoadError as exc:
+            reports.append(Report(model="-", target=target, error=str(exc)))
+            return True
+        buildable = [c for c in candidates if not (c.implicit and c.required_args())]
+        if not buildable and not opts.get("skip_files_without_models"):
+            reports.append(Report(model="-", target=target, error=str(unbuildable_error(target, candidates))))
+            return True
+        failed = False
+        for cand in candidates:
+            if cand not in buildable:
+                # a building block such as Block(dim): the file's models that can be built are audited
+                click.echo(f"initlint: note: {cand.origin} skipped: it needs constructor arguments "
+                           f"({', '.join(cand.required_args())})", err=True)
+                continue
+            seed_everything(seed)
+            report = _audit_candidate(cand, settings, shapes, say)
+            failed |= report.error is not None
+            reports.append(report)
+            if opts.get("plot_path") and report.graph is not None:
+                failed |= not _plot(report, opts["plot_path"], cand.name, several or len(candidates) > 1, say)
+    return failed
+
+
+def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Callable[[str], None]) -> Report:
+    """The report for one model; a model that cannot be built or probed gives a report with an error."""
+    from .api import audit
+    from .load import LoadError
+    from .rules import UnknownCode
+    from .targets import user_code
+
+    try:
+        model = cand.instantiate()
+        say(f"auditing {cand.name}: capture, probe, rules")
+        with user_code(f"running {cand.name}"):
+            return audit(model, device=settings.get("device") or "auto", select=settings.get("select"),
+                         ignore=settings.get("ignore"), logits=settings.get("logits"), seed=settings.get("seed") or 0,
+                         batch_size=settings.get("batch_size"), input_shapes=shapes or None,
+                         rule_options=settings.get("rule_options"), name=cand.name, target=cand.origin,
+                         per_module_ignores=settings.get("per_module_ignores"))
+    except (LoadError, UnknownCode) as exc:
+        return Report(model=cand.name, target=cand.origin, error=str(exc))
+    except Exception as exc:  # the CLI's promise: one sentence, never a traceback
+        if os.environ.get("INITLINT_TRACEBACK"):
+            raise
+        return Report(model=cand.name, target=cand.origin, error=_unexpected(exc))
+
+
+def _unexpected(exc: Exception) -> str:
+    """One sentence for an exception nothing else explained."""
+    from .api import _out_of_memory
+
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, MemoryError) or _out_of_memory(exc):
+        return (f"the probe does not fit in memory ({type(exc).__name__}: {first[:200]}); "
+                f"lower --batch-size or --input-shape")
+    return (f"initlint failed with {type(exc).__name__}: {first[:300]}; this is a bug in initlint, please report it "
+            f"(INITLINT_TRACEBACK=1 shows the traceback)")
+
+
+def _plot(report: Report, path: str, name: str, several: bool, say: Callable[[str], None]) -> bool:
+    from .plot import PlotError
+
+    path = _plot_path(path, name, several)
+    say(f"plotting {name} to {path}")
+    try:
+        report.plot(path)
+    except PlotError as exc:
+        click.echo(f"initlint: error: {exc}", err=True)
+        return False
+    return True
+
+
+def _echo_errors(reports: List[Report]) -> None:
     for r in reports:
         if r.error:
             where = r.target or r.model
             named = r.error.startswith(where.split(":")[0])  # "missing.py: no such file" names it already
             click.echo(f"initlint: error: {r.error}" if named else f"initlint: error: {where}: {r.error}", err=True)
-    if load_failed:
-        return EXIT_ERROR
-    level = SEVERITIES.index(fail_on)
-    failing = [f for r in reports for f in r.findings if SEVERITIES.index(f.severity) >= level]
-    return EXIT_FINDINGS if failing else EXIT_CLEAN
 
 
 def _plot_path(path: str, name: str, several: bool) -> str:
