@@ -80,6 +80,12 @@ def check(targets: Tuple[str, ...], **opts: Any) -> None:
         _check(targets, opts)
     except KeyboardInterrupt:
         _interrupted()
+    except Exception as exc:  # the promise is one sentence, never a traceback
+        if os.environ.get("INITLINT_TRACEBACK"):
+            raise
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        _fail(f"initlint failed with {type(exc).__name__}: {first}; this is a bug in initlint, please report it "
+              f"(INITLINT_TRACEBACK=1 shows the traceback)")
 
 
 def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:

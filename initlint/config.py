@@ -246,6 +246,8 @@ def _in_range(code: str, where: str, name: str, default: Any, value: Any) -> Any
     return number if isinstance(default, float) else value
 
 
+_TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list"}
+
 def _ignores(value: Any) -> Dict[str, List[str]]:
     from .suppress import normalise_ignores, unknown_code
 
