@@ -227,7 +227,8 @@ def _option_value(rule: Any, where: str, name: str, value: Any) -> Any:
     if ok and numeric:
         return _in_range(rule.code, where, name, default, value)
     if not ok:
-        raise _Invalid(f"{where} must be a {_TYPE_NAMES.get(type(default), type(default).__name__)} "
+        kind = _TYPE_NAMES.get(type(default), type(default).__name__)
+        raise _Invalid(f"{where} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind} "
                        f"(default {default!r}), not {value!r}", True)
     return value
 
