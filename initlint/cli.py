@@ -1,6 +1,6 @@
 """Command line: ``initlint check``, ``initlint rules``, ``initlint explain``.
 
-Exit codes: 0 clean, 1 findings at or above ``--fail-on``, 2 usage or load error.
+Exit codes: 0 clean, 1 findings at or above ``--fail-on``, 2 usage or load error, 130 interrupted.
 torch is imported only once a target is known to define a model.
 """
 from __future__ import annotations
@@ -63,7 +63,8 @@ def main() -> None:
 @click.option("--ignore", multiple=True, help="Codes or prefixes to skip (comma-separated).")
 @click.option("--format", "fmt", default=None, help="text, concise, json, sarif or github.")
 @click.option("--output", "output", default=None, type=click.Path(dir_okay=False), help="Write the report to FILE.")
-@click.option("--seed", default=None, type=int, help="Seed of the probe batch (default 0).")
+@click.option("--seed", default=None, type=int, help="Seed of the probe batch, and of torch, random and NumPy before each target is imported and "
+                   "built (default 0).")
 @click.option("--batch-size", default=None, type=int, help="Probe batch size when it is inferred (default 16).")
 @click.option("--import-timeout", default=None, type=float, metavar="SECONDS",
               help="Stop importing a target that takes longer (default 120; 0: no limit).")

@@ -3,7 +3,9 @@
 Precedence: command-line flags, then the configuration file, then defaults. The file is
 the nearest ``pyproject.toml`` at or above the first target that has a ``[tool.initlint]``
 table, or the one given with ``--config``. Unknown keys are warned about; values of the
-wrong type stop the run with one sentence naming the file and the key.
+wrong type or out of range stop the run with one sentence naming the file and the key.
+:func:`check_flags` and :func:`apply_settings` hold command-line flags and ``audit()``
+keywords to the same checks.
 """
 from __future__ import annotations
 
@@ -158,11 +160,10 @@ def total_memory() -> Optional[int]:
 
 
 def _bytes(n: float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB", "TB", "PB"):
-        if n < 1024 or unit == "PB":
-            return f"{n:.3g} {unit}" if unit != "bytes" else f"{int(n)} bytes"
-        n /= 1024
-    return f"{n:.3g} PB"
+    """``1.82 TB``: binary units, as memory is sold."""
+    units = ("bytes", "KB", "MB", "GB", "TB", "PB")
+    power = min(int(math.log(max(n, 1), 1024)), len(units) - 1)
+    return f"{int(n)} bytes" if power == 0 else f"{n / 1024 ** power:.3g} {units[power]}"
 
 
 def _formats() -> List[str]:
