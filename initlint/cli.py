@@ -63,7 +63,8 @@ def main() -> None:
 @click.option("--ignore", multiple=True, help="Codes or prefixes to skip (comma-separated).")
 @click.option("--format", "fmt", default=None, help="text, concise, json, sarif or github.")
 @click.option("--output", "output", default=None, type=click.Path(dir_okay=False), help="Write the report to FILE.")
-@click.option("--seed", default=None, type=int, help="Seed of the probe batch, and of torch, random and NumPy before each target is imported and "
+@click.option("--seed", default=None, type=int,
+              help="Seed of the probe batch, and of torch, random and NumPy before each target is imported and "
                    "built (default 0).")
 @click.option("--batch-size", default=None, type=int, help="Probe batch size when it is inferred (default 16).")
 @click.option("--import-timeout", default=None, type=float, metavar="SECONDS",
