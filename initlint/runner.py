@@ -154,10 +154,10 @@ def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Cal
 
 def _unexpected(exc: Exception) -> str:
     """One sentence for an exception nothing else explained."""
-    from .api import _out_of_memory
+    import torch
 
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if isinstance(exc, MemoryError) or _out_of_memory(exc):
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in first:
         return (f"the probe does not fit in memory ({type(exc).__name__}: {first[:200]}); "
                 f"lower --batch-size or --input-shape")
     return (f"initlint failed with {type(exc).__name__}: {first[:300]}; this is a bug in initlint, please report it "

@@ -607,3 +607,32 @@ def test_helper_modules_are_forgotten_after_their_target(tmp_path):
             assert sys.path[0] == str(tmp_path / folder)
         assert "helpers" not in sys.modules and str(tmp_path / folder) not in sys.path
     assert widths == [8, 12]
+
+
+# ------------------------------------------------------------------ the CLI's last line of defence
+def test_probe_batch_beyond_memory_is_one_sentence(tmp_path, monkeypatch):
+    def too_big(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 64000000000 bytes.\nframe #0: ...")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(api, "infer_inputs", too_big)
+    write(tmp_path, "linear.py", LINEAR_MODEL)
+    line = one_error(invoke("check", "linear.py", "--batch-size", "2000000000"))
+    assert "the probe does not fit in memory" in line and "lower --batch-size" in line
+
+
+def test_an_error_inside_initlint_is_one_line_unless_asked(tmp_path, monkeypatch):
+    import initlint.formats as formats
+
+    def broken(reports, colour=False):
+        raise KeyError("internal")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(formats.FORMATS, "text", broken)
+    write(tmp_path, "linear.py", LINEAR_MODEL)
+    result = invoke("check", "linear.py")
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "bug in initlint" in lines[0], result.stderr
+    monkeypatch.setenv("INITLINT_TRACEBACK", "1")
+    assert isinstance(invoke("check", "linear.py").exception, KeyError)
