@@ -158,23 +158,25 @@ def _redirect_fd() -> Optional[int]:
 def own_folder(path: Optional[str]) -> Iterator[None]:
     """Import with ``path``'s folder first on ``sys.path``; then forget the modules imported from it.
 
-    Only modules found through that folder (``helpers`` for ``folder/helpers.py``,
-    ``utils.x`` for ``folder/utils/``) that were not loaded before are removed, so the next
-    target's folder supplies its own. The target's own module stays registered: its
-    classes are still looked up by module name when the report is written.
+    Only modules found through that folder, or through folders the target added to
+    ``sys.path`` (``helpers`` for ``folder/helpers.py``, ``utils.x`` for ``folder/utils/``),
+    that were not loaded before are removed, so the next target's folder supplies its own;
+    ``sys.path`` is restored. The target's own module stays registered under its own name.
     """
     if not path or not os.path.isfile(path):
         yield
         return
     folder = os.path.dirname(os.path.abspath(path))
     before: Set[str] = set(sys.modules)
+    saved_path = list(sys.path)
     sys.path.insert(0, folder)
     try:
         yield
     finally:
-        with contextlib.suppress(ValueError):
-            sys.path.remove(folder)
-        for name in [n for n in sys.modules if n not in before and _found_in(n, folder)]:
+        # folders the target put on sys.path itself (sys.path.append("../common")) count as its own too
+        folders = [folder] + [os.path.abspath(p) for p in sys.path if p not in saved_path and isinstance(p, str)]
+        sys.path[:] = saved_path
+        for name in [n for n in sys.modules if n not in before and any(_found_in(n, f) for f in folders)]:
             del sys.modules[name]
 
 

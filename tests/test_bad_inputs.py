@@ -636,3 +636,30 @@ def test_an_error_inside_initlint_is_one_line_unless_asked(tmp_path, monkeypatch
     assert result.exit_code == 2 and len(lines) == 1 and "bug in initlint" in lines[0], result.stderr
     monkeypatch.setenv("INITLINT_TRACEBACK", "1")
     assert isinstance(invoke("check", "linear.py").exception, KeyError)
+
+
+def test_folders_a_target_adds_to_sys_path_are_its_own_too(tmp_path):
+    from initlint.load import resolve
+    from initlint.targets import own_folder
+
+    source = """
+        import os, sys
+        sys.path.append(os.path.join(os.path.dirname(__file__), "lib"))
+        import torch.nn as nn
+        import shared
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(shared.WIDTH, 4)
+        """
+    before, widths = list(sys.path), []
+    for folder, width in (("a", 8), ("b", 12)):
+        (tmp_path / folder / "lib").mkdir(parents=True)
+        write(tmp_path / folder / "lib", "shared.py", f"WIDTH = {width}\n")
+        path = str(write(tmp_path / folder, "model.py", source))
+        with own_folder(path):
+            [cand] = resolve(path)
+            widths.append(cand.instantiate().fc.in_features)
+        assert sys.path == before and "shared" not in sys.modules
+    assert widths == [8, 12]
