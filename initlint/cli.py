@@ -18,8 +18,14 @@ EXIT_INTERRUPTED = 130
 """128 + SIGINT, as shells report a command stopped with Ctrl-C."""
 
 
+def echo_error(message: str) -> None:
+    """``initlint: error: MESSAGE`` on stderr, always one line (a user's value or exception may hold newlines)."""
+    click.echo("initlint: error: " + " ".join(part.strip() for part in str(message).splitlines() if part.strip()),
+               err=True)
+
+
 def _fail(message: str) -> None:
-    click.echo(f"initlint: error: {message}", err=True)
+    echo_error(message)
     sys.exit(EXIT_ERROR)
 
 

@@ -202,10 +202,10 @@ def parse_shape(text: str) -> Tuple[int, ...]:
 
     shape = shape_from_text(text)
     if shape is None:
-        raise LoadError(f"--input-shape '{text}' is not a list of positive integers such as 8,3,32,32")
+        raise LoadError(f"--input-shape {text!r} is not a list of positive integers such as 8,3,32,32")
     too_big = probe_size_problem(shape)
     if too_big:
-        raise LoadError(f"--input-shape '{text}' cannot be probed: {too_big}")
+        raise LoadError(f"--input-shape {text!r} cannot be probed: {too_big}")
     return shape
 
 

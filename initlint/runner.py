@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import click
 
-from .cli import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+from .cli import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, echo_error
 from .report import SEVERITIES, Report
 
 
@@ -36,7 +36,7 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False) 
             with open(opts["output"], "w", encoding="utf-8") as fh:
                 fh.write(text + "\n")
         except OSError as exc:
-            click.echo(f"initlint: error: cannot write {opts['output']}: {exc.strerror}", err=True)
+            echo_error(f"cannot write {opts['output']}: {exc.strerror}")
             return EXIT_ERROR
     else:
         click.echo(text)
@@ -71,7 +71,7 @@ def _prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Tuple[Dict[st
             raise UsageError(f"--fail-on takes one of {', '.join(SEVERITIES)}, not '{fail_on}'")
         select_rules(settings.get("select"), settings.get("ignore"))
     except (LoadError, UnknownCode, ConfigError) as exc:
-        click.echo(f"initlint: error: {exc}", err=True)
+        echo_error(str(exc))
         return None
     for warning in config.warnings:
         click.echo(f"initlint: warning: {warning}", err=True)
@@ -81,7 +81,7 @@ def _prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Tuple[Dict[st
         try:
             require_matplotlib()  # before minutes of auditing, not after
         except PlotError as exc:
-            click.echo(f"initlint: error: {exc}", err=True)
+            echo_error(str(exc))
             return None
     return settings, shapes
 
@@ -172,7 +172,7 @@ def _plot(report: Report, path: str, name: str, several: bool, say: Callable[[st
     try:
         report.plot(path)
     except PlotError as exc:
-        click.echo(f"initlint: error: {exc}", err=True)
+        echo_error(str(exc))
         return False
     return True
 
@@ -182,7 +182,7 @@ def _echo_errors(reports: List[Report]) -> None:
         if r.error:
             where = r.target or r.model
             named = r.error.startswith(where.split(":")[0])  # "missing.py: no such file" names it already
-            click.echo(f"initlint: error: {r.error}" if named else f"initlint: error: {where}: {r.error}", err=True)
+            echo_error(r.error if named else f"{where}: {r.error}")
 
 
 def _plot_path(path: str, name: str, several: bool) -> str:

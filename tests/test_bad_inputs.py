@@ -343,6 +343,8 @@ def one_error(result) -> str:
     (("--import-timeout", "nan"), ["--import-timeout must be a number of seconds"]),
     (("--import-timeout", "inf"), ["--import-timeout must be a number of seconds"]),
     (("--no-such-option",), ["no such option '--no-such-option'"]),
+    (("--input-shape", "8,\r,4"), ["--input-shape '8,\\r,4' is not"]),  # a control character stays on the line
+    (("--seed", "1\n2"), ["--seed"]),
 ])
 def test_out_of_range_flags_exit_2_with_one_sentence(tmp_path, monkeypatch, args, words):
     monkeypatch.chdir(tmp_path)
@@ -663,3 +665,10 @@ def test_folders_a_target_adds_to_sys_path_are_its_own_too(tmp_path):
             widths.append(cand.instantiate().fc.in_features)
         assert sys.path == before and "shared" not in sys.modules
     assert widths == [8, 12]
+
+
+def test_a_multi_line_exception_message_stays_on_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "user.py", "raise ValueError('first line\\nsecond line')\nimport torch.nn as nn\nclass M(nn.Module):\n    pass\n")
+    line = one_error(invoke("check", "user.py:M"))
+    assert "ValueError: first line second line" in line
