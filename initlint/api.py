@@ -84,7 +84,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     from .config import apply_settings
 
     options = apply_settings(dict(select=select, ignore=ignore, logits=logits, seed=seed, batch_size=batch_size,
-                                  rule_options=rule_options, device=device), settings)
+                                  rule_options=rule_options, device=device, input_shapes=input_shapes), settings)
     if not isinstance(model, nn.Module) and not hasattr(model, "_orig_mod"):
         raise UsageError(f"initlint.audit expects an nn.Module, got {type(model).__name__}")
     user_model = unwrap(model)
@@ -105,7 +105,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
         report.notes.append("the model is a TorchScript module: its ops run outside Python, so initlint sees "
                             "only its inputs and outputs; audit the nn.Module before torch.jit.script")
     is_meta = model_device(work).type == "meta"
-    args, kwargs = _probe_inputs(work, example_inputs, input_shapes, options, is_meta)
+    args, kwargs = _probe_inputs(work, example_inputs, options["input_shapes"], options, is_meta)
     if not is_meta:
         args, kwargs = move_inputs(args, dev), move_inputs(kwargs, dev)
         check_finite(args, kwargs)

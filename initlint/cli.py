@@ -1,31 +1,50 @@
 """Command line: ``initlint check``, ``initlint rules``, ``initlint explain``.
 
-Exit codes: 0 clean, 1 findings at or above ``--fail-on``, 2 usage or load error.
+Exit codes: 0 clean, 1 findings at or above ``--fail-on``, 2 usage or load error, 130 interrupted.
 torch is imported only once a target is known to define a model.
 """
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Tuple
+from typing import Any, Dict, Tuple
 
 import click
 
-from .errors import EXIT_CLEAN, EXIT_ERROR
+from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_INTERRUPTED, echo_error
 from .version import __version__
 
 
-
 def _fail(message: str) -> None:
-    click.echo(f"initlint: error: {message}", err=True)
+    echo_error(message)
     sys.exit(EXIT_ERROR)
 
 
+def _interrupted() -> None:
+    click.echo("initlint: interrupted", err=True)
+    sys.exit(EXIT_INTERRUPTED)
 
 
+class _Group(click.Group):
+    """Click's usage errors as one ``initlint: error:`` line (exit 2); Ctrl-C as exit 130."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            code = super().main(*args, **kwargs)
+        except click.ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # plain `initlint`: the help, as click shows it
+                exc.show()
+                sys.exit(EXIT_ERROR)
+            message = exc.format_message().rstrip(".")
+            hint = f" (see '{exc.ctx.command_path} --help')" if isinstance(exc, click.UsageError) and exc.ctx else ""
+            _fail(message[:1].lower() + message[1:] + hint)
+        except (click.Abort, KeyboardInterrupt):
+            _interrupted()
+        sys.exit(code if isinstance(code, int) else EXIT_CLEAN)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="initlint")
 def main() -> None:
     """A linter for PyTorch models at initialisation."""
@@ -42,8 +61,12 @@ def main() -> None:
 @click.option("--extend-select", multiple=True, help="Codes or prefixes to run on top of the selection (comma-separated).")
 @click.option("--format", "fmt", default=None, help="text, concise, json, sarif or github.")
 @click.option("--output", "output", default=None, type=click.Path(dir_okay=False), help="Write the report to FILE.")
-@click.option("--seed", default=None, type=int, help="Seed of the probe batch (default 0).")
+@click.option("--seed", default=None, type=int,
+              help="Seed of the probe batch, and of torch, random and NumPy before each target is imported and "
+                   "built (default 0).")
 @click.option("--batch-size", default=None, type=int, help="Probe batch size when it is inferred (default 16).")
+@click.option("--import-timeout", default=None, type=float, metavar="SECONDS",
+              help="Stop importing a target that takes longer (default 120; 0: no limit).")
 @click.option("--fail-on", default=None, help="Lowest severity that makes the exit code 1: info, warning, error.")
 @click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False),
               help="A pyproject.toml to read [tool.initlint] from (default: the nearest one above the target).")
@@ -53,6 +76,19 @@ def main() -> None:
               help="Skip files that define no torch nn.Module subclass or do not parse, and excluded paths (for pre-commit).")
 def check(targets: Tuple[str, ...], **opts: Any) -> None:
     """Audit the models in TARGETS (FOLDER, FILE.py, FILE.py:NAME or package.module:NAME)."""
+    try:
+        _check(targets, opts)
+    except KeyboardInterrupt:
+        _interrupted()
+    except Exception as exc:  # the promise is one sentence, never a traceback
+        if os.environ.get("INITLINT_TRACEBACK"):
+            raise
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        _fail(f"initlint failed with {type(exc).__name__}: {first}; this is a bug in initlint, please report it "
+              f"(INITLINT_TRACEBACK=1 shows the traceback)")
+
+
+def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
     from .targets import TargetError, collect
 
     progress = sys.stderr.isatty() and not os.environ.get("INITLINT_NO_PROGRESS")

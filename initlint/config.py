@@ -3,21 +3,31 @@
 Precedence: command-line flags, then the configuration file, then defaults; rule selection
 is layered as in ruff (:func:`initlint.rules.resolve_selection`). The file is the nearest
 ``pyproject.toml`` at or above each target that has a ``[tool.initlint]`` table, or the one
-given with ``--config``. Unknown keys are warned about; values of the
-wrong type stop the run with one sentence naming the file and the key.
+given with ``--config``. Unknown keys are warned about; values of the wrong type or out of
+range stop the run with one sentence naming the file and the key. :func:`check_flags` and
+:func:`apply_settings` hold command-line flags and ``audit()`` keywords to the same checks.
 """
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import ConfigError, UsageError
 
 KNOWN = ("select", "ignore", "logits", "seed", "batch_size", "rule_options", "device", "fail_on",
          "per_module_ignores", "input_shapes")
 """Settings :func:`initlint.audit` accepts as keywords (``-`` may be written for ``_``)."""
+
+SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 64 - 1
+"""The seeds ``torch.Generator.manual_seed`` accepts."""
+MAX_BATCH = 2 ** 31 - 1
+DEFAULT_IMPORT_TIMEOUT = 120.0
+MAX_IMPORT_TIMEOUT = 1e6
+MIN_ELEMENT_BYTES = 2
+"""The smallest element the probe builds (a half-precision input): a shape needs at least this per element."""
 
 
 class _Invalid(Exception):
@@ -66,12 +76,25 @@ def _string(value: Any) -> str:
     return value
 
 
-def _integer(minimum: Optional[int]) -> Callable[[Any], int]:
+def _integer(minimum: int, maximum: int) -> Callable[[Any], int]:
     def check(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-            raise _Invalid("an integer" if minimum is None else f"an integer of at least {minimum}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise _Invalid(f"an integer of at least {minimum} and at most {maximum}")
         return value
     return check
+
+
+def _seed(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not SEED_MIN <= value <= SEED_MAX:
+        raise _Invalid("an integer from -2**63 to 2**64 - 1")
+    return value
+
+
+def _timeout(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0 <= value <= MAX_IMPORT_TIMEOUT:  # NaN fails both comparisons
+        raise _Invalid(f"a number of seconds from 0 (no limit) to {MAX_IMPORT_TIMEOUT:.0f}")
+    return float(value)
 
 
 def _boolean(value: Any) -> bool:
@@ -83,17 +106,69 @@ def _boolean(value: Any) -> bool:
 def _shapes(value: Any) -> List[str]:
     """``"8,3,32,32"``, ``[8, 3, 32, 32]``, ``["8,10", "8,4"]`` or ``[[8, 10], [8, 4]]`` -> strings."""
     def one(shape: Any) -> str:
-        if isinstance(shape, str):
-            return shape
-        if isinstance(shape, list) and shape and all(isinstance(s, int) and not isinstance(s, bool) and s > 0
-                                                     for s in shape):
-            return ",".join(str(s) for s in shape)
-        raise _Invalid("a shape such as \"8,3,32,32\" or [8, 3, 32, 32], or a list of shapes")
+        parsed = shape_from_text(shape) if isinstance(shape, str) else _int_shape(shape)
+        if parsed is None:
+            raise _Invalid("a shape such as \"8,3,32,32\" or [8, 3, 32, 32], or a list of shapes")
+        too_big = probe_size_problem(parsed)
+        if too_big:
+            raise _Invalid(f"input-shape {shape!r}: {too_big}", True)
+        return shape if isinstance(shape, str) else ",".join(str(s) for s in shape)
     if isinstance(value, list) and value and all(isinstance(s, int) for s in value):
         return [one(value)]
     if isinstance(value, list) and value:
         return [one(s) for s in value]
     return [one(value)]
+
+
+def _int_shape(shape: Any) -> Optional[Tuple[int, ...]]:
+    if isinstance(shape, (list, tuple)) and shape and all(isinstance(s, int) and not isinstance(s, bool) and s > 0
+                                                          for s in shape):
+        return tuple(shape)
+    return None
+
+
+def shape_from_text(text: str) -> Optional[Tuple[int, ...]]:
+    """``8,3,32,32`` or ``8x3x32x32`` -> ``(8, 3, 32, 32)``; None unless every size is a positive integer."""
+    parts = [p.strip() for p in text.strip().strip("()[]").replace("x", ",").split(",")]
+    if not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    shape = tuple(int(p) if len(p) < 40 else 10 ** 40 for p in parts)  # 10**40 is as impossible as any longer
+    return shape if shape and all(s > 0 for s in shape) else None
+
+
+def probe_size_problem(shape: Tuple[int, ...]) -> Optional[str]:
+    """Why a probe input of ``shape`` cannot be built, or None; estimated before anything is allocated."""
+    numel = math.prod(shape)
+    if numel > 2 ** 63 - 1:
+        return f"{numel:.3g} elements, more than a tensor can hold"
+    need, memory = numel * MIN_ELEMENT_BYTES, total_memory()
+    if memory is not None and need > memory:
+        return (f"a probe input of {numel:.3g} elements needs at least {_bytes(need)} "
+                f"({MIN_ELEMENT_BYTES} bytes per element), more than this machine's {_bytes(memory)} of memory")
+    return None
+
+
+def total_memory() -> Optional[int]:
+    """Physical memory in bytes, lowered to the cgroup (container) limit; None where it cannot be read."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+    try:
+        with open("/sys/fs/cgroup/memory.max", encoding="ascii") as fh:
+            limit = fh.read().strip()
+        if limit.isdigit():
+            memory = min(memory, int(limit))
+    except OSError:
+        pass
+    return memory if memory > 0 else None
+
+
+def _bytes(n: float) -> str:
+    """``1.82 TB``: binary units, as memory is sold."""
+    units = ("bytes", "KB", "MB", "GB", "TB", "PB")
+    power = min(int(math.log(max(n, 1), 1024)), len(units) - 1)
+    return f"{int(n)} bytes" if power == 0 else f"{n / 1024 ** power:.3g} {units[power]}"
 
 
 def _formats() -> List[str]:
@@ -108,7 +183,7 @@ def _severities() -> List[str]:
     return list(SEVERITIES)
 
 
-def _rule_options(value: Any) -> Dict[str, Dict[str, Any]]:
+def _rule_options(value: Any, prefix: str = "rules.") -> Dict[str, Dict[str, Any]]:
     """``{rule name or code: {option: value}}``, every option checked against the rule's ``options``."""
     from .rules import UnknownCode, all_rules, get_rule
 
@@ -119,37 +194,66 @@ def _rule_options(value: Any) -> Dict[str, Dict[str, Any]]:
         try:
             rule = get_rule(key)
         except UnknownCode:
-            raise _Invalid(f"rules.{key}: unknown rule (known: {', '.join(all_rules())})", True) from None
+            raise _Invalid(f"{prefix}{key}: unknown rule (known: {', '.join(all_rules())})", True) from None
         if not isinstance(opts, dict):
-            raise _Invalid(f"rules.{key} must be a table of options, such as [tool.initlint.rules.{key}]", True)
+            raise _Invalid(f"{prefix}{key} must be a table of options, such as [tool.initlint.rules.{key}]", True)
         checked = out.setdefault(rule.code, {})
         for option, setting in opts.items():
-            name = option if option in rule.options else option.replace("_", "-")
+            name = option if option in rule.options else str(option).replace("_", "-")
             if name not in rule.options:
                 known = ", ".join(rule.options) or "none"
-                raise _Invalid(f"rules.{key}: {rule.code} ({rule.name}) has no option '{option}' "
+                raise _Invalid(f"{prefix}{key}: {rule.code} ({rule.name}) has no option '{option}' "
                                f"(its options: {known})", True)
-            checked[name] = _option_value(rule, f"rules.{key}.{option}", name, setting)
+            checked[name] = _option_value(rule, f"{prefix}{key}.{option}", name, setting)
     return out
+
+
+OPTION_RANGES: Dict[Tuple[str, str], Tuple[float, Optional[float]]] = {
+    ("IL001", "max-variance-drift"): (1, None), ("IL001", "tolerance"): (1, None),
+    ("IL003", "max-dead-fraction"): (0, 1), ("IL003", "noise-sigmas"): (0, None),
+    ("IL003", "min-observations"): (0, None),
+    ("IL004", "min-entropy"): (0, 1),
+    ("IL005", "max-scale-ratio"): (1, None), ("IL005", "min-units"): (1, None),
+    ("IL006", "max-excess-spread"): (1, None), ("IL006", "max-gradient-drift"): (1, None),
+    ("IL007", "max-saturated-fraction"): (0, 1),
+}
+"""The values that mean something for each built-in numeric option (a factor either way is at least 1)."""
 
 
 def _option_value(rule: Any, where: str, name: str, value: Any) -> Any:
     default = rule.options[name]
+    numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
     if isinstance(default, bool):
         ok = isinstance(value, bool)
-    elif isinstance(default, (int, float)):
+    elif numeric:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool) and \
             (isinstance(default, float) or isinstance(value, int))
     else:
         ok = isinstance(value, type(default))
+    if ok and numeric:
+        return _in_range(rule.code, where, name, default, value)
     if not ok:
-        raise _Invalid(f"{where} must be a {_TYPE_NAMES.get(type(default), type(default).__name__)} "
+        kind = _TYPE_NAMES.get(type(default), type(default).__name__)
+        raise _Invalid(f"{where} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind} "
                        f"(default {default!r}), not {value!r}", True)
-    return float(value) if isinstance(default, float) else value
+    return value
+
+
+def _in_range(code: str, where: str, name: str, default: Any, value: Any) -> Any:
+    low, high = OPTION_RANGES.get((code, name), (None, None))
+    kind = "a number" if isinstance(default, float) else "an integer"
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        number = math.inf
+    if not math.isfinite(number) or (low is not None and number < low) or (high is not None and number > high):
+        span = (f"from {low:g} to {high:g}" if high is not None else f"of at least {low:g}") if low is not None \
+            else "that is finite"
+        raise _Invalid(f"{where} must be {kind} {span} (default {default!r}), not {value!r}", True)
+    return number if isinstance(default, float) else value
 
 
 _TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list"}
-
 
 def _ignores(value: Any) -> Dict[str, List[str]]:
     from .suppress import normalise_ignores, unknown_code
@@ -182,8 +286,9 @@ KEYS: Dict[str, Key] = {k.name: k for k in (
     Key("extend-exclude", "extend_exclude", _globs, "paths a folder walk skips, besides the defaults"),
     Key("fail-on", "fail_on", _one_of(_severities), "lowest severity that makes the exit code 1"),
     Key("device", "device", _string, "auto, cpu, cuda, cuda:N or mps"),
-    Key("seed", "seed", _integer(None), "seed of the probe batch"),
-    Key("batch-size", "batch_size", _integer(1), "probe batch size when the input is inferred"),
+    Key("seed", "seed", _seed, "seed of the probe batch"),
+    Key("batch-size", "batch_size", _integer(1, MAX_BATCH), "probe batch size when the input is inferred"),
+    Key("import-timeout", "import_timeout", _timeout, "seconds a target's import may take (0: no limit)"),
     Key("logits", "logits", _boolean, "the model output is logits (check its softmax, IL004)"),
     Key("format", "format", _one_of(_formats), "output format"),
     Key("input-shape", "input_shapes", _shapes, "probe input shape(s)"),
@@ -227,6 +332,8 @@ def _read(path: str) -> Dict[str, Any]:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: it is not UTF-8 text (byte {exc.start})") from None
 
 
 def load_config(explicit: Optional[str], target: str) -> Config:
@@ -237,8 +344,10 @@ def load_config(explicit: Optional[str], target: str) -> Config:
         path = find_pyproject(start if os.path.exists(start) else os.getcwd())
     if path is None:
         return Config()
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise ConfigError(f"--config {path}: no such file")
+    if not os.path.isfile(path):
+        raise ConfigError(f"--config {path} is not a file")
     tool = _read(path).get("tool", {})
     cfg = Config(path=path)
     if not isinstance(tool, dict) or "initlint" not in tool:
@@ -305,14 +414,66 @@ def _resolve_rules(file: Dict[str, Any], cli: Dict[str, Any]) -> Any:
     return enabled, ignored
 
 
-def apply_settings(base: Dict[str, Any], extra: Dict[str, Any]) -> Dict[str, Any]:
-    """Merge extra keyword settings into ``base``; unknown names are a usage error."""
+FLAGS = {"seed": "--seed", "batch_size": "--batch-size", "import_timeout": "--import-timeout"}
+"""Numeric command-line options, checked like the keys of the same name in the file."""
 
+
+def check_flags(opts: Dict[str, Any]) -> None:
+    """Refuse an out-of-range ``--seed``, ``--batch-size`` or ``--import-timeout`` with one sentence."""
+    checks = {k.dest: k.check for k in KEYS.values()}
+    for dest, flag in FLAGS.items():
+        value = opts.get(dest)
+        if value is None:
+            continue
+        try:
+            checks[dest](value)
+        except _Invalid as exc:
+            raise ConfigError(f"{flag} must be {exc}, not {value}") from None
+
+
+def _api_shapes(value: Any) -> List[Tuple[int, ...]]:
+    shapes = []
+    flat = isinstance(value, (list, tuple)) and value and all(isinstance(s, int) for s in value)
+    for shape in [value] if flat or not isinstance(value, (list, tuple)) else value:
+        parsed = shape_from_text(shape) if isinstance(shape, str) else _int_shape(shape)
+        if parsed is None:
+            raise _Invalid("a list of shapes such as [(8, 3, 32, 32)]")
+        too_big = probe_size_problem(parsed)
+        if too_big:
+            raise _Invalid(f"input_shapes {tuple(parsed)}: {too_big}", True)
+        shapes.append(parsed)
+    return shapes
+
+
+_API_CHECKS: Dict[str, Callable[[Any], Any]] = {
+    "seed": _seed, "batch_size": _integer(1, MAX_BATCH), "fail_on": _one_of(_severities),
+    "rule_options": lambda v: _rule_options(v, "rule_options."), "input_shapes": _api_shapes,
+}
+
+
+def apply_settings(base: Dict[str, Any], extra: Dict[str, Any]) -> Dict[str, Any]:
+    """Merge extra keyword settings into ``base`` and check every value; a bad one is a usage error.
+
+    CLI flags and file values reach :func:`initlint.audit` through here too, so the same
+    checks hold for every way of giving a setting.
+    """
     out = dict(base)
     for key, value in extra.items():
         norm = key.replace("-", "_")
         if norm not in KNOWN:
             raise UsageError(f"unknown setting '{key}' (known: {', '.join(KNOWN)})")
         out[norm] = value
+    for key, check in _API_CHECKS.items():
+        if out.get(key) is None:
+            continue
+        try:
+            out[key] = check(out[key])
+        except _Invalid as exc:
+            raise UsageError(str(exc) if exc.whole else f"{key} must be {exc}, not {_short(out[key])}") from None
     out["seed"] = 0 if out.get("seed") is None else out["seed"]
     return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

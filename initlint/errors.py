@@ -33,3 +33,11 @@ class ConfigError(ValueError):
 
 class UnknownCode(ValueError):
     """A ``--select``/``--ignore``/``explain`` code matches no rule."""
+
+
+def echo_error(message: str) -> None:
+    """``initlint: error: MESSAGE`` on stderr, always one line (a user's value or exception may hold newlines)."""
+    import click
+
+    click.echo("initlint: error: " + " ".join(part.strip() for part in str(message).splitlines() if part.strip()),
+               err=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -16,6 +17,7 @@ import torch.nn as nn
 
 from .capture.runtime import _tensors
 from .errors import LoadError, NoModelsError, NoProbeInputError
+from .usercode import TimedOut, time_limit, user_code, user_frame
 
 DEFAULT_BATCH = 16
 DEFAULT_SPATIAL = 32
@@ -53,33 +55,29 @@ class Candidate:
         if required:
             raise LoadError(f"{self.name} needs constructor arguments ({', '.join(required)}); "
                             f"expose a factory function with no arguments and pass FILE.py:FACTORY")
+
         try:
-            model = obj()
+            with user_code(f"constructing {self.name}"):
+                model = obj()
+        except LoadError:
+            raise
         except Exception as exc:
-            raise LoadError(f"constructing {self.name} raised {type(exc).__name__}: {exc}{_user_frame(exc)}") from None
+            raise LoadError(f"constructing {self.name} raised {type(exc).__name__}: {exc}{user_frame(exc)}") from None
         if not isinstance(model, nn.Module):
             raise LoadError(f"{self.name} returned {type(model).__name__}, not an nn.Module")
         return model
 
 
-def _user_frame(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "initlint" not in f.filename
-              and os.sep + "torch" + os.sep not in f.filename]
-    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+def resolve(target: str, timeout: Optional[float] = None) -> List[Candidate]:
+    """``file.py``, ``file.py:NAME`` or ``package.module:NAME`` -> candidates.
 
-
-def resolve(target: str) -> List[Candidate]:
-    """``file.py``, ``file.py:NAME`` or ``package.module:NAME`` -> candidates."""
+    ``timeout``: seconds the import may run (None or 0: no limit).
+    """
     path, _, name = target.partition(":") if not os.path.exists(target) else (target, "", "")
     if path.endswith(".py") or os.path.sep in path or os.path.exists(path):
-        module = import_file(path)
+        module = import_file(path, timeout)
     else:
-        try:
-            module = importlib.import_module(path)
-        except ImportError as exc:
-            raise LoadError(f"cannot import module '{path}': {exc}") from None
-        except SyntaxError as exc:
-            raise LoadError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}") from None
+        module = _import_module(path, timeout)
     if name:
         if not hasattr(module, name):
             raise LoadError(f"{path} defines no '{name}'")
@@ -103,8 +101,35 @@ def unbuildable_error(path: str, candidates: List["Candidate"]) -> LoadError:
                      f"expose a factory function with no arguments and pass {path}:FACTORY")
 
 
-def import_file(path: str) -> Any:
-    """Import a user's Python file as a fresh module, with clear errors."""
+def _import_module(name: str, timeout: Optional[float]) -> Any:
+
+    try:
+        with user_code(f"importing {name}"), time_limit(timeout):
+            return importlib.import_module(name)
+    except TimedOut:
+        raise _timed_out(name, timeout) from None
+    except ImportError as exc:
+        raise LoadError(f"cannot import module '{name}': {exc}") from None
+    except SyntaxError as exc:
+        raise LoadError(f"syntax error in {exc.filename}:{exc.lineno}: {exc.msg}") from None
+    except LoadError:
+        raise
+    except Exception as exc:
+        raise LoadError(f"importing {name} raised {type(exc).__name__}: {exc}{user_frame(exc)}") from None
+
+
+def _timed_out(what: str, timeout: Optional[float]) -> LoadError:
+    return LoadError(f"importing {what} did not finish within {timeout:g} s (an endless loop or a long computation "
+                     f"at import time?); raise the limit with --import-timeout or import-timeout in "
+                     f"[tool.initlint] (0: no limit)")
+
+
+def import_file(path: str, timeout: Optional[float] = None) -> Any:
+    """Import a user's Python file as a fresh module, with clear errors.
+
+    ``sys.exit()`` at import and an import running past ``timeout`` seconds are load errors too.
+    """
+
     if not os.path.exists(path):
         raise LoadError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -118,8 +143,11 @@ def import_file(path: str) -> Any:
         raise LoadError(f"syntax error in {path}:{exc.lineno}: {exc.msg}") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise LoadError(f"{path} is not readable Python source: {exc}") from None
+    except OSError as exc:
+        raise LoadError(f"cannot read {path}: {exc.strerror}") from None
     abspath = os.path.abspath(path)
-    mod_name = "_initlint_target_" + str(abs(hash(abspath)))
+    # a stable name (not hash(), which changes per process): the same file is the same module in every run
+    mod_name = "_initlint_target_" + hashlib.sha1(abspath.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     spec = importlib.util.spec_from_file_location(mod_name, abspath)
     if spec is None or spec.loader is None:
         raise LoadError(f"cannot import {path}")
@@ -129,15 +157,20 @@ def import_file(path: str) -> Any:
     added = directory not in sys.path
     if added:
         sys.path.insert(0, directory)
+    loaded = False
     try:
-        spec.loader.exec_module(module)
-    except SystemExit:
-        raise LoadError(f"importing {path} called sys.exit()") from None
+        with user_code(f"importing {path}"), time_limit(timeout):
+            spec.loader.exec_module(module)
+        loaded = True
+    except TimedOut:
+        raise _timed_out(path, timeout) from None
+    except LoadError:
+        raise
     except Exception as exc:
-        del sys.modules[mod_name]
-        where = _frame_in(exc, abspath)
-        raise LoadError(f"importing {path} raised {type(exc).__name__}: {exc}{where}") from None
+        raise LoadError(f"importing {path} raised {type(exc).__name__}: {exc}{_frame_in(exc, abspath)}") from None
     finally:
+        if not loaded:
+            sys.modules.pop(mod_name, None)
         if added:
             sys.path.remove(directory)
     return module
@@ -150,11 +183,16 @@ def _frame_in(exc: BaseException, abspath: str) -> str:
 
 # ----------------------------------------------------------------------------- inputs
 def parse_shape(text: str) -> Tuple[int, ...]:
-    """``8,3,32,32`` or ``8x3x32x32`` -> ``(8, 3, 32, 32)``; raises :class:`LoadError` on anything else."""
-    parts = [p.strip() for p in text.strip().strip("()[]").replace("x", ",").split(",")]
-    shape = tuple(int(p) for p in parts) if all(p.isascii() and p.isdigit() for p in parts) else ()
-    if not shape or any(s <= 0 for s in shape):
-        raise LoadError(f"--input-shape '{text}' is not a list of positive integers such as 8,3,32,32")
+    """``8,3,32,32`` or ``8x3x32x32`` -> ``(8, 3, 32, 32)``; raises :class:`LoadError` on anything else,
+    and on a shape whose probe input cannot fit in memory (estimated before anything is allocated)."""
+    from .config import probe_size_problem, shape_from_text
+
+    shape = shape_from_text(text)
+    if shape is None:
+        raise LoadError(f"--input-shape {text!r} is not a list of positive integers such as 8,3,32,32")
+    too_big = probe_size_problem(shape)
+    if too_big:
+        raise LoadError(f"--input-shape {text!r} cannot be probed: {too_big}")
     return shape
 
 

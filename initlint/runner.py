@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Collection, Dict, List
+from typing import Any, Callable, Collection, Dict, List, Optional
 
 import click
 
-from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, echo_error
 from .report import SEVERITIES, Report
 
 
@@ -17,109 +17,25 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
     ``implicit`` targets were found by walking a folder: like every target under
     ``--skip-files-without-models``, they are passed over when they hold no model to build.
     """
-    from .api import UsageError, audit
-    from .config import ConfigError, load_config, merge_cli
     from .formats import FORMATS, use_colour
-    from .load import LoadError, NoModelsError, NoProbeInputError, parse_shape, resolve, unbuildable_error
-    from .rules import UnknownCode
-    from .targets import FileSettings
 
     def say(msg: str) -> None:
         if progress:
             click.echo(f"initlint: {msg}", err=True)
 
-    try:
-        config = load_config(opts.get("config_path"), targets[0])
-        for text in opts.get("input_shapes") or ():
-            parse_shape(text)  # before merging, which drops empty values: --input-shape "" is an error too
-        settings = merge_cli(config, opts)
-        shapes = [parse_shape(s) for s in settings.get("input_shapes") or []]
-        fmt = settings.get("format") or "text"
-        if fmt not in FORMATS:
-            raise UsageError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
-        fail_on = settings.get("fail_on") or "warning"
-        if fail_on not in SEVERITIES:
-            raise UsageError(f"--fail-on takes one of {', '.join(SEVERITIES)}, not '{fail_on}'")
-        from .rules import select_rules
-
-        select_rules(settings.get("select"), settings.get("ignore"))
-    except (LoadError, UnknownCode, ConfigError) as exc:
-        click.echo(f"initlint: error: {exc}", err=True)
+    per_file = _prepare(targets, opts)
+    if per_file is None:
         return EXIT_ERROR
-    for warning in config.warnings:
-        click.echo(f"initlint: warning: {warning}", err=True)
-    if opts.get("plot_path"):
-        from .plot import PlotError, require_matplotlib
-
-        try:
-            require_matplotlib()  # before minutes of auditing, not after
-        except PlotError as exc:
-            click.echo(f"initlint: error: {exc}", err=True)
-            return EXIT_ERROR
-
+    settings = per_file.base
     reports: List[Report] = []
-    load_failed = False
-    per_file = FileSettings(opts, targets[0], config, settings)
     fail_levels: Dict[int, str] = {}
+    load_failed = False
     for target in targets:
-        try:  # each file's own [tool.initlint], merged with the command line
-            settings = per_file(target)
-            if settings is None:
-                continue  # under a configuration file whose error is already reported
-            shapes = [parse_shape(s) for s in settings.get("input_shapes") or []]
-        except (LoadError, UnknownCode, ConfigError) as exc:
-            reports.append(Report(model="-", target=target, error=str(exc)))
-            load_failed = True
-            continue
-        for warning in per_file.take_warnings():
-            click.echo(f"initlint: warning: {warning}", err=True)
-        device = settings.get("device") or "auto"
         lenient = bool(opts.get("skip_files_without_models")) or target in implicit
-        say(f"loading {target}")
-        try:
-            candidates = resolve(target)
-        except LoadError as exc:
-            if lenient and isinstance(exc, NoModelsError):
-                continue  # its classes only looked like torch modules to the static scan
-            reports.append(Report(model="-", target=target, error=str(exc)))
-            load_failed = True
-            continue
-        buildable = [c for c in candidates if not (c.implicit and c.required_args())]
-        if not buildable and not lenient:
-            reports.append(Report(model="-", target=target, error=str(unbuildable_error(target, candidates))))
-            load_failed = True
-            continue
-        for cand in candidates:
-            if cand not in buildable:
-                # a building block such as Block(dim): the file's models that can be built are audited
-                click.echo(f"initlint: note: {cand.origin} skipped: it needs constructor arguments "
-                           f"({', '.join(cand.required_args())})", err=True)
-                continue
-            try:
-                model = cand.instantiate()
-                say(f"auditing {cand.name}: capture, probe, rules")
-                report = audit(model, device=device, select=settings.get("select"), ignore=settings.get("ignore"),
-                               logits=settings.get("logits"), seed=settings.get("seed") or 0,
-                               batch_size=settings.get("batch_size"), input_shapes=shapes or None,
-                               rule_options=settings.get("rule_options"), name=cand.name, target=cand.origin,
-                               per_module_ignores=settings.get("per_module_ignores"))
-            except (LoadError, UnknownCode) as exc:
-                if lenient and cand.implicit and isinstance(exc, NoProbeInputError):
-                    click.echo(f"initlint: note: {cand.origin} skipped: {exc}", err=True)  # a layer-less helper
-                    continue
-                report = Report(model=cand.name, target=cand.origin, error=str(exc))
-                load_failed = True
-            reports.append(report)
-            fail_levels[id(report)] = settings.get("fail_on") or fail_on
-            if opts.get("plot_path") and report.graph is not None:
-                path = _plot_path(opts["plot_path"], cand.name, len(candidates) + len(targets) > 2)
-                say(f"plotting {cand.name} to {path}")
-                try:
-                    report.plot(path)
-                except PlotError as exc:
-                    click.echo(f"initlint: error: {exc}", err=True)
-                    load_failed = True
+        load_failed |= _check_target(target, per_file, opts, say, reports, fail_levels, lenient,
+                                     several=len(targets) > 1)
     say("reporting")
+    fmt = settings.get("format") or "text"
     colour = fmt == "text" and not opts.get("output") and use_colour(sys.stdout)
     text = FORMATS[fmt](_shown_reports(reports, fmt, opts), colour=colour)
     if fmt == "text" and not opts.get("output") and any(r.error for r in reports):
@@ -129,20 +45,169 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
             with open(opts["output"], "w", encoding="utf-8") as fh:
                 fh.write(text + "\n")
         except OSError as exc:
-            click.echo(f"initlint: error: cannot write {opts['output']}: {exc.strerror}", err=True)
+            echo_error(f"cannot write {opts['output']}: {exc.strerror}")
             return EXIT_ERROR
     elif text:
         click.echo(text)
-    for r in reports:
-        if r.error:
-            where = r.target or r.model
-            named = r.error.startswith(where.split(":")[0])  # "missing.py: no such file" names it already
-            click.echo(f"initlint: error: {r.error}" if named else f"initlint: error: {where}: {r.error}", err=True)
+    _echo_errors(reports)
     if load_failed:
         return EXIT_ERROR
+    default_level = settings.get("fail_on") or "warning"
     failing = [f for r in reports for f in r.findings
-               if SEVERITIES.index(f.severity) >= SEVERITIES.index(fail_levels.get(id(r), fail_on))]
+               if SEVERITIES.index(f.severity) >= SEVERITIES.index(fail_levels.get(id(r), default_level))]
     return EXIT_FINDINGS if failing else EXIT_CLEAN
+
+
+def _prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Any]:
+    """Read the configuration and check every setting before any user code runs; None after an error.
+
+    Returns the per-file settings (:class:`initlint.targets.FileSettings`): each target's own
+    ``[tool.initlint]`` merged with the command line."""
+    from .config import ConfigError, check_flags, load_config, merge_cli
+    from .errors import LoadError, UnknownCode, UsageError
+    from .formats import FORMATS
+    from .load import parse_shape
+    from .rules import select_rules
+    from .targets import FileSettings
+
+    try:
+        check_flags(opts)
+        config = load_config(opts.get("config_path"), targets[0])
+        for text in opts.get("input_shapes") or ():
+            parse_shape(text)  # before merging, which drops empty values: --input-shape "" is an error too
+        settings = merge_cli(config, opts)
+        fmt = settings.get("format") or "text"
+        if fmt not in FORMATS:
+            raise UsageError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
+        fail_on = settings.get("fail_on") or "warning"
+        if fail_on not in SEVERITIES:
+            raise UsageError(f"--fail-on takes one of {', '.join(SEVERITIES)}, not '{fail_on}'")
+        select_rules(settings.get("select"), settings.get("ignore"))
+    except (LoadError, UnknownCode, ConfigError) as exc:
+        echo_error(str(exc))
+        return None
+    for warning in config.warnings:
+        click.echo(f"initlint: warning: {warning}", err=True)
+    if opts.get("plot_path"):
+        from .plot import PlotError, require_matplotlib
+
+        try:
+            require_matplotlib()  # before minutes of auditing, not after
+        except PlotError as exc:
+            echo_error(str(exc))
+            return None
+    return FileSettings(opts, targets[0], config, settings)
+
+
+def _check_target(target: str, per_file: Any, opts: Dict[str, Any], say: Callable[[str], None],
+                  reports: List[Report], fail_levels: Dict[int, str], lenient: bool, several: bool) -> bool:
+    """Load, build and audit the models of one target into ``reports``; True when something failed.
+
+    The user's code runs with its own folder first on ``sys.path``, its stdout sent to stderr,
+    and the RNGs seeded before the import and before each model is built.
+    """
+    from .config import DEFAULT_IMPORT_TIMEOUT, ConfigError
+    from .errors import LoadError, NoModelsError, UnknownCode
+    from .load import parse_shape, resolve, unbuildable_error
+    from .usercode import own_folder, seed_everything, stdout_to_stderr
+
+    try:  # the file's own [tool.initlint], merged with the command line
+        settings = per_file(target)
+        if settings is None:
+            return False  # under a configuration file whose error is already reported
+        shapes = [parse_shape(s) for s in settings.get("input_shapes") or []]
+    except (LoadError, UnknownCode, ConfigError) as exc:
+        reports.append(Report(model="-", target=target, error=str(exc)))
+        return True
+    for warning in per_file.take_warnings():
+        click.echo(f"initlint: warning: {warning}", err=True)
+    seed = settings.get("seed") or 0
+    timeout = settings.get("import_timeout", DEFAULT_IMPORT_TIMEOUT)
+    path = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
+    with own_folder(path), stdout_to_stderr():
+        say(f"loading {target}")
+        seed_everything(seed)
+        try:
+            candidates = resolve(target, timeout=timeout)
+        except LoadError as exc:
+            if lenient and isinstance(exc, NoModelsError):
+                return False  # its classes only looked like torch modules to the static scan
+            reports.append(Report(model="-", target=target, error=str(exc)))
+            return True
+        buildable = [c for c in candidates if not (c.implicit and c.required_args())]
+        if not buildable and not lenient:
+            reports.append(Report(model="-", target=target, error=str(unbuildable_error(target, candidates))))
+            return True
+        failed = False
+        for cand in candidates:
+            if cand not in buildable:
+                # a building block such as Block(dim): the file's models that can be built are audited
+                click.echo(f"initlint: note: {cand.origin} skipped: it needs constructor arguments "
+                           f"({', '.join(cand.required_args())})", err=True)
+                continue
+            seed_everything(seed)
+            report = _audit_candidate(cand, settings, shapes, say, lenient)
+            if report is None:
+                continue
+            failed |= report.error is not None
+            reports.append(report)
+            fail_levels[id(report)] = settings.get("fail_on") or "warning"
+            if opts.get("plot_path") and report.graph is not None:
+                failed |= not _plot(report, opts["plot_path"], cand.name, several or len(candidates) > 1, say)
+    return failed
+
+
+def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Callable[[str], None],
+                     lenient: bool) -> Optional[Report]:
+    """The report for one model; a model that cannot be built or probed gives a report with an error
+    (None: a layer-less helper of a folder walk or a hook run, passed over with a note)."""
+    from .api import audit
+    from .errors import LoadError, NoProbeInputError, UnknownCode
+    from .usercode import user_code
+
+    try:
+        model = cand.instantiate()
+        say(f"auditing {cand.name}: capture, probe, rules")
+        with user_code(f"running {cand.name}"):
+            return audit(model, device=settings.get("device") or "auto", select=settings.get("select"),
+                         ignore=settings.get("ignore"), logits=settings.get("logits"), seed=settings.get("seed") or 0,
+                         batch_size=settings.get("batch_size"), input_shapes=shapes or None,
+                         rule_options=settings.get("rule_options"), name=cand.name, target=cand.origin,
+                         per_module_ignores=settings.get("per_module_ignores"))
+    except (LoadError, UnknownCode) as exc:
+        if lenient and cand.implicit and isinstance(exc, NoProbeInputError):
+            click.echo(f"initlint: note: {cand.origin} skipped: {exc}", err=True)
+            return None
+        return Report(model=cand.name, target=cand.origin, error=str(exc))
+    except Exception as exc:  # the CLI's promise: one sentence, never a traceback
+        if os.environ.get("INITLINT_TRACEBACK"):
+            raise
+        return Report(model=cand.name, target=cand.origin, error=_unexpected(exc))
+
+
+def _unexpected(exc: Exception) -> str:
+    """One sentence for an exception nothing else explained."""
+    import torch
+
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in first:
+        return (f"the probe does not fit in memory ({type(exc).__name__}: {first[:200]}); "
+                f"lower --batch-size or --input-shape")
+    return (f"initlint failed with {type(exc).__name__}: {first[:300]}; this is a bug in initlint, please report it "
+            f"(INITLINT_TRACEBACK=1 shows the traceback)")
+
+
+def _plot(report: Report, path: str, name: str, several: bool, say: Callable[[str], None]) -> bool:
+    from .plot import PlotError
+
+    path = _plot_path(path, name, several)
+    say(f"plotting {name} to {path}")
+    try:
+        report.plot(path)
+    except PlotError as exc:
+        echo_error(str(exc))
+        return False
+    return True
 
 
 def _shown_reports(reports: List[Report], fmt: str, opts: Dict[str, Any]) -> List[Report]:
@@ -150,6 +215,14 @@ def _shown_reports(reports: List[Report], fmt: str, opts: Dict[str, Any]) -> Lis
     if opts.get("output") or fmt not in ("text", "concise"):
         return reports
     return [r for r in reports if not r.error]
+
+
+def _echo_errors(reports: List[Report]) -> None:
+    for r in reports:
+        if r.error:
+            where = r.target or r.model
+            named = r.error.startswith(where.split(":")[0])  # "missing.py: no such file" names it already
+            echo_error(r.error if named else f"{where}: {r.error}")
 
 
 def _plot_path(path: str, name: str, several: bool) -> str:

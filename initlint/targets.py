@@ -227,6 +227,8 @@ class FileSettings:
 
     def __init__(self, opts: Dict[str, Any], first: str, config: Any, settings: Dict[str, Any]) -> None:
         self.opts = opts
+        self.base = settings
+        """The settings of the first target (output format, plot, default --fail-on)."""
         self._merged: Dict[Optional[str], Dict[str, Any]] = {self._key(first): settings}
         self._warnings: List[str] = []
         self._failed: Set[Optional[str]] = set()

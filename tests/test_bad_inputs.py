@@ -306,3 +306,370 @@ def test_a_failure_inside_initlint_is_not_blamed_on_the_model(monkeypatch):
         initlint.audit(model, torch.randn(2, 4), logits=True)
     with pytest.raises(initlint.LoadError, match="the model's forward raised"):
         initlint.audit(torch.nn.Sequential(torch.nn.Linear(5, 4)), torch.randn(2, 4))
+
+
+# ------------------------------------------------------------------ numeric settings: flags, file, API
+def invoke(*args: str):
+    """The CLI in this process (fast); stdout and stderr are kept apart."""
+    from click.testing import CliRunner
+
+    from initlint.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def one_error(result) -> str:
+    """The one ``initlint: error:`` line of an in-process run that exited 2."""
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("initlint: error: "), result.stderr
+    assert "bug in initlint" not in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--batch-size", "-3"), ["--batch-size must be an integer of at least 1", "-3"]),
+    (("--batch-size", "0"), ["--batch-size must be an integer of at least 1"]),
+    (("--batch-size", "2147483648"), ["--batch-size", "at most 2147483647"]),
+    (("--batch-size", "1.5"), ["--batch-size", "not a valid integer"]),
+    (("--seed", "1180591620717411303424"), ["--seed must be an integer from -2**63 to 2**64 - 1"]),
+    (("--seed", "-9223372036854775809"), ["--seed must be an integer"]),
+    (("--seed", "abc"), ["--seed", "'abc' is not a valid integer"]),
+    (("--input-shape", "99999999999999999999,32"), ["--input-shape '99999999999999999999,32'", "more than a tensor"]),
+    (("--input-shape", "100000,100000,100"), ["--input-shape '100000,100000,100'", "needs at least", "memory"]),
+    (("--input-shape", "1" + "0" * 5000), ["more than a tensor"]),
+    (("--import-timeout", "-1"), ["--import-timeout must be a number of seconds from 0"]),
+    (("--import-timeout", "nan"), ["--import-timeout must be a number of seconds"]),
+    (("--import-timeout", "inf"), ["--import-timeout must be a number of seconds"]),
+    (("--no-such-option",), ["no such option '--no-such-option'"]),
+    (("--input-shape", "8,\r,4"), ["--input-shape '8,\\r,4' is not"]),  # a control character stays on the line
+    (("--seed", "1\n2"), ["--seed"]),
+])
+def test_out_of_range_flags_exit_2_with_one_sentence(tmp_path, monkeypatch, args, words):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "linear.py", LINEAR_MODEL)
+    line = one_error(invoke("check", "linear.py", *args))
+    for word in words:
+        assert word in line, line
+
+
+def test_batch_size_zero_is_refused_not_an_empty_probe(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "linear.py", LINEAR_MODEL)
+    result = invoke("check", "linear.py", "--batch-size", "0")
+    assert "--batch-size" in one_error(result)
+    assert "no findings" not in result.stdout
+
+
+def test_impossible_input_shape_is_refused_before_allocating(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(api, "shaped_inputs", None)  # nothing may be built: calling it would fail
+    write(tmp_path, "linear.py", LINEAR_MODEL)
+    line = one_error(invoke("check", "linear.py", "--input-shape", "100000,100000,100"))
+    assert "needs at least" in line and "(2 bytes per element)" in line
+
+
+@pytest.mark.parametrize("body, words", [
+    ("[tool.initlint.rules.dead-relu]\nmax-dead-fraction = -5.0", ["rules.dead-relu.max-dead-fraction must be a number "
+                                                                   "from 0 to 1", "-5.0"]),
+    ("[tool.initlint.rules.dead-relu]\nmax-dead-fraction = nan", ["max-dead-fraction", "nan"]),
+    ("[tool.initlint.rules.dead-relu]\nmax-dead-fraction = inf", ["max-dead-fraction", "inf"]),
+    ("[tool.initlint.rules.dead-relu]\nmax-dead-fraction = 1.5", ["max-dead-fraction", "from 0 to 1"]),
+    ("[tool.initlint.rules.dead-relu]\nmin-observations = -1", ["min-observations must be an integer of at least 0"]),
+    ("[tool.initlint.rules.dead-relu]\nmin-observations = 1e3", ["min-observations must be an integer"]),
+    ("[tool.initlint.rules.IL001]\nmax-variance-drift = 0.5", ["max-variance-drift must be a number of at least 1"]),
+    ("[tool.initlint.rules.IL001]\nmax-variance-drift = -inf", ["max-variance-drift"]),
+    ("[tool.initlint.rules.IL001]\ntolerance = 0", ["tolerance"]),
+    ("[tool.initlint.rules.IL004]\nmin-entropy = 2", ["min-entropy must be a number from 0 to 1"]),
+    ("[tool.initlint.rules.IL005]\nmin-units = 0", ["min-units must be an integer of at least 1"]),
+    ("[tool.initlint.rules.IL006]\nmax-gradient-drift = 1e400", ["max-gradient-drift"]),
+    ("[tool.initlint.rules.IL007]\nmax-saturated-fraction = -0.1", ["max-saturated-fraction"]),
+    ("[tool.initlint]\nseed = 1180591620717411303424", ["seed must be an integer from -2**63 to 2**64 - 1"]),
+    ("[tool.initlint]\nbatch-size = -3", ["batch-size must be an integer of at least 1"]),
+    ("[tool.initlint]\nimport-timeout = -1", ["import-timeout must be a number of seconds"]),
+    ("[tool.initlint]\nimport-timeout = nan", ["import-timeout"]),
+    ("[tool.initlint]\ninput-shape = [100000, 100000, 100]", ["input-shape", "needs at least"]),
+    ("[tool.initlint]\ninput-shape = \"99999999999999999999,32\"", ["input-shape", "more than a tensor"]),
+])
+def test_out_of_range_config_values_name_the_key_and_the_file(tmp_path, monkeypatch, body, words):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "linear.py", LINEAR_MODEL)
+    (tmp_path / "pyproject.toml").write_text(body + "\n")
+    line = one_error(invoke("check", "linear.py"))
+    assert line.startswith("initlint: error: pyproject.toml: [tool.initlint] "), line
+    for word in words:
+        assert word in line, line
+
+
+@pytest.mark.parametrize("content", [
+    b"[tool.initlint]\nselect = [\"IL001\"]  # caf\xe9\n",  # Latin-1, not UTF-8
+    b"\xff\xfe[\x00t\x00o\x00o\x00l\x00]\x00",  # UTF-16
+])
+def test_pyproject_that_is_not_utf8(tmp_path, monkeypatch, content):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "linear.py", LINEAR_MODEL)
+    (tmp_path / "pyproject.toml").write_bytes(content)
+    line = one_error(invoke("check", "linear.py"))
+    assert "pyproject.toml is not valid TOML" in line and "UTF-8" in line
+
+
+@pytest.mark.parametrize("settings, words", [
+    (dict(batch_size=-3), ["batch_size must be an integer of at least 1", "-3"]),
+    (dict(batch_size=0), ["batch_size"]),
+    (dict(batch_size=2.0), ["batch_size"]),
+    (dict(seed=2 ** 70), ["seed must be an integer from -2**63 to 2**64 - 1"]),
+    (dict(seed="abc"), ["seed must be an integer", "'abc'"]),
+    (dict(seed=1.5), ["seed"]),
+    (dict(seed=True), ["seed"]),
+    (dict(rule_options={"dead-relu": {"max-dead-fraction": -5.0}}), ["rule_options.dead-relu.max-dead-fraction"]),
+    (dict(rule_options={"IL004": {"min-entropy": float("nan")}}), ["rule_options.IL004.min-entropy", "nan"]),
+    (dict(rule_options={"IL003": {"max_dead_fraction": 10 ** 400}}), ["max_dead_fraction"]),  # beyond any float
+    (dict(input_shapes=[(100000, 100000, 100)]), ["input_shapes (100000, 100000, 100)", "needs at least"]),
+    (dict(input_shapes=[(4, -8)]), ["input_shapes must be a list of shapes"]),
+    (dict(input_shapes="abc"), ["input_shapes"]),
+    (dict(fail_on="fatal"), ["fail_on must be one of"]),
+])
+def test_api_keywords_are_checked_the_same_way(settings, words):
+    model = nn.Sequential(nn.Linear(8, 4))
+    with pytest.raises(initlint.UsageError) as info:
+        initlint.audit(model, torch.randn(2, 8), **settings)
+    message = str(info.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message, message
+
+
+def test_api_accepts_the_edges_of_each_range():
+    model = nn.Sequential(nn.Linear(8, 4), nn.ReLU())
+    for seed in (-(2 ** 63), 2 ** 64 - 1):
+        assert initlint.audit(model, seed=seed, batch_size=1).error is None
+    report = initlint.audit(model, input_shapes=[8, 8], rule_options={"dead-relu": {"max-dead-fraction": 1}})
+    assert report.error is None and report.probe.forward_ran
+
+
+# ------------------------------------------------------------------ interrupts and exits in the user's code
+def model_file(tmp_path: Path, at_import: str = "", in_init: str = "pass", in_forward: str = "pass") -> str:
+    write(tmp_path, "user.py", f"""
+        import os, sys
+        import torch.nn as nn
+        {at_import}
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 4)
+                {in_init}
+
+            def forward(self, x):
+                {in_forward}
+                return self.fc(x)
+        """)
+    return "user.py"
+
+
+WHERE = ["at_import", "in_init", "in_forward"]
+
+
+def test_keyboard_interrupt_exits_130_with_one_line(tmp_path):
+    target = model_file(tmp_path, in_forward="raise KeyboardInterrupt")
+    result = run_cli("check", target, cwd=tmp_path)
+    assert result.returncode == 130, (result.returncode, result.stderr)
+    assert result.stderr.strip() == "initlint: interrupted" and "Aborted" not in result.stderr
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_keyboard_interrupt_anywhere_in_the_users_code(tmp_path, monkeypatch, where):
+    monkeypatch.chdir(tmp_path)
+    result = invoke("check", model_file(tmp_path, **{where: "raise KeyboardInterrupt"}))
+    assert result.exit_code == 130 and result.stderr.strip() == "initlint: interrupted", result.stderr
+
+
+VERBS = {"at_import": "importing user.py", "in_init": "constructing M", "in_forward": "running M"}
+
+
+def test_os_exit_in_a_real_process(tmp_path):
+    line = error_line(run_cli("check", model_file(tmp_path, in_forward="os._exit(7)"), cwd=tmp_path))
+    assert "running M called os._exit(7)" in line
+
+
+@pytest.mark.parametrize("where", WHERE)
+@pytest.mark.parametrize("call, shown", [("sys.exit(5)", "sys.exit(5)"), ("sys.exit()", "sys.exit()"),
+                                         ("sys.exit('bye')", "sys.exit('bye')"), ("os._exit(7)", "os._exit(7)")])
+def test_exit_in_the_users_code_is_reported_as_such(tmp_path, monkeypatch, where, call, shown):
+    monkeypatch.chdir(tmp_path)
+    line = one_error(invoke("check", model_file(tmp_path, **{where: call})))
+    assert f"{VERBS[where]} called {shown}" in line and "user.py:" in line, line
+
+
+@pytest.mark.parametrize("loop", [
+    "while True:\n    pass",
+    "while True:\n    try:\n        sum(range(1000))\n    except Exception:\n        pass",  # cannot swallow the stop
+])
+def test_import_that_never_ends_is_stopped(tmp_path, monkeypatch, loop):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "slow.py", "import torch.nn as nn\n" + loop + "\nclass M(nn.Module):\n    pass\n")
+    line = one_error(invoke("check", "slow.py", "--import-timeout", "1"))
+    assert "importing slow.py did not finish within 1 s" in line and "--import-timeout" in line
+
+
+def test_import_timeout_from_the_config(tmp_path):
+    write(tmp_path, "slow.py", "import time\nimport torch.nn as nn\ntime.sleep(60)\nclass M(nn.Module):\n    pass\n")
+    (tmp_path / "pyproject.toml").write_text("[tool.initlint]\nimport-timeout = 0.5\n")
+    line = error_line(run_cli("check", "slow.py", cwd=tmp_path))  # a real process: the alarm of a real main thread
+    assert "did not finish within 0.5 s" in line
+
+
+def test_time_limit_without_sigalrm_uses_a_timer(monkeypatch):
+    import signal
+
+    from initlint.usercode import TimedOut, time_limit
+
+    monkeypatch.delattr(signal, "setitimer")  # as on Windows
+    with pytest.raises(TimedOut):
+        with time_limit(0.3):
+            while True:
+                pass
+    with time_limit(5):  # a quick body is untouched, and the timer does not fire later
+        total = sum(range(100))
+    assert total == 4950
+
+
+# ------------------------------------------------------------------ the user's stdout
+PRINTS = dict(at_import="print('import says hi'); os.system('echo shell says hi')",
+              in_init="print('init says hi')", in_forward="print('forward says hi', flush=True)")
+
+
+def test_prints_in_the_model_file_go_to_stderr(tmp_path):
+    import json
+
+    target = model_file(tmp_path, **PRINTS)
+    result = run_cli("check", target, "--format", "sarif", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    json.loads(result.stdout)  # the report alone
+    for said in ("import says hi", "shell says hi", "init says hi", "forward says hi"):
+        assert said in result.stderr and said not in result.stdout
+
+
+@pytest.mark.parametrize("fmt", ["json", "sarif"])
+def test_prints_stay_off_stdout_in_process_too(tmp_path, monkeypatch, fmt):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    target = model_file(tmp_path, **{k: v.split(";")[0] for k, v in PRINTS.items()})
+    result = invoke("check", target, "--format", fmt)
+    assert result.exit_code == 0, result.stderr
+    json.loads(result.stdout)
+    assert "import says hi" in result.stderr and "forward says hi" in result.stderr
+
+
+# ------------------------------------------------------------------ targets in different folders
+HELPER_USER = """
+    import torch.nn as nn
+    import helpers
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(helpers.WIDTH, 4)
+
+        def forward(self, x):
+            return self.fc(x)
+    """
+
+
+def test_each_target_gets_its_own_helpers_module(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    for folder, width in (("a", 8), ("b", 12)):
+        (tmp_path / folder).mkdir()
+        write(tmp_path / folder, "helpers.py", f"WIDTH = {width}\n")
+        write(tmp_path / folder, "model.py", HELPER_USER)
+    result = run_cli("check", "a/model.py", "b/model.py", "--select", "IL001", "--format", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert [r["error"] for r in json.loads(result.stdout)["results"]] == [None, None]
+    shapes = invoke("check", "b/model.py", "a/model.py", "--input-shape", "2,12")
+    assert shapes.exit_code == 2  # b reads 12 features, a (built second, with its own helpers) reads 8
+    assert "a/model.py" in shapes.stderr and "b/model.py" not in shapes.stderr
+
+
+def test_helper_modules_are_forgotten_after_their_target(tmp_path):
+    from initlint.load import resolve
+    from initlint.usercode import own_folder
+
+    widths = []
+    for folder, width in (("a", 8), ("b", 12)):
+        (tmp_path / folder).mkdir()
+        write(tmp_path / folder, "helpers.py", f"WIDTH = {width}\n")
+        path = str(write(tmp_path / folder, "model.py", HELPER_USER))
+        with own_folder(path):
+            [cand] = resolve(path)
+            widths.append(cand.instantiate().fc.in_features)
+            assert sys.path[0] == str(tmp_path / folder)
+        assert "helpers" not in sys.modules and str(tmp_path / folder) not in sys.path
+    assert widths == [8, 12]
+
+
+# ------------------------------------------------------------------ the CLI's last line of defence
+def test_probe_batch_beyond_memory_is_one_sentence(tmp_path, monkeypatch):
+    def too_big(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 64000000000 bytes.\nframe #0: ...")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(api, "infer_inputs", too_big)
+    write(tmp_path, "linear.py", LINEAR_MODEL)
+    line = one_error(invoke("check", "linear.py", "--batch-size", "2000000000"))
+    assert "the probe does not fit in memory" in line and "lower --batch-size" in line
+
+
+def test_an_error_inside_initlint_is_one_line_unless_asked(tmp_path, monkeypatch):
+    import initlint.formats as formats
+
+    def broken(reports, colour=False):
+        raise KeyError("internal")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(formats.FORMATS, "text", broken)
+    write(tmp_path, "linear.py", LINEAR_MODEL)
+    result = invoke("check", "linear.py")
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "bug in initlint" in lines[0], result.stderr
+    monkeypatch.setenv("INITLINT_TRACEBACK", "1")
+    assert isinstance(invoke("check", "linear.py").exception, KeyError)
+
+
+def test_folders_a_target_adds_to_sys_path_are_its_own_too(tmp_path):
+    from initlint.load import resolve
+    from initlint.usercode import own_folder
+
+    source = """
+        import os, sys
+        sys.path.append(os.path.join(os.path.dirname(__file__), "lib"))
+        import torch.nn as nn
+        import shared
+
+        class M(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(shared.WIDTH, 4)
+        """
+    before, widths = list(sys.path), []
+    for folder, width in (("a", 8), ("b", 12)):
+        (tmp_path / folder / "lib").mkdir(parents=True)
+        write(tmp_path / folder / "lib", "shared.py", f"WIDTH = {width}\n")
+        path = str(write(tmp_path / folder, "model.py", source))
+        with own_folder(path):
+            [cand] = resolve(path)
+            widths.append(cand.instantiate().fc.in_features)
+        assert sys.path == before and "shared" not in sys.modules
+    assert widths == [8, 12]
+
+
+def test_a_multi_line_exception_message_stays_on_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path, "user.py", "raise ValueError('first line\\nsecond line')\nimport torch.nn as nn\nclass M(nn.Module):\n    pass\n")
+    line = one_error(invoke("check", "user.py:M"))
+    assert "ValueError: first line second line" in line

@@ -139,3 +139,42 @@ def test_scan_counts_only_real_module_subclasses():
     assert defines_module("from transformers import PreTrainedModel\nclass M(PreTrainedModel):\n    pass\n") is True
     assert defines_module("import torch.nn as nn\nclass A(nn.Module):\n    def f(:\n") is None
     assert defines_module("def f(:\n") is False  # no class with bases: nothing to parse, not a model
+
+
+RNG_MODEL = '''import random
+
+import numpy as np
+import torch.nn as nn
+
+
+class ThreeRngs(nn.Module):
+    """Weights drawn from torch, scaled by Python's random and NumPy: unseeded, each run would differ."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Sequential(*[m for _ in range(3) for m in (nn.Linear(64, 64), nn.ReLU())])
+        for layer in self.fc[::2]:
+            nn.init.normal_(layer.weight)
+            layer.weight.data.mul_(random.uniform(0.5, 2.0) * (1.0 + abs(float(np.random.randn()))))
+
+    def forward(self, x):
+        return self.fc(x)
+'''
+
+
+def test_the_same_command_gives_the_same_numbers(tmp_path):
+    """Every RNG is seeded before the import and the build: two processes print the same report."""
+    model = tmp_path / "rngs.py"
+    model.write_text(RNG_MODEL)
+    command = ("check", "examples/naive_mlp.py", str(model), "--format", "json")
+    first, second, other_seed = run(*command), run(*command), run(*command, "--seed", "1")
+    assert first.returncode == 1, first.stderr
+    assert first.stdout == second.stdout
+
+    def weight_stds(out):
+        return [[f["value"] for f in r["findings"] if f["code"] == "IL001"] for r in json.loads(out.stdout)["results"]]
+
+    naive, rngs = weight_stds(first)
+    assert len(naive) == 3 and rngs, first.stdout  # IL001 on fc1, fc2, fc3 of NaiveMLP; on ThreeRngs' layers
+    for a, b in zip(naive + rngs, sum(weight_stds(other_seed), [])):
+        assert a != b  # the seed reaches the build of both models
