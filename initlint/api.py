@@ -8,11 +8,12 @@ import torch
 import torch.nn as nn
 
 from . import locate
-from .capture import RuntimeCapture, capture
+from .capture import BACKENDS, CaptureError, capture
 from .link import link_findings
 from .load import (DEFAULT_BATCH, LoadError, check_finite, infer_inputs, move_inputs, normalise_inputs,
                    shaped_inputs)
-from .probe import ProbeResult, preserved, run_probe
+from .guard import guarded
+from .probe import ProbeResult, run_probe
 from .report import Finding, Report, group_runs
 from .rules import Audit, all_rules, select_rules
 from .suppress import apply_suppressions
@@ -159,40 +160,63 @@ def _probe_inputs(model: nn.Module, example: Any, shapes: Optional[Sequence[Tupl
 
 def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], options: Dict[str, Any],
                        needs: set, is_meta: bool, report: Report):
-    cap = capture(model)
-    backward = "gradients" in needs
+    """Capture and probe inside the state guard: fx first, then the runtime capture.
+
+    Each attempt runs in its own guard, so what a failed fx trace or probe left behind (a
+    half-updated buffer, an fx Proxy registered as a buffer) is undone before the next one."""
+    seed = int(options["seed"])
     if is_meta:
+        with guarded(model, seed):
+            cap = capture(model)
+            probe = run_probe(cap, args, kwargs, forward=False)
         report.notes.append("the model is on the meta device (its tensors hold no values): only graph rules ran; "
                             "materialise it with model.to_empty(device='cpu') and initialise it for a full audit")
-        return cap, run_probe(cap, args, kwargs, forward=False)
-    logits = bool(options["logits"])
-    try:
-        with preserved(model, int(options["seed"])):
-            return cap, _probe_retrying(cap, args, kwargs, logits, backward, report)
-    except _ForwardFailed as first:
-        if cap.name == "runtime":
-            raise first.as_load_error(args, kwargs) from None
-        report.notes.append(f"the fx-traced graph failed to run ({first.reason}); used the runtime capture")
-    cap = RuntimeCapture(model)
-    try:
-        with preserved(model, int(options["seed"])):
-            return cap, _probe_retrying(cap, args, kwargs, logits, backward, report)
-    except _ForwardFailed as again:
-        raise again.as_load_error(args, kwargs) from None
+        return cap, probe
+    run = dict(logits=bool(options["logits"]), backward="gradients" in needs, report=report)
+    reasons: List[str] = []
+    for backend in ("fx", "runtime"):
+        try:
+            with guarded(model, seed, (args, kwargs)):
+                cap = BACKENDS[backend](model)
+                cap.fallback_reasons = reasons
+                return cap, _probe_retrying(cap, args, kwargs, **run)
+        except CaptureError as exc:  # fx only: the runtime capture accepts every module
+            reasons.append(f"{backend}: {exc}")
+        except _ForwardFailed as failed:
+            if backend == "runtime":
+                raise failed.as_load_error(model, args, kwargs) from None
+            report.notes.append(f"the fx-traced graph failed to run ({failed.reason}); used the runtime capture")
+    raise AssertionError("unreachable: the runtime capture either returns or raises")
 
 
 class _ForwardFailed(Exception):
-    def __init__(self, exc: BaseException) -> None:
+    def __init__(self, exc: BaseException, backend: str) -> None:
         super().__init__(str(exc))
+        self.backend = backend
         self.reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         self.ours = _raised_by_initlint(exc)
+        self.one_per_channel = isinstance(exc, ValueError) and "Expected more than 1 value per channel" in str(exc)
 
-    def as_load_error(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> LoadError:
+    def as_load_error(self, model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> LoadError:
+        inputs = describe_inputs(args, kwargs)
         if self.ours:
             return LoadError(f"initlint's probe failed with {self.reason} on the probe input "
-                             f"{describe_inputs(args, kwargs)}; this is a bug in initlint, please report it")
-        return LoadError(f"the model's forward raised {self.reason} on the probe input {describe_inputs(args, kwargs)}; "
+                             f"{inputs}; this is a bug in initlint, please report it")
+        if self.one_per_channel:
+            return LoadError(_one_value_per_channel(model, inputs))
+        return LoadError(f"the model's forward raised {self.reason} on the probe input {inputs}; "
                          f"pass matching --input-shape or example_inputs")
+
+
+def _one_value_per_channel(model: nn.Module, inputs: str) -> str:
+    """The probe runs every module in training mode, where BatchNorm needs a batch of 2 or more."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    in_eval = any(isinstance(m, _BatchNorm) and not m.training for m in model.modules())
+    why = ("the probe runs the model in training mode (although it is in eval mode) to measure batch statistics"
+           if in_eval else "the probe runs the model in training mode")
+    return (f"BatchNorm saw one value per channel on the probe input {inputs}: {why}, and training-mode "
+            f"BatchNorm needs at least 2; pass a batch of 2 or more (--batch-size, --input-shape or example_inputs)")
 
 
 def _raised_by_initlint(exc: BaseException) -> bool:
@@ -218,12 +242,25 @@ def _probe_retrying(cap, args, kwargs, logits: bool, backward: bool, report: Rep
             raise
         except Exception as exc:
             if not _out_of_memory(exc):
-                raise _ForwardFailed(exc) from None
+                raise _ForwardFailed(exc, cap.name) from None
         smaller = _halve_batch(args, kwargs)
         if smaller is None:
-            raise LoadError("the probe ran out of memory even with a batch of 1; try --device cpu")
+            raise LoadError(_out_of_memory_at_one(model_device(cap.model), backward))
         args, kwargs = smaller
         report.notes.append(f"the probe ran out of memory; retried with a batch of {_batch_of(args, kwargs)}")
+
+
+def _out_of_memory_at_one(device: torch.device, backward: bool) -> str:
+    """What to try when even a batch of 1 does not fit: the CPU only when the probe was elsewhere."""
+    if device.type != "cpu":
+        return f"the probe ran out of memory on {device} even with a batch of 1; try --device cpu"
+    hint = (f"; without the backward probe it needs less: --ignore {','.join(_gradient_rules())}" if backward else "")
+    return ("the probe ran out of memory on the CPU even with a batch of 1: the model needs more memory than "
+            f"this machine has free{hint}")
+
+
+def _gradient_rules() -> List[str]:
+    return [code for code, rule in all_rules().items() if "gradients" in rule.needs]
 
 
 def _out_of_memory(exc: BaseException) -> bool:

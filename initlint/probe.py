@@ -4,16 +4,14 @@ Statistics are computed on the fly, op by op, as small device scalars; activatio
 are never kept. Everything is moved to the host in a single transfer at the end, so
 the probe adds no per-layer host-device synchronisation.
 
-The model is left exactly as it was found: training flags, buffers (BatchNorm running
-statistics), the global RNG state and the grad mode are restored in ``finally``, and
-the backward probe uses ``torch.autograd.grad`` so no ``.grad`` is touched.
+The probe runs inside :func:`initlint.guard.guarded`, which leaves the model exactly as
+it was found; the backward probe uses ``torch.autograd.grad``, so no ``.grad`` is touched.
 """
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -366,39 +364,3 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
     summarise(c, "grads", [(name, g) for (name, _), g in zip(weights, grads) if g is not None], mean=True)
     del grads
     result.backward_ran = True
-
-
-@contextmanager
-def preserved(model: nn.Module, seed: int) -> Iterator[None]:
-    """Run the body with the model in train mode and seeded RNG, then restore everything."""
-    flags = [(m, m.training) for m in model.modules()]
-    saved_buffers = []
-    for module in model.modules():
-        for name, buf in module._buffers.items():
-            if buf is not None:
-                saved_buffers.append((module, name, buf, buf.detach().clone()))
-    grad_mode = torch.is_grad_enabled()
-    cuda = [i for i in range(torch.cuda.device_count())] if torch.cuda.is_initialized() else []
-    mps_state = torch.mps.get_rng_state() if torch.backends.mps.is_available() else None
-    try:
-        with torch.random.fork_rng(devices=cuda):
-            # torch.manual_seed would also seed every lazily initialised accelerator backend,
-            # which costs milliseconds per call; the devices fork_rng saved are enough.
-            torch.default_generator.manual_seed(seed)
-            if cuda:
-                torch.cuda.manual_seed_all(seed)
-            if mps_state is not None:
-                torch.mps.manual_seed(seed)
-            model.train()
-            yield
-    finally:
-        for module, flag in flags:
-            module.training = flag
-        with torch.no_grad():
-            for module, name, buf, copy in saved_buffers:
-                module._buffers[name] = buf
-                if buf.device.type != "meta":
-                    buf.copy_(copy)
-        if mps_state is not None:
-            torch.mps.set_rng_state(mps_state)
-        torch.set_grad_enabled(grad_mode)

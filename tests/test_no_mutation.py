@@ -1,18 +1,28 @@
-"""An audit leaves everything as it found it, on a few hundred generated models.
+"""An audit leaves everything as it found it, on a few hundred generated models and on
+every kind of forward that changes state.
 
 Hypothesis draws a model description (front-end, sequential or residual blocks, every
-supported activation, norms, dropout, pathological inits, frozen parameters, existing
-``.grad`` tensors, the user's own hooks, modules in eval mode) and the caller's context
-(grad mode, RNG state). After ``initlint.audit`` the model's tensors must be bitwise
-identical and the very same objects, and every flag, gradient, hook, the global RNG
-state and the grad mode unchanged; auditing again with the same seed gives the same
-findings with the same values.
+supported activation, norms, dropout, blocks whose forward changes state, pathological
+inits, frozen parameters, existing ``.grad`` tensors, the user's own hooks, modules in
+eval mode) and the caller's context (grad mode, RNG state). After ``initlint.audit`` the
+model's tensors must be bitwise identical and the very same objects, and every flag,
+gradient, hook, the global RNG state and the grad mode unchanged; auditing again with the
+same seed gives the same findings with the same values.
+
+The hand-written cases of ``stateful_models.CASES`` (buffers updated in place, reassigned
+or registered on the first call, parametrized and hook-based spectral norm, QAT
+observers, ``Embedding(max_norm=...)``, in-place parameter edits, ``train()`` overrides,
+global modes changed in forward) are checked further: every attribute of every module
+(by identity, containers by content), every tensor's version counter, the RNGs of torch,
+Python and NumPy, and the process-wide modes.
 """
 from __future__ import annotations
 
 import math
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import torch
@@ -21,6 +31,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import initlint
+from stateful_models import BLOCKS, CASES, Interrupted
 
 ACTIVATIONS: Dict[str, Callable[[bool], nn.Module]] = {
     "relu": lambda inplace: nn.ReLU(inplace=inplace),
@@ -49,6 +60,7 @@ class BlockSpec:
     norm: Optional[str]
     dropout: bool
     track_running_stats: bool
+    stateful: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,8 @@ class Perturbation:
 blocks = st.builds(BlockSpec, residual=st.booleans(), data_dependent=st.integers(0, 5).map(lambda n: n == 0),
                    activation=st.sampled_from(sorted(ACTIVATIONS)),
                    inplace=st.booleans(), norm=st.sampled_from(NORMS), dropout=st.booleans(),
-                   track_running_stats=st.booleans())
+                   track_running_stats=st.booleans(),
+                   stateful=st.one_of(st.none(), st.none(), st.sampled_from(sorted(BLOCKS))))
 specs = st.builds(ModelSpec, front=st.sampled_from(("linear", "conv", "embedding")), width=st.integers(2, 16),
                   in_features=st.integers(1, 12), blocks=st.lists(blocks, min_size=0, max_size=6).map(tuple),
                   out_features=st.integers(1, 6), softmax_head=st.booleans(), seed=st.integers(0, 2**16))
@@ -150,6 +163,8 @@ def build(spec: ModelSpec) -> nn.Module:
             body.append(ACTIVATIONS[block.activation](block.inplace))
             if block.dropout:
                 body.append(nn.Dropout(0.3))
+            if block.stateful:
+                body.append(BLOCKS[block.stateful]())
             wrap = Gated if block.data_dependent else Residual if block.residual else nn.Sequential
             layers.append(wrap(nn.Sequential(*body)) if wrap is not nn.Sequential else nn.Sequential(*body))
         if spec.front == "conv":
@@ -236,11 +251,81 @@ _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_
 
 
 def bits(t: Optional[torch.Tensor]) -> Any:
-    """A tensor's exact bytes, dtype, device and shape (NaN-safe, unlike ``torch.equal``)."""
+    """A tensor's exact bytes, dtype, device, layout and shape (NaN-safe, unlike ``torch.equal``)."""
     if t is None:
         return None
-    flat = t.detach().reshape(-1).contiguous()
-    return (t.dtype, t.device, tuple(t.shape), bytes(flat.view(torch.uint8).numpy()))
+    if t.device.type == "meta" or t.is_nested:
+        return (t.dtype, t.device, t.layout)
+    if t.is_sparse:
+        c = t.detach().coalesce()
+        return (t.dtype, t.layout, tuple(t.shape), bits(c.indices()), bits(c.values()))
+    # a copy: numpy() on the tensor's own storage would make it non-resizable (QAT observers resize theirs)
+    flat = (t.detach().int_repr() if t.is_quantized else t.detach()).reshape(-1).cpu().clone()
+    if flat.is_complex():
+        flat = torch.view_as_real(flat)
+    return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), bytes(flat.view(torch.uint8).numpy()))
+
+
+def version(t: torch.Tensor) -> Optional[int]:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors
+        return None
+
+
+def tensor_state(t: torch.Tensor) -> Tuple[Any, ...]:
+    """Object, bits, version counter, autograd flags and ``.grad`` of one tensor."""
+    grad = t.grad if t.is_leaf else None
+    return (id(t), type(t).__name__, bits(t), version(t), t.requires_grad, t.is_leaf,
+            None if grad is None else (id(grad), bits(grad), version(grad)))
+
+
+def value_state(value: Any, depth: int = 0) -> Any:
+    """A value by identity; a tensor by :func:`tensor_state`; containers by identity and content."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor",) + tensor_state(value)
+    if depth < 2 and isinstance(value, dict):
+        return ("dict", id(value), [(repr(k), value_state(v, depth + 1)) for k, v in value.items()])
+    if depth < 2 and isinstance(value, (list, tuple)):
+        return (type(value).__name__, id(value), [value_state(v, depth + 1) for v in value])
+    if depth < 2 and isinstance(value, set):
+        return ("set", id(value), sorted(id(v) for v in value))
+    return ("object", id(value), type(value).__name__)
+
+
+def process_state() -> Dict[str, Any]:
+    """Process-wide state a forward can change."""
+    import random
+
+    import numpy
+    from torch.nn.utils import parametrize
+
+    np_state = numpy.random.get_state()
+    return {
+        "torch_rng": bits(torch.get_rng_state()),
+        "python_rng": random.getstate(),
+        "numpy_rng": (np_state[0], np_state[1].tobytes()) + tuple(np_state[2:]),
+        "grad_mode": torch.is_grad_enabled(),
+        "inference_mode": torch.is_inference_mode_enabled(),
+        "default_dtype": torch.get_default_dtype(),
+        "default_device": torch.get_default_device(),
+        "deterministic": (torch.are_deterministic_algorithms_enabled(),
+                          torch.is_deterministic_algorithms_warn_only_enabled()),
+        "matmul_precision": torch.get_float32_matmul_precision(),
+        "anomaly": torch.is_anomaly_enabled(),
+        "parametrize_cache": (parametrize._cache_enabled, dict(parametrize._cache)),
+    }
+
+
+def deep_state(model: nn.Module, inputs: Any = None) -> Dict[str, Any]:
+    """Every attribute of every module (the class, ``training``, the parameter, buffer, module
+    and hook dicts, plain values and containers), every tensor in full, the inputs, the process."""
+    return {
+        "modules": [(path, id(m), type(m).__name__, [(k, value_state(v)) for k, v in vars(m).items()])
+                    for path, m in model.named_modules()],
+        "inputs": value_state(inputs),
+        **process_state(),
+    }
 
 
 def snapshot(model: nn.Module) -> Dict[str, Any]:
@@ -293,18 +378,22 @@ def test_audit_changes_nothing_and_repeats(spec, p, batch, explicit, caller_grad
     with torch.set_grad_enabled(caller_grad):
         grad_mode = torch.is_grad_enabled()
         before["grad_mode"] = grad_mode
+        deep_before = deep_state(model, inputs)
         first = initlint.audit(model, inputs, batch_size=batch, logits=logits, seed=spec.seed)
-        after_first = snapshot(model)
+        after_first = snapshot(model), deep_state(model, inputs)
         second = initlint.audit(model, inputs, batch_size=batch, logits=logits, seed=spec.seed)
-        after_second = snapshot(model)
+        after_second = snapshot(model), deep_state(model, inputs)
     assert first.error is None and first.probe.forward_ran
-    for after in (after_first, after_second):
+    for after, deep_after in (after_first, after_second):
         for key in before:
             assert after[key] == before[key], key
+        for key in deep_before:
+            assert deep_after[key] == deep_before[key], key
     assert (bits(inputs) if inputs is not None else None) == inputs_before
     assert findings_key(first) == findings_key(second)
     event(f"{spec.front} front, {first.capture} capture, backward {'ran' if first.probe.backward_ran else 'skipped'}")
     event(f"codes: {','.join(sorted({f.code for f in first.findings})) or 'none'}")
+    event(f"stateful blocks: {','.join(sorted({b.stateful for b in spec.blocks if b.stateful})) or 'none'}")
 
 
 def test_snapshot_notices_each_kind_of_change():
@@ -330,3 +419,108 @@ def test_snapshot_notices_each_kind_of_change():
             assert snapshot(model) != before
         finally:
             torch.set_grad_enabled(grad_mode)
+
+
+def test_deep_state_notices_each_kind_of_change():
+    """``deep_state`` sees what ``snapshot`` does not: versions, attributes, containers, the other RNGs, modes."""
+    import random
+
+    import numpy
+
+    def bump(t: torch.Tensor) -> None:
+        torch._C._autograd._unsafe_set_version_counter((t,), (t._version + 1,))
+
+    changes = [
+        lambda m: bump(m[0].weight),
+        lambda m: setattr(m[1], "steps", 1),
+        lambda m: m[1].__dict__.setdefault("history", []).append(1),
+        lambda m: m[1].register_buffer("cache", torch.ones(1), persistent=False),
+        lambda m: random.random(),
+        lambda m: numpy.random.random(),
+        lambda m: torch.set_default_dtype(torch.float64),
+        lambda m: torch.set_float32_matmul_precision("medium"),
+    ]
+    for change in changes:
+        model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        before = deep_state(model)
+        try:
+            change(model)
+            assert deep_state(model) != before
+        finally:
+            torch.set_default_dtype(torch.float32)
+            torch.set_float32_matmul_precision("highest")
+
+
+def _audited(name: str):
+    make, inputs = CASES[name]
+    model, x = make(), inputs()
+    before = deep_state(model, x)
+    report = initlint.audit(model, x)
+    return model, x, before, report
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # QAT observers and fx warn about the models, not the audit
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_forward_that_changes_state_changes_nothing(name):
+    model, x, before, report = _audited(name)
+    assert report.error is None and report.probe.forward_ran
+    after = deep_state(model, x)
+    for key in before:
+        assert after[key] == before[key], key
+    again = initlint.audit(model, x)
+    assert findings_key(again) == findings_key(report)
+    assert deep_state(model, x) == before
+
+
+def test_the_forward_changed_state_inside_the_audit():
+    """The cases are not vacuous: run plainly, each forward changes what the audit must keep."""
+    for name, (make, inputs) in CASES.items():
+        model, x = make(), inputs()
+        before = deep_state(model, x)
+        grad_mode = torch.is_grad_enabled()
+        try:
+            model.train()
+            with _quiet():
+                model(x)
+            assert deep_state(model, x) != before, name
+        finally:
+            torch.set_grad_enabled(grad_mode)
+            torch.set_default_dtype(torch.float32)
+            torch.use_deterministic_algorithms(False)
+            torch.set_float32_matmul_precision("highest")
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The models' own warnings (QAT observers, fx) are not under test here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), RuntimeError("boom")], ids=["interrupt", "error"])
+def test_state_is_restored_when_the_forward_raises(exc):
+    model, x = Interrupted(exc), torch.randn(4, 8)
+    before = deep_state(model, x)
+    with pytest.raises(KeyboardInterrupt if isinstance(exc, KeyboardInterrupt) else initlint.LoadError):
+        initlint.audit(model, x)
+    assert deep_state(model, x) == before
+
+
+@pytest.mark.parametrize("name", ["eval_batchnorm", "block_clamp_parameter", "block_running_average",
+                                  "spectral_norm_parametrization", "embedding_max_norm", "tied_and_renormalised",
+                                  "prepare_qat"])
+def test_a_graph_kept_across_the_audit_still_backpropagates(name):
+    """``loss = m(x).sum(); audit(m, x); loss.backward()`` gives the gradients it gives without the audit."""
+    make, inputs = CASES[name]
+    grads = []
+    for audit_between in (False, True):
+        torch.manual_seed(0)
+        model, x = make(), inputs()
+        with _quiet():
+            loss = model(x).float().sum()
+            if audit_between:
+                initlint.audit(model, x)
+            loss.backward()
+        grads.append([(n, bits(p.grad)) for n, p in model.named_parameters()])
+    assert grads[0] == grads[1]
