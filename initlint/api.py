@@ -155,7 +155,20 @@ def _probe_inputs(model: nn.Module, example: Any, shapes: Optional[Sequence[Tupl
     seed = int(options["seed"])
     if shapes:
         return shaped_inputs(shapes, model, seed), {}
+    lazy = _first_lazy_module(model)
+    if lazy is not None:
+        raise LoadError(f"cannot infer a probe input for {type(model).__name__}: {type(lazy[1]).__name__} at "
+                        f"'{lazy[0]}' learns its input size from the first batch; pass --input-shape or example_inputs")
     return infer_inputs(model, int(options["batch_size"] or DEFAULT_BATCH), seed)
+
+
+def _first_lazy_module(model: nn.Module) -> Optional[Tuple[str, nn.Module]]:
+    from torch.nn.parameter import UninitializedParameter
+
+    for path, module in model.named_modules():
+        if any(isinstance(p, UninitializedParameter) for p in module.parameters(recurse=False)):
+            return path, module
+    return None
 
 
 def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], options: Dict[str, Any],
@@ -213,10 +226,10 @@ def _one_value_per_channel(model: nn.Module, inputs: str) -> str:
     from torch.nn.modules.batchnorm import _BatchNorm
 
     in_eval = any(isinstance(m, _BatchNorm) and not m.training for m in model.modules())
-    why = ("the probe runs the model in training mode (although it is in eval mode) to measure batch statistics"
-           if in_eval else "the probe runs the model in training mode")
-    return (f"BatchNorm saw one value per channel on the probe input {inputs}: {why}, and training-mode "
-            f"BatchNorm needs at least 2; pass a batch of 2 or more (--batch-size, --input-shape or example_inputs)")
+    why = ("the probe runs every module in training mode (this model is in eval mode), where BatchNorm"
+           if in_eval else "BatchNorm in training mode")
+    return (f"the probe input {inputs} gives BatchNorm one value per channel: {why} needs at least 2; "
+            f"pass a batch of 2 or more with --batch-size, --input-shape or example_inputs")
 
 
 def _raised_by_initlint(exc: BaseException) -> bool:
