@@ -266,9 +266,9 @@ def _probe_retrying(cap, args, kwargs, logits: bool, backward: bool, report: Rep
 def _out_of_memory_at_one(device: torch.device, backward: bool) -> str:
     """What to try when even a batch of 1 does not fit: the CPU only when the probe was elsewhere."""
     if device.type != "cpu":
-        return f"the probe ran out of memory on {device} even with a batch of 1; try --device cpu"
+        return f"the probe ran out of memory even with a batch of 1 on {device}; try --device cpu"
     hint = (f"; without the backward probe it needs less: --ignore {','.join(_gradient_rules())}" if backward else "")
-    return ("the probe ran out of memory on the CPU even with a batch of 1: the model needs more memory than "
+    return ("the probe ran out of memory even with a batch of 1 on the CPU: the model needs more memory than "
             f"this machine has free{hint}")
 
 
