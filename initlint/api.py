@@ -187,18 +187,23 @@ def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str
         return cap, probe
     run = dict(logits=bool(options["logits"]), backward="gradients" in needs, report=report)
     reasons: List[str] = []
-    for backend in ("fx", "runtime"):
+    attempts = [("fx", True), ("runtime", True)]  # (backend, copy-on-write stand-ins for the parameters)
+    while attempts:
+        backend, lazy = attempts.pop(0)
         try:
-            with guarded(model, seed, (args, kwargs)):
+            with guarded(model, seed, (args, kwargs), copy_on_write=lazy):
                 cap = BACKENDS[backend](model)
                 cap.fallback_reasons = reasons
                 return cap, _probe_retrying(cap, args, kwargs, **run)
         except CaptureError as exc:  # fx only: the runtime capture accepts every module
             reasons.append(f"{backend}: {exc}")
         except _ForwardFailed as failed:
-            if backend == "runtime":
+            if failed.copy_on_write and lazy:
+                attempts.insert(0, (backend, False))  # a kernel that mishandles copy-on-write tensors
+            elif backend == "runtime":
                 raise failed.as_load_error(model, args, kwargs) from None
-            report.notes.append(f"the fx-traced graph failed to run ({failed.reason}); used the runtime capture")
+            else:
+                report.notes.append(f"the fx-traced graph failed to run ({failed.reason}); used the runtime capture")
     raise AssertionError("unreachable: the runtime capture either returns or raises")
 
 
@@ -209,6 +214,7 @@ class _ForwardFailed(Exception):
         self.reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         self.ours = _raised_by_initlint(exc)
         self.one_per_channel = isinstance(exc, ValueError) and "Expected more than 1 value per channel" in str(exc)
+        self.copy_on_write = "COW" in str(exc)
 
     def as_load_error(self, model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> LoadError:
         inputs = describe_inputs(args, kwargs)

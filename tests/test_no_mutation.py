@@ -447,3 +447,26 @@ def test_a_graph_kept_across_the_audit_still_backpropagates(name):
             loss.backward()
         grads.append([(n, bits(p.grad)) for n, p in model.named_parameters()])
     assert grads[0] == grads[1]
+
+
+class _NoCopyOnWrite(nn.Module):
+    """Fails as a kernel that mishandles copy-on-write tensors does (PyTorch's internal assert)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        if torch._C._is_cow_tensor(self.fc.weight):
+            raise RuntimeError('ctx != nullptr INTERNAL ASSERT FAILED at "c10/core/impl/COW.cpp":124')
+        return self.fc(x)
+
+
+def test_a_kernel_refusing_copy_on_write_stand_ins_gets_plain_copies():
+    model, x = _NoCopyOnWrite(), torch.randn(4, 8)
+    before = deep_state(model, x)
+    report = initlint.audit(model, x)
+    assert report.probe.forward_ran and report.probe.backward_ran
+    assert deep_state(model, x) == before
