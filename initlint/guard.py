@@ -18,8 +18,8 @@ it back in ``finally``, on success, on any exception and on ``KeyboardInterrupt`
   as attributes (their contents), the module's class and its ``training`` flag;
 * ``requires_grad`` and ``.grad`` of every leaf tensor;
 * global state: the RNG of the CPU, of every initialised CUDA device, of MPS, of Python's
-  ``random`` and of NumPy; the grad mode; the default dtype; deterministic-algorithm and
-  matmul-precision settings; ``torch.backends`` flags; anomaly detection; the
+  ``random`` and of NumPy; the grad mode; the default dtype and device; deterministic-algorithm
+  and matmul-precision settings; the intra-op thread count; ``torch.backends`` flags; anomaly detection; the
   parametrization cache; the global module hooks.
 
 Inside the guard every module has ``training = True``, set directly: a user's ``train()``
@@ -27,6 +27,7 @@ override (which may freeze layers or flip ``requires_grad``) is not called.
 """
 from __future__ import annotations
 
+import operator
 import random
 import sys
 from contextlib import contextmanager
@@ -60,7 +61,7 @@ def guarded(model: nn.Module, seed: int, inputs: Any = None, copy_on_write: bool
 class _Tensor:
     """One tensor of the model: its original data, version, ``requires_grad`` and ``.grad``."""
 
-    __slots__ = ("tensor", "lazy", "data", "version", "requires_grad", "grad", "leaf", "swapped", "backup")
+    __slots__ = ("tensor", "lazy", "data", "version", "requires_grad", "grad", "leaf", "backup")
 
     def __init__(self, t: torch.Tensor, lazy: bool) -> None:
         self.tensor = t
@@ -70,31 +71,28 @@ class _Tensor:
         self.grad = t.grad if self.leaf else None
         self.version = _version(t)
         self.data: Optional[torch.Tensor] = None
-        self.swapped = False
         self.backup: Optional[torch.Tensor] = None
 
     def stand_in(self) -> None:
-        """Give the tensor a copy-on-write copy of its data; the original storage is kept aside."""
+        """Swap in a copy of the data; the original storage is kept aside, never written (under no_grad)."""
         t = self.tensor
-        if t.device.type == "meta" or isinstance(t, nn.parameter.UninitializedTensorMixin):
+        if t.is_meta or isinstance(t, nn.parameter.UninitializedTensorMixin):
             return
-        with torch.no_grad():
-            data = t.data
-            try:
-                t.data = _lazy_copy(data) if self.lazy else data.clone()
-            except (RuntimeError, TypeError, NotImplementedError):
-                # a tensor kind whose data cannot be swapped: keep a copy to write back if it changes
-                self.backup = data.clone()
-                return
-            self.data, self.swapped = data, True
+        data = t.data
+        try:
+            t.data = _lazy_copy(data) if self.lazy else data.clone()
+        except (RuntimeError, TypeError, NotImplementedError):
+            self.backup = data.clone()  # a kind whose data cannot be swapped: written back if it changes
+            return
+        self.data = data
 
     def restore(self) -> None:
+        """Under no_grad."""
         t = self.tensor
-        with torch.no_grad():
-            if self.swapped:
-                t.data = self.data
-            elif self.backup is not None and _version(t) != self.version:
-                t.copy_(self.backup)
+        if self.data is not None:
+            t.data = self.data
+        elif self.backup is not None and _version(t) != self.version:
+            t.copy_(self.backup)
         if self.leaf:
             if t.grad_fn is not None:
                 # an in-place op recorded into it with autograd on (fx drops the forward's no_grad blocks)
@@ -122,49 +120,75 @@ def _version(t: torch.Tensor) -> Optional[int]:
         return None
 
 
+_CONTAINERS = (dict, list, set)
+
+
 class _Attributes:
-    """A module's ``__dict__``: the values (by identity) and the contents of its containers."""
+    """A module's ``__dict__``: the values (by identity), the contents of its containers, its class."""
 
     __slots__ = ("module", "cls", "values", "contents")
 
-    def __init__(self, module: nn.Module) -> None:
+    def __init__(self, module: nn.Module, tensors: List[torch.Tensor]) -> None:
+        """Also appends to ``tensors`` the tensors held directly or one container level down
+        (the ``_parameters`` and ``_buffers`` dicts, lists and dicts of tensors)."""
         self.module = module
         self.cls = type(module)
         self.values = dict(vars(module))
-        self.contents = [(v, _copy_container(v)) for v in self.values.values() if _is_container(v)]
+        self.contents: List[Tuple[Any, Any]] = []
+        for value in self.values.values():
+            if isinstance(value, torch.Tensor):
+                tensors.append(value)
+            elif isinstance(value, _CONTAINERS):
+                if not value:  # most hook dicts: nothing to copy, only to empty again
+                    self.contents.append((value, None))
+                    continue
+                self.contents.append((value, _copy(value)))
+                if not isinstance(value, set):
+                    tensors.extend(v for v in (value.values() if isinstance(value, dict) else value)
+                                   if isinstance(v, torch.Tensor))
+            elif isinstance(value, tuple) and value:
+                tensors.extend(v for v in value if isinstance(v, torch.Tensor))
 
     def restore(self) -> None:
         attrs = vars(self.module)
-        for key in [k for k in attrs if k not in self.values]:
-            del attrs[key]
+        if attrs.keys() != self.values.keys():
+            for key in [k for k in attrs if k not in self.values]:
+                del attrs[key]
         for key, value in self.values.items():
             if attrs.get(key, _MISSING) is not value:
                 attrs[key] = value
         for container, saved in self.contents:
-            _refill(container, saved)
+            if saved is None:
+                if container:
+                    container.clear()
+            elif not _unchanged(container, saved):
+                _refill(container, saved)
         if type(self.module) is not self.cls:
             self.module.__class__ = self.cls
 
 
-def _is_container(value: Any) -> bool:
-    return isinstance(value, (dict, list, set))
-
-
-def _copy_container(value: Any) -> List[Any]:
-    return list(value.items()) if isinstance(value, dict) else list(value)
-
-
-def _refill(container: Any, saved: List[Any]) -> None:
-    """Put ``saved`` back into ``container`` in place, when its contents differ (by identity)."""
-    current = _copy_container(container)
+def _copy(container: Any) -> Any:
+    """A shallow copy as a plain dict, list or set (a subclass's own copy might do more)."""
     if isinstance(container, dict):
-        same = len(current) == len(saved) and all(a[0] is b[0] and a[1] is b[1] for a, b in zip(current, saved))
-    elif isinstance(container, list):
-        same = len(current) == len(saved) and all(a is b for a, b in zip(current, saved))
-    else:
-        same = {id(v) for v in current} == {id(v) for v in saved}
-    if same:
-        return
+        return dict(container)
+    return list(container) if isinstance(container, list) else set(container)
+
+
+def _unchanged(current: Any, saved: Any) -> bool:
+    """Same items by identity, in the same order (sets: equal)."""
+    if len(current) != len(saved):
+        return False
+    if not saved:
+        return True
+    if isinstance(current, dict):
+        return all(map(operator.is_, current, saved)) and all(map(operator.is_, current.values(), saved.values()))
+    if isinstance(current, list):
+        return all(map(operator.is_, current, saved))
+    return current == saved
+
+
+def _refill(container: Any, saved: Any) -> None:
+    """Put ``saved`` back into ``container`` in place (the same container object stays referenced)."""
     if isinstance(container, list):
         container[:] = saved
     else:
@@ -179,32 +203,37 @@ class _Saved:
         from .capture.runtime import _tensors
 
         self.modules = list(model.modules())
-        self.attributes = [_Attributes(m) for m in self.modules]
+        found: List[torch.Tensor] = []
+        self.attributes = [_Attributes(m, found) for m in self.modules]
+        found += _tensors(inputs)
         params = {id(p) for m in self.modules for p in m._parameters.values() if p is not None}
-        tensors = _unique(_model_tensors(self.modules) + _tensors(inputs))
-        self.tensors = [_Tensor(t, copy_on_write and id(t) in params) for t in tensors]
+        unique = {id(t): t for t in found}
+        grads = [g for t in unique.values() if t.is_leaf and (g := t.grad) is not None]
+        unique.update((id(g), g) for g in grads)
+        self.tensors = [_Tensor(t, copy_on_write and key in params) for key, t in unique.items()]
         self.globals = _global_state()
-        self.entered = False
 
     def enter(self, seed: int) -> None:
-        self.entered = True
-        for entry in self.tensors:
-            entry.stand_in()
+        with torch.no_grad():
+            for entry in self.tensors:
+                entry.stand_in()
         for module in self.modules:
-            module.training = True  # directly: no user train() override runs
+            object.__setattr__(module, "training", True)  # directly: no user train() override runs
         _seed(seed)
 
     def restore(self) -> None:
         """Every step runs even when an earlier one fails; the first failure is raised at the end."""
-        steps: List[Callable[[], None]] = [a.restore for a in self.attributes]
-        steps += [t.restore for t in self.tensors]
-        steps += [self._versions, self.globals]
         first: Optional[BaseException] = None
-        for step in steps:
-            try:
-                step()
-            except Exception as exc:  # noqa: BLE001 - the other steps must still run
-                first = first or exc
+        with torch.no_grad():
+            for step in [a.restore for a in self.attributes] + [t.restore for t in self.tensors] + [self._versions]:
+                try:
+                    step()
+                except Exception as exc:  # noqa: BLE001 - the other steps must still run
+                    first = first or exc
+        try:
+            self.globals()  # after no_grad has exited: it restores the grad mode
+        except Exception as exc:  # noqa: BLE001
+            first = first or exc
         if first is not None:
             raise first
 
@@ -215,31 +244,6 @@ class _Saved:
             # The original storage was never written, so the caller's saved tensors are valid:
             # the counters go back to what they were (views share their base's counter).
             torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in changed), tuple(v for _, v in changed))
-
-
-def _model_tensors(modules: List[nn.Module]) -> List[torch.Tensor]:
-    """Parameters, buffers, their ``.grad`` and tensors held as plain attributes (also one level
-    inside a list, tuple or dict attribute) of ``modules``."""
-    found: List[torch.Tensor] = []
-    for module in modules:
-        for group in (module._parameters.values(), module._buffers.values()):
-            for t in group:
-                if t is not None:
-                    found.append(t)
-                    if t.is_leaf and t.grad is not None:
-                        found.append(t.grad)
-        for value in vars(module).values():
-            if isinstance(value, torch.Tensor):
-                found.append(value)
-            elif isinstance(value, (list, tuple)):
-                found.extend(v for v in value if isinstance(v, torch.Tensor))
-            elif isinstance(value, dict) and value is not module._parameters and value is not module._buffers:
-                found.extend(v for v in value.values() if isinstance(v, torch.Tensor))
-    return found
-
-
-def _unique(tensors: List[torch.Tensor]) -> List[torch.Tensor]:
-    return list({id(t): t for t in tensors}.values())
 
 
 # ------------------------------------------------------------------------------ global state
@@ -301,6 +305,7 @@ def _modes() -> Callable[[], None]:
     deterministic = (torch.are_deterministic_algorithms_enabled(),
                      torch.is_deterministic_algorithms_warn_only_enabled())
     precision = torch.get_float32_matmul_precision()
+    threads = torch.get_num_threads()
 
     def undo() -> None:
         torch.set_grad_enabled(grad)
@@ -315,6 +320,8 @@ def _modes() -> Callable[[], None]:
             torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
         if torch.get_float32_matmul_precision() != precision:
             torch.set_float32_matmul_precision(precision)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
     return undo
 
 
@@ -344,14 +351,15 @@ def _module_globals() -> Callable[[], None]:
     owners = [(module_globals, [n for n in vars(module_globals) if n.startswith("_global_")]),
               (parametrize, ["_cache_enabled", "_cache"])]
     values = [(owner, name, getattr(owner, name)) for owner, names in owners for name in names if hasattr(owner, name)]
-    contents = [(v, _copy_container(v)) for _, _, v in values if _is_container(v)]
+    contents = [(v, _copy(v)) for _, _, v in values if isinstance(v, _CONTAINERS)]
 
     def undo() -> None:
         for owner, name, value in values:
             if getattr(owner, name) is not value:
                 setattr(owner, name, value)
         for container, saved in contents:
-            _refill(container, saved)
+            if not _unchanged(container, saved):
+                _refill(container, saved)
     return undo
 
 

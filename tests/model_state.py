@@ -71,6 +71,7 @@ def process_state() -> Dict[str, Any]:
                           torch.is_deterministic_algorithms_warn_only_enabled()),
         "matmul_precision": torch.get_float32_matmul_precision(),
         "anomaly": torch.is_anomaly_enabled(),
+        "threads": torch.get_num_threads(),
         "parametrize_cache": (parametrize._cache_enabled, dict(parametrize._cache)),
     }
 

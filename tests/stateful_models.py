@@ -252,6 +252,91 @@ class Interrupted(nn.Module):
         raise self.exc
 
 
+class InitOnFirstCall(nn.Module):
+    """Initialises its weights on the first forward and remembers that it did."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 2)
+        self.initialised = False
+
+    def forward(self, x):
+        if not self.initialised:
+            nn.init.orthogonal_(self.fc.weight)
+            self.apply(lambda m: nn.init.zeros_(m.bias) if isinstance(m, nn.Linear) else None)
+            self.initialised = True
+        return self.head(torch.relu(self.fc(x)))
+
+
+class ConvertsItself(nn.Module):
+    """Casts itself to float64 in forward (``Module.to`` swaps every parameter's data)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.register_buffer("scale", torch.ones(4))
+
+    def forward(self, x):
+        self.double()
+        return self.fc(x.double()) * self.scale
+
+
+class DeletesItsCache(nn.Module):
+    """Drops a buffer and a plain attribute in forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.register_buffer("cache", torch.zeros(4), persistent=False)
+        self.note = "kept"
+
+    def forward(self, x):
+        del self.cache
+        del self.note
+        return self.fc(x)
+
+
+class Threads(nn.Module):
+    """Changes torch's intra-op thread count in forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        torch.set_num_threads(torch.get_num_threads() + 1)
+        return self.fc(x)
+
+
+class Checkpointed(nn.Module):
+    """Activation checkpointing inside forward (it stashes and replays the RNG state)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.2), nn.ReLU())
+        self.head = nn.Linear(8, 2)
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+
+        self.calls += 1
+        return self.head(checkpoint(self.block, x, use_reentrant=False))
+
+
+def _weight_norms() -> nn.Module:
+    """The parametrization and the deprecated hook-based weight norm (which sets ``weight`` in a pre-hook)."""
+    import warnings
+
+    from torch.nn.utils.parametrizations import weight_norm
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        old = nn.utils.weight_norm(nn.Linear(8, 8))
+    return nn.Sequential(weight_norm(nn.Linear(8, 8)), nn.ReLU(), old, nn.ReLU(), nn.Linear(8, 2))
+
+
 def _parametrized_spectral() -> nn.Module:
     from torch.nn.utils.parametrizations import spectral_norm
 
@@ -310,5 +395,11 @@ CASES: Dict[str, Tuple[Callable[[], nn.Module], Callable[[], Any]]] = {
     "tied_and_renormalised": (Tied, _ids(20)),
     "global_modes": (GlobalModes, _x()),
     "eval_batchnorm": (_eval_batchnorm, _x()),
+    "init_on_first_call": (InitOnFirstCall, _x()),
+    "converts_itself": (ConvertsItself, _x()),
+    "deletes_its_cache": (DeletesItsCache, _x()),
+    "threads": (Threads, _x()),
+    "checkpointed": (Checkpointed, _x()),
+    "weight_norms": (_weight_norms, _x()),
 }
 """name -> (model factory, example-input factory): every model here runs and changes state in forward."""

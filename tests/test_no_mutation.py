@@ -400,7 +400,7 @@ def test_the_forward_changed_state_inside_the_audit():
     for name, (make, inputs) in CASES.items():
         model, x = make(), inputs()
         before = deep_state(model, x)
-        grad_mode = torch.is_grad_enabled()
+        grad_mode, threads = torch.is_grad_enabled(), torch.get_num_threads()
         try:
             model.train()
             with _quiet():
@@ -411,6 +411,7 @@ def test_the_forward_changed_state_inside_the_audit():
             torch.set_default_dtype(torch.float32)
             torch.use_deterministic_algorithms(False)
             torch.set_float32_matmul_precision("highest")
+            torch.set_num_threads(threads)
 
 
 @contextmanager
