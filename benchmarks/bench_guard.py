@@ -14,6 +14,9 @@ warm-up round and with the workloads taking turns within each repeat, of:
   forward, including any copy-on-write materialisation the forward causes;
 * ``guard alone``: entering and leaving the guard with nothing inside (taking the snapshot,
   giving every tensor its stand-in, restoring);
+* ``guard, plain copies``: the same with ``copy_on_write=False``: every parameter's stand-in
+  is a real copy (what a clone-based snapshot costs, and the fallback for kernels that
+  refuse copy-on-write tensors);
 * ``audit``: ``initlint.audit(model, batch)`` with every rule;
 * ``deepcopy``: ``copy.deepcopy(model)``, what auditing a copy instead would cost up front
   (measured once per repeat like the others).
@@ -89,10 +92,15 @@ def main() -> None:
         with guarded(model, 0, inputs):
             pass
 
+    def guard_copies():
+        with guarded(model, 0, inputs, copy_on_write=False):
+            pass
+
     fns = {
         "fwd_bwd": lambda: C.forward_backward(model, inputs),
         "guarded_fwd_bwd": guarded_fwd_bwd,
         "guard_alone": guard_alone,
+        "guard_plain_copies": guard_copies,
         "audit": lambda: initlint.audit(model, {"input_ids": ids}),
         "deepcopy": lambda: copy.deepcopy(model),
     }

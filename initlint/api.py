@@ -82,8 +82,10 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
 
     ``example_inputs`` may be a tensor, a tuple of positional inputs or a dict of keyword
     inputs; when omitted, a probe batch is inferred from the first layer that reads the
-    input. The model is never changed: parameters, buffers, training flags, gradients,
-    hooks, the RNG state and the grad mode are all as before when this returns.
+    input. The model is never changed: capture and probe run under
+    :func:`initlint.guard.guarded`, so parameters, buffers and module attributes (the same
+    objects, bits and version counters), training flags, gradients, hooks, the RNG states
+    and the global modes are all as before when this returns, or raises.
     """
     from .config import apply_settings
 
@@ -264,18 +266,19 @@ def _probe_retrying(cap, args, kwargs, logits: bool, backward: bool, report: Rep
                 raise _ForwardFailed(exc, cap.name) from None
         smaller = _halve_batch(args, kwargs)
         if smaller is None:
-            raise LoadError(_out_of_memory_at_one(model_device(cap.model), backward))
+            raise LoadError(_out_of_memory_at_smallest(model_device(cap.model), backward, _batch_of(args, kwargs)))
         args, kwargs = smaller
         report.notes.append(f"the probe ran out of memory; retried with a batch of {_batch_of(args, kwargs)}")
 
 
-def _out_of_memory_at_one(device: torch.device, backward: bool) -> str:
-    """What to try when even a batch of 1 does not fit: the CPU only when the probe was elsewhere."""
+def _out_of_memory_at_smallest(device: torch.device, backward: bool, batch: int) -> str:
+    """What to try when the smallest batch does not fit: the CPU only when the probe was elsewhere."""
+    batch_text = ("even with a batch of 1" if batch <= 1 else
+                  f"with a batch of {batch}, which cannot be halved for these inputs (pass a smaller one)")
     if device.type != "cpu":
-        return f"the probe ran out of memory even with a batch of 1 on {device}; try --device cpu"
+        return f"the probe ran out of memory {batch_text} on {device}; try --device cpu"
     hint = (f"; without the backward probe it needs less: --ignore {','.join(_gradient_rules())}" if backward else "")
-    return ("the probe ran out of memory even with a batch of 1 on the CPU: the model needs more memory than "
-            f"this machine has free{hint}")
+    return f"the probe ran out of memory {batch_text} on the CPU, which has too little free memory for it{hint}"
 
 
 def _gradient_rules() -> List[str]:
@@ -296,6 +299,8 @@ def _batch_of(args, kwargs) -> int:
 
 
 def _halve_batch(args, kwargs):
+    """The inputs with half the batch, or None when it cannot shrink (a batch of 1, a packed
+    sequence or another structure whose batch is not the leading dimension of a dense tensor)."""
     batch = _batch_of(args, kwargs)
     if batch <= 1:
         return None
@@ -303,14 +308,20 @@ def _halve_batch(args, kwargs):
 
     def cut(obj):
         if isinstance(obj, torch.Tensor):
-            return obj[:half] if obj.dim() and obj.shape[0] == batch else obj
+            dense = obj.layout == torch.strided and not obj.is_nested
+            return obj[:half] if dense and obj.dim() and obj.shape[0] == batch else obj
+        if isinstance(obj, nn.utils.rnn.PackedSequence):
+            return obj
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return type(obj)(*(cut(o) for o in obj))
         if isinstance(obj, (tuple, list)):
             return type(obj)(cut(o) for o in obj)
         if isinstance(obj, dict):
             return {k: cut(v) for k, v in obj.items()}
         return obj
 
-    return cut(args), cut(kwargs)
+    smaller = cut(args), cut(kwargs)
+    return smaller if _batch_of(*smaller) < batch else None
 
 
 def describe_inputs(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:

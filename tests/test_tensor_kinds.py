@@ -242,3 +242,14 @@ def test_out_of_memory_on_the_cpu_does_not_suggest_the_cpu():
     with pytest.raises(initlint.LoadError) as info:
         initlint.audit(_AlwaysOutOfMemory(), torch.randn(2, 8))
     assert "on the CPU" in str(info.value) and "--device cpu" not in str(info.value)
+
+
+def test_out_of_memory_with_a_packed_sequence_stops_instead_of_looping():
+    """A packed batch cannot be halved: the audit says so at once rather than retrying forever."""
+
+    class OutOfMemory(PackedLSTM):
+        def forward(self, packed):
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes")
+
+    with pytest.raises(initlint.LoadError, match="out of memory"):
+        initlint.audit(OutOfMemory(), (_packed(),))
