@@ -6,11 +6,11 @@ it back in ``finally``, on success, on any exception and on ``KeyboardInterrupt`
 * every tensor of the model (parameters, buffers, tensor-valued plain attributes) and of
   the probe inputs keeps its object and its bits: for the guarded run its data is swapped
   for a stand-in (for parameters a copy-on-write one, ``torch._lazy_clone``: nothing is
-  copied unless the forward writes), so an in-place write (a running average, ``clamp_``, a spectral-norm power iteration, an
-  observer's min/max, ``Embedding(max_norm=...)``) lands in the stand-in and the original
-  storage is never written. Afterwards the original data is swapped back and the version
-  counters are set to what they were, so an autograd graph the caller keeps across the
-  audit still backpropagates;
+  copied unless the forward writes), so an in-place write (a running average, ``clamp_``,
+  a spectral-norm power iteration, an observer's min/max, ``Embedding(max_norm=...)``)
+  lands in the stand-in and the original storage is never written. Afterwards the
+  original data is swapped back and the version counters are set to what they were, so an
+  autograd graph the caller keeps across the audit still backpropagates;
 * each module's attributes: the ``_parameters``, ``_buffers`` and ``_modules`` dicts and
   the hook dicts (restored in place, the same dict objects), plain values and tensors
   reassigned or added by the forward (``self.calls = self.calls + 1``, a buffer registered
@@ -18,9 +18,10 @@ it back in ``finally``, on success, on any exception and on ``KeyboardInterrupt`
   as attributes (their contents), the module's class and its ``training`` flag;
 * ``requires_grad`` and ``.grad`` of every leaf tensor;
 * global state: the RNG of the CPU, of every initialised CUDA device, of MPS, of Python's
-  ``random`` and of NumPy; the grad mode; the default dtype and device; deterministic-algorithm
-  and matmul-precision settings; the intra-op thread count; ``torch.backends`` flags; anomaly detection; the
-  parametrization cache; the global module hooks.
+  ``random`` and of NumPy; the grad mode; the default dtype and device;
+  deterministic-algorithm and matmul-precision settings; the intra-op thread count;
+  ``torch.backends`` flags; anomaly detection; the parametrization cache; the global
+  module hooks.
 
 Inside the guard every module has ``training = True``, set directly: a user's ``train()``
 override (which may freeze layers or flip ``requires_grad``) is not called.
@@ -31,7 +32,7 @@ import operator
 import random
 import sys
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -54,8 +55,13 @@ def guarded(model: nn.Module, seed: int, inputs: Any = None, copy_on_write: bool
         state.enter(seed)
         with torch.inference_mode(False):
             yield
-    finally:
-        state.restore()
+    except BaseException as exc:
+        try:
+            state.restore()
+        except Exception as failed:  # noqa: BLE001 - the exception under way says more about the cause
+            exc.add_note(f"initlint could not restore the model's state: {type(failed).__name__}: {failed}")
+        raise
+    state.restore()
 
 
 class _Tensor:

@@ -11,7 +11,6 @@ from typing import Any, Callable, Dict, Tuple
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 # ------------------------------------------------------------------ blocks (any input shape)
