@@ -471,3 +471,33 @@ def test_a_kernel_refusing_copy_on_write_stand_ins_gets_plain_copies():
     report = initlint.audit(model, x)
     assert report.probe.forward_ran and report.probe.backward_ran
     assert deep_state(model, x) == before
+
+
+def _gpt2() -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_layer=1))  # real width and vocabulary, tied output layer
+
+
+def _bert() -> nn.Module:
+    from transformers import BertConfig, BertModel
+
+    return BertModel(BertConfig(num_hidden_layers=1))
+
+
+@pytest.mark.parametrize("make", [_gpt2, _bert], ids=["gpt2", "bert"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_a_transformers_model_is_left_as_it_was_and_keeps_its_graph(make, mode):
+    grads = []
+    for audit_between in (False, True):
+        torch.manual_seed(0)
+        model = make().train(mode == "train")
+        ids = {"input_ids": torch.randint(0, model.config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))}
+        loss = model(**ids)[0].float().pow(2).mean()
+        if audit_between:
+            before = deep_state(model, ids)
+            assert initlint.audit(model, ids).probe.forward_ran
+            assert deep_state(model, ids) == before
+        loss.backward()  # the graph built before the audit is intact
+        grads.append([(n, bits(p.grad)) for n, p in model.named_parameters()])
+    assert grads[0] == grads[1]
