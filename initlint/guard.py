@@ -5,8 +5,8 @@ it back in ``finally``, on success, on any exception and on ``KeyboardInterrupt`
 
 * every tensor of the model (parameters, buffers, tensor-valued plain attributes) and of
   the probe inputs keeps its object and its bits: for the guarded run its data is swapped
-  for a stand-in (for parameters a copy-on-write one, ``torch._lazy_clone``: nothing is
-  copied unless the forward writes), so an in-place write (a running average, ``clamp_``,
+  for a stand-in (for parameters and inputs a copy-on-write one, ``torch._lazy_clone``:
+  nothing is copied unless the forward writes), so an in-place write (a running average, ``clamp_``,
   a spectral-norm power iteration, an observer's min/max, ``Embedding(max_norm=...)``)
   lands in the stand-in and the original storage is never written. Afterwards the
   original data is swapped back and the version counters are set to what they were, so an
@@ -46,9 +46,9 @@ def guarded(model: nn.Module, seed: int, inputs: Any = None, copy_on_write: bool
 
     The tensors in ``inputs`` (any nesting of tuples, lists and dicts) get stand-ins too, so a
     forward that writes into its input (an in-place activation first) leaves the caller's alone.
-    Parameters get copy-on-write stand-ins (free unless written); buffers, inputs and other
-    tensors, which forwards do write and which some fused kernels cannot take as copy-on-write
-    (fake quantisation), get real copies; ``copy_on_write=False`` copies the parameters too.
+    Parameters and inputs get copy-on-write stand-ins (free unless written); buffers and
+    other tensors, which forwards do write and which some fused kernels cannot take as
+    copy-on-write (fake quantisation), get real copies; ``copy_on_write=False`` copies all.
     """
     state = _Saved(model, inputs, copy_on_write)
     try:
@@ -211,12 +211,14 @@ class _Saved:
         self.modules = list(model.modules())
         found: List[torch.Tensor] = []
         self.attributes = [_Attributes(m, found) for m in self.modules]
-        found += _tensors(inputs)
-        params = {id(p) for m in self.modules for p in m._parameters.values() if p is not None}
+        given = _tensors(inputs)
+        found += given
+        # copy-on-write for parameters and inputs, which forwards seldom write; buffers get real copies
+        lazy = {id(p) for m in self.modules for p in m._parameters.values() if p is not None} | set(map(id, given))
         unique = {id(t): t for t in found}
         grads = [g for t in unique.values() if t.is_leaf and (g := t.grad) is not None]
         unique.update((id(g), g) for g in grads)
-        self.tensors = [_Tensor(t, copy_on_write and key in params) for key, t in unique.items()]
+        self.tensors = [_Tensor(t, copy_on_write and key in lazy) for key, t in unique.items()]
         self.globals = _global_state()
 
     def enter(self, seed: int) -> None:
