@@ -21,6 +21,9 @@ warm-up round and with the workloads taking turns within each repeat, of:
 * ``deepcopy``: ``copy.deepcopy(model)``, what auditing a copy instead would cost up front
   (measured once per repeat like the others).
 
+With ``--small`` (default ``mlp50,convbn,branchy`` from ``_common.MODELS``) it also times the
+guard alone against those models' forward+backward, where a fixed cost would show most.
+
 It also checks what the guard promises on this model: after an audit every parameter and
 buffer is the same object with the same bits and the same version counter.
 """
@@ -60,6 +63,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--small", default="mlp50,convbn,branchy")
     opts = parser.parse_args()
     C.set_threads(opts.threads)
 
@@ -116,7 +120,31 @@ def main() -> None:
     print(f"guard inside a forward+backward: {added * 1000:+.1f} ms ({added / base:+.1%}); "
           f"guard alone: {t['guard_alone'] * 1000:.1f} ms ({t['guard_alone'] / base:.2%} of fwd+bwd)")
     print(f"audit / fwd+bwd: {t['audit'] / base:.2f}; deepcopy / guard alone: {t['deepcopy'] / t['guard_alone']:.0f}x")
+    small(opts, guarded)
     print(f"machine at the end: {C.machine()}")
+
+
+def small(opts, guarded) -> None:
+    """The guard alone against the forward+backward of the small models of the overhead benchmark."""
+    names = [n for n in opts.small.split(",") if n]
+    if not names:
+        return
+    rows = []
+    for name in names:
+        model, inputs = C.build(name)
+
+        def guard_alone(model=model, inputs=inputs):
+            with guarded(model, 0, inputs):
+                pass
+
+        t = C.interleaved_medians({"fwd_bwd": C.workload("fwd_bwd", model, inputs), "guard": guard_alone},
+                                  max(opts.repeats, 15))
+        rows.append([name, len(list(model.modules())), C.ms(t["fwd_bwd"]), C.ms(t["guard"]),
+                     f"{t['guard'] / t['fwd_bwd']:.3f}"])
+    print()
+    print(f"The guard alone on the small models, median of {max(opts.repeats, 15)} runs, milliseconds.")
+    print()
+    print(C.table(["model", "modules", "fwd+bwd", "guard alone", "guard / fwd+bwd"], rows))
 
 
 if __name__ == "__main__":

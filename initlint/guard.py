@@ -37,8 +37,6 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-_MISSING = object()
-
 
 @contextmanager
 def guarded(model: nn.Module, seed: int, inputs: Any = None, copy_on_write: bool = True) -> Iterator[None]:
@@ -127,12 +125,14 @@ def _version(t: torch.Tensor) -> Optional[int]:
 
 
 _CONTAINERS = (dict, list, set)
+_PLAIN = frozenset({bool, int, float, str, type(None)})
+"""Attribute types that need no look inside (most of a module's attributes)."""
 
 
 class _Attributes:
     """A module's ``__dict__``: the values (by identity), the contents of its containers, its class."""
 
-    __slots__ = ("module", "cls", "values", "contents")
+    __slots__ = ("module", "cls", "values", "empty", "contents")
 
     def __init__(self, module: nn.Module, tensors: List[torch.Tensor]) -> None:
         """Also appends to ``tensors`` the tensors held directly or one container level down
@@ -140,34 +140,34 @@ class _Attributes:
         self.module = module
         self.cls = type(module)
         self.values = dict(vars(module))
+        self.empty: List[Any] = []  # most hook dicts: nothing to copy, only to empty again
         self.contents: List[Tuple[Any, Any]] = []
         for value in self.values.values():
-            if isinstance(value, torch.Tensor):
-                tensors.append(value)
-            elif isinstance(value, _CONTAINERS):
-                if not value:  # most hook dicts: nothing to copy, only to empty again
-                    self.contents.append((value, None))
+            if type(value) in _PLAIN:
+                continue
+            if isinstance(value, _CONTAINERS):
+                if not value:
+                    self.empty.append(value)
                     continue
                 self.contents.append((value, _copy(value)))
                 if not isinstance(value, set):
                     tensors.extend(v for v in (value.values() if isinstance(value, dict) else value)
                                    if isinstance(v, torch.Tensor))
+            elif isinstance(value, torch.Tensor):
+                tensors.append(value)
             elif isinstance(value, tuple) and value:
                 tensors.extend(v for v in value if isinstance(v, torch.Tensor))
 
     def restore(self) -> None:
         attrs = vars(self.module)
-        if attrs.keys() != self.values.keys():
-            for key in [k for k in attrs if k not in self.values]:
-                del attrs[key]
-        for key, value in self.values.items():
-            if attrs.get(key, _MISSING) is not value:
-                attrs[key] = value
+        if list(attrs) != list(self.values) or not all(map(operator.is_, attrs.values(), self.values.values())):
+            attrs.clear()  # rebuilt whole: the same keys in the same order, the same objects
+            attrs.update(self.values)
+        if any(self.empty):
+            for container in self.empty:
+                container.clear()
         for container, saved in self.contents:
-            if saved is None:
-                if container:
-                    container.clear()
-            elif not _unchanged(container, saved):
+            if not _unchanged(container, saved):
                 _refill(container, saved)
         if type(self.module) is not self.cls:
             self.module.__class__ = self.cls
