@@ -22,7 +22,8 @@ warm-up round and with the workloads taking turns within each repeat, of:
   (measured once per repeat like the others).
 
 With ``--small`` (default ``mlp50,convbn,branchy`` from ``_common.MODELS``) it also times the
-guard alone against those models' forward+backward, where a fixed cost would show most.
+guard alone against those models' forward+backward, where a fixed cost would show most, in
+wall-clock and in process CPU time.
 
 It also checks what the guard promises on this model: after an audit every parameter and
 buffer is the same object with the same bits and the same version counter.
@@ -125,10 +126,15 @@ def main() -> None:
 
 
 def small(opts, guarded) -> None:
-    """The guard alone against the forward+backward of the small models of the overhead benchmark."""
+    """The guard alone against the forward+backward of the small models of the overhead benchmark.
+
+    These take milliseconds, so on a loaded machine a single lost time slice (about 12 ms
+    here) decides a wall-clock median; the table gives the process CPU time too, which a
+    wait for the CPU does not count (torch runs one thread)."""
     names = [n for n in opts.small.split(",") if n]
     if not names:
         return
+    repeats = max(opts.repeats, 15)
     rows = []
     for name in names:
         model, inputs = C.build(name)
@@ -137,14 +143,31 @@ def small(opts, guarded) -> None:
             with guarded(model, 0, inputs):
                 pass
 
-        t = C.interleaved_medians({"fwd_bwd": C.workload("fwd_bwd", model, inputs), "guard": guard_alone},
-                                  max(opts.repeats, 15))
-        rows.append([name, len(list(model.modules())), C.ms(t["fwd_bwd"]), C.ms(t["guard"]),
-                     f"{t['guard'] / t['fwd_bwd']:.3f}"])
+        fns = {"fwd_bwd": C.workload("fwd_bwd", model, inputs), "guard": guard_alone}
+        wall = C.interleaved_medians(fns, repeats)
+        cpu = _cpu_medians(fns, repeats)
+        rows.append([name, len(list(model.modules())), C.ms(wall["fwd_bwd"]), C.ms(wall["guard"]),
+                     f"{wall['guard'] / wall['fwd_bwd']:.3f}", C.ms(cpu["fwd_bwd"]), C.ms(cpu["guard"]),
+                     f"{cpu['guard'] / cpu['fwd_bwd']:.3f}"])
     print()
-    print(f"The guard alone on the small models, median of {max(opts.repeats, 15)} runs, milliseconds.")
+    print(f"The guard alone on the small models, median of {repeats} runs, milliseconds (wall clock, then CPU time).")
     print()
-    print(C.table(["model", "modules", "fwd+bwd", "guard alone", "guard / fwd+bwd"], rows))
+    print(C.table(["model", "modules", "fwd+bwd", "guard alone", "guard / fwd+bwd", "fwd+bwd CPU", "guard CPU",
+                   "guard / fwd+bwd CPU"], rows))
+
+
+def _cpu_medians(fns, repeats: int):
+    """Like ``_common.interleaved_medians``, in process CPU time."""
+    import statistics
+    import time
+
+    samples = {k: [] for k in fns}
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            start = time.process_time()
+            fn()
+            samples[key].append(time.process_time() - start)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 if __name__ == "__main__":
