@@ -40,7 +40,8 @@ def stages(model, inputs):
     import initlint
     from initlint.capture import capture
     from initlint.capture.base import DropoutOff
-    from initlint.probe import Observer, ProbeResult, _Collector, preserved, run_probe
+    from initlint.guard import guarded as preserved
+    from initlint.probe import Observer, ProbeResult, _Collector, run_probe
 
     args, kwargs = inputs
     select = C.forward_rules()

@@ -8,12 +8,13 @@ import torch
 import torch.nn as nn
 
 from . import locate
-from .capture import RuntimeCapture, capture
+from .capture import BACKENDS, CaptureError, capture
 from .errors import LoadError, UsageError
 from .link import link_findings
 from .load import (DEFAULT_BATCH, check_finite, infer_inputs, move_inputs, normalise_inputs,
                    shaped_inputs)
-from .probe import ProbeResult, preserved, run_probe
+from .guard import guarded
+from .probe import ProbeResult, run_probe
 from .report import Finding, Report, group_runs
 from .rules import AuditContext, all_rules, plugin_errors, select_rules, with_uses
 from .suppress import apply_suppressions
@@ -78,8 +79,10 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
 
     ``example_inputs`` may be a tensor, a tuple of positional inputs or a dict of keyword
     inputs; when omitted, a probe batch is inferred from the first layer that reads the
-    input. The model is never changed: parameters, buffers, training flags, gradients,
-    hooks, the RNG state and the grad mode are all as before when this returns.
+    input. The model is never changed: capture and probe run under
+    :func:`initlint.guard.guarded`, so parameters, buffers and module attributes (the same
+    objects, bits and version counters), training flags, gradients, hooks, the RNG states
+    and the global modes are all as before when this returns, or raises.
     """
     from .config import apply_settings
 
@@ -151,45 +154,87 @@ def _probe_inputs(model: nn.Module, example: Any, shapes: Optional[Sequence[Tupl
     seed = int(options["seed"])
     if shapes:
         return shaped_inputs(shapes, model, seed), {}
+    lazy = _first_lazy_module(model)
+    if lazy is not None:
+        raise LoadError(f"cannot infer a probe input for {type(model).__name__}: {type(lazy[1]).__name__} at "
+                        f"'{lazy[0]}' learns its input size from the first batch; pass --input-shape or example_inputs")
     return infer_inputs(model, int(options["batch_size"] or DEFAULT_BATCH), seed)
+
+
+def _first_lazy_module(model: nn.Module) -> Optional[Tuple[str, nn.Module]]:
+    from torch.nn.parameter import UninitializedParameter
+
+    for path, module in model.named_modules():
+        if any(isinstance(p, UninitializedParameter) for p in module.parameters(recurse=False)):
+            return path, module
+    return None
 
 
 def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], options: Dict[str, Any],
                        needs: set, is_meta: bool, report: Report):
-    cap = capture(model)
-    backward = "gradients" in needs
+    """Capture and probe inside the state guard: fx first, then the runtime capture.
+
+    Each attempt runs in its own guard, so what a failed fx trace or probe left behind (a
+    half-updated buffer, an fx Proxy registered as a buffer) is undone before the next one."""
+    seed = int(options["seed"])
     if is_meta:
+        with guarded(model, seed):
+            cap = capture(model)
+            probe = run_probe(cap, args, kwargs, forward=False)
         report.notes.append("the model is on the meta device (its tensors hold no values): only graph rules ran; "
                             "materialise it with model.to_empty(device='cpu') and initialise it for a full audit")
-        return cap, run_probe(cap, args, kwargs, forward=False)
-    logits = bool(options["logits"])
-    try:
-        with preserved(model, int(options["seed"])):
-            return cap, _probe_retrying(cap, args, kwargs, logits, backward, report)
-    except _ForwardFailed as first:
-        if cap.name == "runtime":
-            raise first.as_load_error(args, kwargs) from None
-        report.notes.append(f"the fx-traced graph failed to run ({first.reason}); used the runtime capture")
-    cap = RuntimeCapture(model)
-    try:
-        with preserved(model, int(options["seed"])):
-            return cap, _probe_retrying(cap, args, kwargs, logits, backward, report)
-    except _ForwardFailed as again:
-        raise again.as_load_error(args, kwargs) from None
+        return cap, probe
+    run = dict(logits=bool(options["logits"]), backward="gradients" in needs, report=report)
+    reasons: List[str] = []
+    attempts = [("fx", True), ("runtime", True)]  # (backend, copy-on-write stand-ins for the parameters)
+    while attempts:
+        backend, lazy = attempts.pop(0)
+        try:
+            with guarded(model, seed, (args, kwargs), copy_on_write=lazy):
+                cap = BACKENDS[backend](model)
+                cap.fallback_reasons = reasons
+                return cap, _probe_retrying(cap, args, kwargs, **run)
+        except CaptureError as exc:  # fx only: the runtime capture accepts every module
+            reasons.append(f"{backend}: {exc}")
+        except _ForwardFailed as failed:
+            if failed.copy_on_write and lazy:
+                attempts.insert(0, (backend, False))  # a kernel that mishandles copy-on-write tensors
+            elif backend == "runtime":
+                raise failed.as_load_error(model, args, kwargs) from None
+            else:
+                report.notes.append(f"the fx-traced graph failed to run ({failed.reason}); used the runtime capture")
+    raise AssertionError("unreachable: the runtime capture either returns or raises")
 
 
 class _ForwardFailed(Exception):
-    def __init__(self, exc: BaseException) -> None:
+    def __init__(self, exc: BaseException, backend: str) -> None:
         super().__init__(str(exc))
+        self.backend = backend
         self.reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
         self.ours = _raised_by_initlint(exc)
+        self.one_per_channel = isinstance(exc, ValueError) and "Expected more than 1 value per channel" in str(exc)
+        self.copy_on_write = "COW" in str(exc)
 
-    def as_load_error(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> LoadError:
+    def as_load_error(self, model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> LoadError:
+        inputs = describe_inputs(args, kwargs)
         if self.ours:
             return LoadError(f"initlint's probe failed with {self.reason} on the probe input "
-                             f"{describe_inputs(args, kwargs)}; this is a bug in initlint, please report it")
-        return LoadError(f"the model's forward raised {self.reason} on the probe input {describe_inputs(args, kwargs)}; "
+                             f"{inputs}; this is a bug in initlint, please report it")
+        if self.one_per_channel:
+            return LoadError(_one_value_per_channel(model, inputs))
+        return LoadError(f"the model's forward raised {self.reason} on the probe input {inputs}; "
                          f"pass matching --input-shape or example_inputs")
+
+
+def _one_value_per_channel(model: nn.Module, inputs: str) -> str:
+    """The probe runs every module in training mode, where BatchNorm needs a batch of 2 or more."""
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    in_eval = any(isinstance(m, _BatchNorm) and not m.training for m in model.modules())
+    why = ("the probe runs every module in training mode (this model is in eval mode), where BatchNorm"
+           if in_eval else "BatchNorm in training mode")
+    return (f"the probe input {inputs} gives BatchNorm one value per channel: {why} needs at least 2; "
+            f"pass a batch of 2 or more with --batch-size, --input-shape or example_inputs")
 
 
 def _raised_by_initlint(exc: BaseException) -> bool:
@@ -215,12 +260,26 @@ def _probe_retrying(cap, args, kwargs, logits: bool, backward: bool, report: Rep
             raise
         except Exception as exc:
             if not _out_of_memory(exc):
-                raise _ForwardFailed(exc) from None
+                raise _ForwardFailed(exc, cap.name) from None
         smaller = _halve_batch(args, kwargs)
         if smaller is None:
-            raise LoadError("the probe ran out of memory even with a batch of 1; try --device cpu")
+            raise LoadError(_out_of_memory_at_smallest(model_device(cap.model), backward, _batch_of(args, kwargs)))
         args, kwargs = smaller
         report.notes.append(f"the probe ran out of memory; retried with a batch of {_batch_of(args, kwargs)}")
+
+
+def _out_of_memory_at_smallest(device: torch.device, backward: bool, batch: int) -> str:
+    """What to try when the smallest batch does not fit: the CPU only when the probe was elsewhere."""
+    batch_text = ("even with a batch of 1" if batch <= 1 else
+                  f"with a batch of {batch}, which cannot be halved for these inputs (pass a smaller one)")
+    if device.type != "cpu":
+        return f"the probe ran out of memory {batch_text} on {device}; try --device cpu"
+    hint = (f"; without the backward probe it needs less: --ignore {','.join(_gradient_rules())}" if backward else "")
+    return f"the probe ran out of memory {batch_text} on the CPU, which has too little free memory for it{hint}"
+
+
+def _gradient_rules() -> List[str]:
+    return [code for code, rule in all_rules().items() if "gradients" in rule.needs]
 
 
 def _out_of_memory(exc: BaseException) -> bool:
@@ -237,6 +296,8 @@ def _batch_of(args, kwargs) -> int:
 
 
 def _halve_batch(args, kwargs):
+    """The inputs with half the batch, or None when it cannot shrink (a batch of 1, a packed
+    sequence or another structure whose batch is not the leading dimension of a dense tensor)."""
     batch = _batch_of(args, kwargs)
     if batch <= 1:
         return None
@@ -244,14 +305,20 @@ def _halve_batch(args, kwargs):
 
     def cut(obj):
         if isinstance(obj, torch.Tensor):
-            return obj[:half] if obj.dim() and obj.shape[0] == batch else obj
+            dense = obj.layout == torch.strided and not obj.is_nested
+            return obj[:half] if dense and obj.dim() and obj.shape[0] == batch else obj
+        if isinstance(obj, nn.utils.rnn.PackedSequence):
+            return obj
+        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+            return type(obj)(*(cut(o) for o in obj))
         if isinstance(obj, (tuple, list)):
             return type(obj)(cut(o) for o in obj)
         if isinstance(obj, dict):
             return {k: cut(v) for k, v in obj.items()}
         return obj
 
-    return cut(args), cut(kwargs)
+    smaller = cut(args), cut(kwargs)
+    return smaller if _batch_of(*smaller) < batch else None
 
 
 def describe_inputs(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> str:

@@ -9,6 +9,7 @@ import inspect
 import os
 import sys
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -197,20 +198,24 @@ def parse_shape(text: str) -> Tuple[int, ...]:
 
 
 def normalise_inputs(example: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-    """A tensor, a tuple/list of positional inputs or a dict of keyword inputs -> (args, kwargs)."""
+    """A tensor, a tuple/list of positional inputs or a mapping of keyword inputs -> (args, kwargs).
+
+    Only a plain tuple or list is a list of inputs: a named tuple (``PackedSequence``) is one input."""
     if example is None:
         return (), {}
-    if isinstance(example, dict):
+    if isinstance(example, Mapping):
         return (), dict(example)
-    if isinstance(example, (tuple, list)):
+    if type(example) in (tuple, list):
         return tuple(example), {}
     return (example,), {}
 
 
 def move_inputs(obj: Any, device: torch.device) -> Any:
-    """Copy every tensor of a nested input structure to ``device``."""
-    if isinstance(obj, torch.Tensor):
+    """Copy every tensor of a nested input structure to ``device``, keeping container types."""
+    if isinstance(obj, (torch.Tensor, nn.utils.rnn.PackedSequence)):
         return obj.to(device)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
+        return type(obj)(*(move_inputs(o, device) for o in obj))
     if isinstance(obj, tuple):
         return tuple(move_inputs(o, device) for o in obj)
     if isinstance(obj, list):
@@ -222,9 +227,23 @@ def move_inputs(obj: Any, device: torch.device) -> Any:
 
 def check_finite(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
     """Refuse user inputs holding NaN/Inf: the probe would measure them, not the model."""
-    bad = [t for t in _tensors((args, kwargs)) if t.is_floating_point() and t.device.type != "meta"]
-    if bad and not bool(torch.stack([torch.isfinite(t).all() for t in bad]).all()):
+    stored = [v for t in _tensors((args, kwargs)) if (v := _stored_values(t)) is not None]
+    if stored and not bool(torch.stack([torch.isfinite(v).all() for v in stored]).all()):
         raise LoadError("the example inputs contain NaN or Inf; give finite inputs")
+
+
+def _stored_values(t: torch.Tensor) -> Optional[torch.Tensor]:
+    """The values a floating-point or complex tensor holds, whatever its layout (None if there are none)."""
+    if t.device.type == "meta" or t.is_quantized or not (t.is_floating_point() or t.is_complex()):
+        return None
+    if t.is_nested:
+        parts = [p.reshape(-1) for p in t.unbind()]
+        return torch.cat(parts) if parts else None
+    if t.layout == torch.sparse_coo:
+        return t._values()
+    if t.layout != torch.strided:
+        return t.values()  # compressed sparse layouts
+    return t
 
 
 def shaped_inputs(shapes: Sequence[Tuple[int, ...]], model: nn.Module, seed: int) -> Tuple[Any, ...]:

@@ -4,16 +4,14 @@ Statistics are computed on the fly, op by op, as small device scalars; activatio
 are never kept. Everything is moved to the host in a single transfer at the end, so
 the probe adds no per-layer host-device synchronisation.
 
-The model is left exactly as it was found: training flags, buffers (BatchNorm running
-statistics), the global RNG state and the grad mode are restored in ``finally``, and
-the backward probe uses ``torch.autograd.grad`` so no ``.grad`` is touched.
+The probe runs inside :func:`initlint.guard.guarded`, which leaves the model exactly as
+it was found; the backward probe uses ``torch.autograd.grad``, so no ``.grad`` is touched.
 """
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -31,6 +29,28 @@ _NO_STATS = frozenset({"view", "dropout", "identity"})
 EXTREMA_KINDS = O.WEIGHT_KINDS | O.NORM_KINDS | frozenset(O.ACTIVATIONS) | {
     "softmax", "log_softmax", "attention", "rnn", "embedding", "conv_transpose", "input"}
 """Ops whose largest magnitude is measured: where an Inf is never on purpose (IL009)."""
+
+
+def unusual_kind(t: torch.Tensor) -> Optional[str]:
+    """What makes ``t`` a tensor the statistics do not measure (None for a plain dense real tensor).
+
+    Sparse, nested and quantized tensors lack the reductions the statistics use or would be
+    measured on their stored values only; complex tensors have no order (no extremes);
+    tensors inside ``torch.vmap`` or another ``torch.func`` transform cannot be reduced outside it."""
+    if torch._C._functorch.is_functorch_wrapped_tensor(t):
+        return "torch.vmap" if torch._C._functorch.is_batchedtensor(t) else "torch.func-transformed"
+    if t.is_nested:
+        return "nested"
+    if t.layout != torch.strided:
+        return "sparse" if t.is_sparse or t.layout in _SPARSE_LAYOUTS else str(t.layout).replace("torch.", "")
+    if t.is_quantized:
+        return "quantized"
+    if t.is_complex():
+        return "complex"
+    return None
+
+
+_SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
 
 
 @dataclass
@@ -65,6 +85,23 @@ class _Collector:
         self.device: Optional[torch.device] = None
         self._directions: Dict[Tuple[str, torch.dtype], torch.Tensor] = {}
         self.longest_row = 0
+        self.skipped: Dict[str, List[str]] = {}
+        """Kind of tensor -> the ops and parameters not measured because of it (for one note per kind)."""
+
+    def skip(self, kind: str, what: str) -> None:
+        names = self.skipped.setdefault(kind, [])
+        if what not in names:
+            names.append(what)
+
+    def skip_notes(self) -> List[str]:
+        notes = []
+        for kind, names in self.skipped.items():
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            if kind.startswith("torch."):
+                notes.append(f"not measured, inside a {kind} transform (the statistics cannot be taken there): {shown}")
+            else:
+                notes.append(f"not measured, {kind} tensors (the statistics take dense real tensors): {shown}")
+        return notes
 
     def put(self, scope: str, key: Any, name: str, value: torch.Tensor) -> None:
         """A 0-d device tensor; nothing is computed or moved until :meth:`finish`."""
@@ -155,6 +192,13 @@ class Observer:
             (v for v in _tensors(value) if v.is_floating_point()), None)
         if t is None:
             return
+        unusual = unusual_kind(t)
+        if unusual is not None:
+            if unusual in ("sparse", "quantized", "complex"):
+                op.attrs["shape"] = tuple(t.shape)
+            if op.kind not in _NO_STATS and op.kind != "input":
+                self.c.skip(unusual, _op_label(op))
+            return
         op.attrs["shape"] = tuple(t.shape)
         if op.kind in _NO_STATS or not t.is_floating_point() or t.numel() == 0:
             return
@@ -193,6 +237,10 @@ class Observer:
         centre, reach = (lo + hi) / 2, (hi - lo) / 2 - SATURATION_MARGIN * (hi - lo)
         centred = y if centre == 0 else y - centre
         self.c.put("ops", op.id, "saturated_count", torch.count_nonzero(centred.abs() > reach))
+
+
+def _op_label(op: Op) -> str:
+    return f"{op.target} in '{op.module}'" if op.module else op.target
 
 
 def put_softmax(c: _Collector, scope: str, key: Any, y: torch.Tensor, dim: int, log: bool) -> None:
@@ -334,16 +382,30 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
             out = cap.run(args, kwargs, observer)
             result.forward_ran = True
             main = primary_output(out)
+            if main is not None and unusual_kind(main) is not None:
+                result.notes.append(f"the model output is a {unusual_kind(main)} tensor: the output statistics "
+                                    f"and the backward probe were skipped")
+                main, grad_wanted = None, False
             if main is not None and logits:
                 put_softmax(c, "logits", "logits", torch.log_softmax(main.detach().float(), -1), -1, log=True)
             if grad_wanted:
                 _backward(cap, named, main, c, result)
             del out, main
     params = [(n, named[n]) for n in used_params(cap.graph) if n in named]
-    params = [(n, p) for n, p in params if p.is_floating_point() and p.numel() > 0 and p.device.type != "meta"]
+    params = [(n, p) for n, p in params if _measurable(c, n, p) and p.numel() > 0 and p.device.type != "meta"]
     _param_stats(c, params)
     c.finish(result)
+    result.notes.extend(c.skip_notes())
     return result
+
+
+def _measurable(c: _Collector, name: str, t: torch.Tensor) -> bool:
+    """A dense real floating-point tensor; other kinds are noted as skipped (integer ones silently)."""
+    kind = unusual_kind(t)
+    if kind is not None:
+        c.skip(kind, f"parameter '{name}'")
+        return False
+    return t.is_floating_point()
 
 
 def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch.Tensor], c: _Collector,
@@ -363,42 +425,7 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
     gen = torch.Generator().manual_seed(0)
     cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
     grads = list(torch.autograd.grad([main], [p for _, p in weights], [cotangent], allow_unused=True))
-    summarise(c, "grads", [(name, g) for (name, _), g in zip(weights, grads) if g is not None], mean=True)
+    measured = [(name, g) for (name, _), g in zip(weights, grads) if g is not None and _measurable(c, name, g)]
+    summarise(c, "grads", measured, mean=True)
     del grads
     result.backward_ran = True
-
-
-@contextmanager
-def preserved(model: nn.Module, seed: int) -> Iterator[None]:
-    """Run the body with the model in train mode and seeded RNG, then restore everything."""
-    flags = [(m, m.training) for m in model.modules()]
-    saved_buffers = []
-    for module in model.modules():
-        for name, buf in module._buffers.items():
-            if buf is not None:
-                saved_buffers.append((module, name, buf, buf.detach().clone()))
-    grad_mode = torch.is_grad_enabled()
-    cuda = [i for i in range(torch.cuda.device_count())] if torch.cuda.is_initialized() else []
-    mps_state = torch.mps.get_rng_state() if torch.backends.mps.is_available() else None
-    try:
-        with torch.random.fork_rng(devices=cuda):
-            # torch.manual_seed would also seed every lazily initialised accelerator backend,
-            # which costs milliseconds per call; the devices fork_rng saved are enough.
-            torch.default_generator.manual_seed(seed)
-            if cuda:
-                torch.cuda.manual_seed_all(seed)
-            if mps_state is not None:
-                torch.mps.manual_seed(seed)
-            model.train()
-            yield
-    finally:
-        for module, flag in flags:
-            module.training = flag
-        with torch.no_grad():
-            for module, name, buf, copy in saved_buffers:
-                module._buffers[name] = buf
-                if buf.device.type != "meta":
-                    buf.copy_(copy)
-        if mps_state is not None:
-            torch.mps.set_rng_state(mps_state)
-        torch.set_grad_enabled(grad_mode)

@@ -1,18 +1,28 @@
-"""An audit leaves everything as it found it, on a few hundred generated models.
+"""An audit leaves everything as it found it, on a few hundred generated models and on
+every kind of forward that changes state.
 
 Hypothesis draws a model description (front-end, sequential or residual blocks, every
-supported activation, norms, dropout, pathological inits, frozen parameters, existing
-``.grad`` tensors, the user's own hooks, modules in eval mode) and the caller's context
-(grad mode, RNG state). After ``initlint.audit`` the model's tensors must be bitwise
-identical and the very same objects, and every flag, gradient, hook, the global RNG
-state and the grad mode unchanged; auditing again with the same seed gives the same
-findings with the same values.
+supported activation, norms, dropout, blocks whose forward changes state, pathological
+inits, frozen parameters, existing ``.grad`` tensors, the user's own hooks, modules in
+eval mode) and the caller's context (grad mode, RNG state). After ``initlint.audit`` the
+model's tensors must be bitwise identical and the very same objects, and every flag,
+gradient, hook, the global RNG state and the grad mode unchanged; auditing again with the
+same seed gives the same findings with the same values.
+
+The hand-written cases of ``stateful_models.CASES`` (buffers updated in place, reassigned
+or registered on the first call, parametrized and hook-based spectral norm, QAT
+observers, ``Embedding(max_norm=...)``, in-place parameter edits, ``train()`` overrides,
+global modes changed in forward) are checked further: every attribute of every module
+(by identity, containers by content), every tensor's version counter, the RNGs of torch,
+Python and NumPy, and the process-wide modes.
 """
 from __future__ import annotations
 
 import math
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 import torch
@@ -21,6 +31,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import initlint
+from model_state import bits, deep_state
+from stateful_models import BLOCKS, CASES, Interrupted
 
 ACTIVATIONS: Dict[str, Callable[[bool], nn.Module]] = {
     "relu": lambda inplace: nn.ReLU(inplace=inplace),
@@ -49,6 +61,7 @@ class BlockSpec:
     norm: Optional[str]
     dropout: bool
     track_running_stats: bool
+    stateful: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,8 @@ class Perturbation:
 blocks = st.builds(BlockSpec, residual=st.booleans(), data_dependent=st.integers(0, 5).map(lambda n: n == 0),
                    activation=st.sampled_from(sorted(ACTIVATIONS)),
                    inplace=st.booleans(), norm=st.sampled_from(NORMS), dropout=st.booleans(),
-                   track_running_stats=st.booleans())
+                   track_running_stats=st.booleans(),
+                   stateful=st.one_of(st.none(), st.none(), st.sampled_from(sorted(BLOCKS))))
 specs = st.builds(ModelSpec, front=st.sampled_from(("linear", "conv", "embedding")), width=st.integers(2, 16),
                   in_features=st.integers(1, 12), blocks=st.lists(blocks, min_size=0, max_size=6).map(tuple),
                   out_features=st.integers(1, 6), softmax_head=st.booleans(), seed=st.integers(0, 2**16))
@@ -150,6 +164,8 @@ def build(spec: ModelSpec) -> nn.Module:
             body.append(ACTIVATIONS[block.activation](block.inplace))
             if block.dropout:
                 body.append(nn.Dropout(0.3))
+            if block.stateful:
+                body.append(BLOCKS[block.stateful]())
             wrap = Gated if block.data_dependent else Residual if block.residual else nn.Sequential
             layers.append(wrap(nn.Sequential(*body)) if wrap is not nn.Sequential else nn.Sequential(*body))
         if spec.front == "conv":
@@ -235,14 +251,6 @@ _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_
                  "_global_backward_pre_hooks", "_global_forward_hooks_always_called")
 
 
-def bits(t: Optional[torch.Tensor]) -> Any:
-    """A tensor's exact bytes, dtype, device and shape (NaN-safe, unlike ``torch.equal``)."""
-    if t is None:
-        return None
-    flat = t.detach().reshape(-1).contiguous()
-    return (t.dtype, t.device, tuple(t.shape), bytes(flat.view(torch.uint8).numpy()))
-
-
 def snapshot(model: nn.Module) -> Dict[str, Any]:
     import torch.nn.modules.module as module_globals
 
@@ -293,18 +301,22 @@ def test_audit_changes_nothing_and_repeats(spec, p, batch, explicit, caller_grad
     with torch.set_grad_enabled(caller_grad):
         grad_mode = torch.is_grad_enabled()
         before["grad_mode"] = grad_mode
+        deep_before = deep_state(model, inputs)
         first = initlint.audit(model, inputs, batch_size=batch, logits=logits, seed=spec.seed)
-        after_first = snapshot(model)
+        after_first = snapshot(model), deep_state(model, inputs)
         second = initlint.audit(model, inputs, batch_size=batch, logits=logits, seed=spec.seed)
-        after_second = snapshot(model)
+        after_second = snapshot(model), deep_state(model, inputs)
     assert first.error is None and first.probe.forward_ran
-    for after in (after_first, after_second):
+    for after, deep_after in (after_first, after_second):
         for key in before:
             assert after[key] == before[key], key
+        for key in deep_before:
+            assert deep_after[key] == deep_before[key], key
     assert (bits(inputs) if inputs is not None else None) == inputs_before
     assert findings_key(first) == findings_key(second)
     event(f"{spec.front} front, {first.capture} capture, backward {'ran' if first.probe.backward_ran else 'skipped'}")
     event(f"codes: {','.join(sorted({f.code for f in first.findings})) or 'none'}")
+    event(f"stateful blocks: {','.join(sorted({b.stateful for b in spec.blocks if b.stateful})) or 'none'}")
 
 
 def test_snapshot_notices_each_kind_of_change():
@@ -330,3 +342,162 @@ def test_snapshot_notices_each_kind_of_change():
             assert snapshot(model) != before
         finally:
             torch.set_grad_enabled(grad_mode)
+
+
+def test_deep_state_notices_each_kind_of_change():
+    """``deep_state`` sees what ``snapshot`` does not: versions, attributes, containers, the other RNGs, modes."""
+    import random
+
+    import numpy
+
+    def bump(t: torch.Tensor) -> None:
+        torch._C._autograd._unsafe_set_version_counter((t,), (t._version + 1,))
+
+    changes = [
+        lambda m: bump(m[0].weight),
+        lambda m: setattr(m[1], "steps", 1),
+        lambda m: m[1].__dict__.setdefault("history", []).append(1),
+        lambda m: m[1].register_buffer("cache", torch.ones(1), persistent=False),
+        lambda m: random.random(),
+        lambda m: numpy.random.random(),
+        lambda m: torch.set_default_dtype(torch.float64),
+        lambda m: torch.set_float32_matmul_precision("medium"),
+    ]
+    for change in changes:
+        model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        before = deep_state(model)
+        try:
+            change(model)
+            assert deep_state(model) != before
+        finally:
+            torch.set_default_dtype(torch.float32)
+            torch.set_float32_matmul_precision("highest")
+
+
+def _audited(name: str):
+    make, inputs = CASES[name]
+    model, x = make(), inputs()
+    before = deep_state(model, x)
+    report = initlint.audit(model, x)
+    return model, x, before, report
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # QAT observers and fx warn about the models, not the audit
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_a_forward_that_changes_state_changes_nothing(name):
+    model, x, before, report = _audited(name)
+    assert report.error is None and report.probe.forward_ran
+    after = deep_state(model, x)
+    for key in before:
+        assert after[key] == before[key], key
+    again = initlint.audit(model, x)
+    assert findings_key(again) == findings_key(report)
+    assert deep_state(model, x) == before
+
+
+def test_the_forward_changed_state_inside_the_audit():
+    """The cases are not vacuous: run plainly, each forward changes what the audit must keep."""
+    for name, (make, inputs) in CASES.items():
+        model, x = make(), inputs()
+        before = deep_state(model, x)
+        grad_mode, threads = torch.is_grad_enabled(), torch.get_num_threads()
+        try:
+            model.train()
+            with _quiet():
+                model(x)
+            assert deep_state(model, x) != before, name
+        finally:
+            torch.set_grad_enabled(grad_mode)
+            torch.set_default_dtype(torch.float32)
+            torch.use_deterministic_algorithms(False)
+            torch.set_float32_matmul_precision("highest")
+            torch.set_num_threads(threads)
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The models' own warnings (QAT observers, fx) are not under test here."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), RuntimeError("boom")], ids=["interrupt", "error"])
+def test_state_is_restored_when_the_forward_raises(exc):
+    model, x = Interrupted(exc), torch.randn(4, 8)
+    before = deep_state(model, x)
+    with pytest.raises(KeyboardInterrupt if isinstance(exc, KeyboardInterrupt) else initlint.LoadError):
+        initlint.audit(model, x)
+    assert deep_state(model, x) == before
+
+
+@pytest.mark.parametrize("name", ["eval_batchnorm", "block_clamp_parameter", "block_running_average",
+                                  "spectral_norm_parametrization", "embedding_max_norm", "tied_and_renormalised",
+                                  "prepare_qat"])
+def test_a_graph_kept_across_the_audit_still_backpropagates(name):
+    """``loss = m(x).sum(); audit(m, x); loss.backward()`` gives the gradients it gives without the audit."""
+    make, inputs = CASES[name]
+    grads = []
+    for audit_between in (False, True):
+        torch.manual_seed(0)
+        model, x = make(), inputs()
+        with _quiet():
+            loss = model(x).float().sum()
+            if audit_between:
+                initlint.audit(model, x)
+            loss.backward()
+        grads.append([(n, bits(p.grad)) for n, p in model.named_parameters()])
+    assert grads[0] == grads[1]
+
+
+class _NoCopyOnWrite(nn.Module):
+    """Fails as a kernel that mishandles copy-on-write tensors does (PyTorch's internal assert)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x):
+        self.calls.add_(1)
+        if torch._C._is_cow_tensor(self.fc.weight):
+            raise RuntimeError('ctx != nullptr INTERNAL ASSERT FAILED at "c10/core/impl/COW.cpp":124')
+        return self.fc(x)
+
+
+def test_a_kernel_refusing_copy_on_write_stand_ins_gets_plain_copies():
+    model, x = _NoCopyOnWrite(), torch.randn(4, 8)
+    before = deep_state(model, x)
+    report = initlint.audit(model, x)
+    assert report.probe.forward_ran and report.probe.backward_ran
+    assert deep_state(model, x) == before
+
+
+def _gpt2() -> nn.Module:
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_layer=1))  # real width and vocabulary, tied output layer
+
+
+def _bert() -> nn.Module:
+    from transformers import BertConfig, BertModel
+
+    return BertModel(BertConfig(num_hidden_layers=1))
+
+
+@pytest.mark.parametrize("make", [_gpt2, _bert], ids=["gpt2", "bert"])
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_a_transformers_model_is_left_as_it_was_and_keeps_its_graph(make, mode):
+    grads = []
+    for audit_between in (False, True):
+        torch.manual_seed(0)
+        model = make().train(mode == "train")
+        ids = {"input_ids": torch.randint(0, model.config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(0))}
+        loss = model(**ids)[0].float().pow(2).mean()
+        if audit_between:
+            before = deep_state(model, ids)
+            assert initlint.audit(model, ids).probe.forward_ran
+            assert deep_state(model, ids) == before
+        loss.backward()  # the graph built before the audit is intact
+        grads.append([(n, bits(p.grad)) for n, p in model.named_parameters()])
+    assert grads[0] == grads[1]
