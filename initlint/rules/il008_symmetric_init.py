@@ -105,11 +105,13 @@ def weight_fix(audit: Audit, op: Op) -> str:
     """A random init that fits the layer: small normal values for an embedding (tied weight) or an output layer
     over classes, else the init the next activation needs."""
     name = op.params["weight"]
-    if _is_embedding(audit.graph, name) or not feeds_weight_layer(audit.graph, op):
+    if _is_embedding(audit.graph, name):
+        return f"nn.init.normal_({py_path(name)}, std=0.02)  # small random values, as for an embedding"
+    if not feeds_weight_layer(audit.graph, op):
         module = _owner(audit, op)
         if module is not None:
             return f"{py_path(op.module)}.reset_parameters()  # {type(module).__name__}'s default init"
-        return f"nn.init.normal_({py_path(name)}, std=0.02)  # small random values, as for an embedding"
+        return f"nn.init.normal_({py_path(name)}, std=0.02)  # small random values, as for an output layer"
     fan = audit.fan_in(op)
     act = next((t for t in downstream(audit.graph, op) if t.kind in O.ACTIVATIONS), None)
     if not fan:
