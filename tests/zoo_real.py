@@ -46,6 +46,7 @@ def image(channels: int = 3, size: int = 224) -> torch.Tensor:
 
 
 Built = Tuple[nn.Module, Any]
+"""A model and its probe batch (``None``: initlint infers it, with ``batch_size=BATCH``)."""
 
 
 # ----------------------------------------------------------------------------- decoder LMs
@@ -145,28 +146,27 @@ def t5() -> Built:
     """T5-small: 512 wide, vocabulary 32128, 2 of 6 layers each side; inputs inferred from the config."""
     tf = _quiet()
     config = tf.T5Config(d_model=512, d_ff=2048, num_layers=2, num_decoder_layers=2, num_heads=8, d_kv=64,
-                         vocab_size=32128, decoder_start_token_id=0)
-    return tf.T5ForConditionalGeneration(config), {"input_ids": ids(32128), "decoder_input_ids": ids(32128)}
+                         vocab_size=32128)
+    return tf.T5ForConditionalGeneration(config), None
 
 
 def bart() -> Built:
-    """BART-base: 768 wide, vocabulary 50265, 2 of 6 layers each side."""
+    """BART-base: 768 wide, vocabulary 50265, 2 of 6 layers each side; inputs inferred from the config."""
     tf = _quiet()
     config = tf.BartConfig(vocab_size=50265, d_model=768, encoder_layers=2, decoder_layers=2,
                            encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072,
                            decoder_ffn_dim=3072)
-    return tf.BartForConditionalGeneration(config), {"input_ids": ids(50265), "decoder_input_ids": ids(50265)}
+    return tf.BartForConditionalGeneration(config), None
 
 
 def whisper() -> Built:
-    """Whisper-tiny: 384 wide, vocabulary 51865, 80 mel bins over 30 s (3000 frames), 2 of 4 layers each side."""
+    """Whisper-tiny: 384 wide, vocabulary 51865, 80 mel bins over 30 s (3000 frames), 2 of 4 layers each side;
+    inputs inferred from the config."""
     tf = _quiet()
     config = tf.WhisperConfig(vocab_size=51865, d_model=384, encoder_layers=2, decoder_layers=2,
                               encoder_attention_heads=6, decoder_attention_heads=6, encoder_ffn_dim=1536,
                               decoder_ffn_dim=1536, num_mel_bins=80, max_source_positions=1500)
-    features = torch.randn(BATCH, 80, 3000, generator=_gen())
-    return tf.WhisperForConditionalGeneration(config), {"input_features": features,
-                                                        "decoder_input_ids": ids(51865)}
+    return tf.WhisperForConditionalGeneration(config), None
 
 
 # ----------------------------------------------------------------------------- vision and audio
@@ -362,6 +362,13 @@ ZOO: Dict[str, Entry] = {
                                ("IL001", "encoder.layers.2.linear1")),
     "lstm_lm": Entry(lstm_lm, nan_at("decoder"), ("IL009", "decoder")),
 }
+
+
+def audit(model: nn.Module, inputs: Any, **settings: Any) -> Any:
+    """``initlint.audit`` as the zoo runs it: inferred probe batches are ``BATCH`` examples too."""
+    import initlint
+
+    return initlint.audit(model, inputs, batch_size=BATCH, **settings)
 
 
 def build(name: str, seed: int = 0) -> Built:
