@@ -286,31 +286,40 @@ def lstm_lm() -> Built:
 
 
 # ----------------------------------------------------------------------------- corruptions
-def scale(path: str, factor: float) -> Callable[[nn.Module], None]:
-    """Multiply the weight of the module at ``path`` by ``factor``."""
-    def corrupt(model: nn.Module) -> None:
+@dataclass(frozen=True)
+class Corruption:
+    """A change to the weight of the module at ``path``: ``scale`` it, fill it with a ``constant``,
+    or put one NaN in it (``nan``)."""
+
+    kind: str
+    path: str
+    value: float = 0.0
+
+    def __call__(self, model: nn.Module) -> None:
+        weight = model.get_submodule(self.path).weight
         with torch.no_grad():
-            model.get_submodule(path).weight.mul_(factor)
-    corrupt.__doc__ = f"{path}.weight x{factor:g}"
-    return corrupt
+            if self.kind == "scale":
+                weight.mul_(self.value)
+            elif self.kind == "constant":
+                weight.fill_(self.value)
+            else:
+                weight.view(-1)[0] = math.nan
+
+    def __str__(self) -> str:
+        what = {"scale": f"x{self.value:g}", "constant": f"constant {self.value:g}", "nan": "with one NaN"}
+        return f"{self.path}.weight {what[self.kind]}"
 
 
-def constant(path: str, value: float = 0.02) -> Callable[[nn.Module], None]:
-    """Fill the weight of the module at ``path`` with one value."""
-    def corrupt(model: nn.Module) -> None:
-        with torch.no_grad():
-            model.get_submodule(path).weight.fill_(value)
-    corrupt.__doc__ = f"{path}.weight constant {value:g}"
-    return corrupt
+def scale(path: str, factor: float) -> Corruption:
+    return Corruption("scale", path, factor)
 
 
-def nan_at(path: str) -> Callable[[nn.Module], None]:
-    """One NaN in the weight of the module at ``path``."""
-    def corrupt(model: nn.Module) -> None:
-        with torch.no_grad():
-            model.get_submodule(path).weight.view(-1)[0] = math.nan
-    corrupt.__doc__ = f"{path}.weight with one NaN"
-    return corrupt
+def constant(path: str, value: float = 0.02) -> Corruption:
+    return Corruption("constant", path, value)
+
+
+def nan_at(path: str) -> Corruption:
+    return Corruption("nan", path)
 
 
 @dataclass(frozen=True)
@@ -318,7 +327,7 @@ class Entry:
     """A published architecture, a corruption of one of its layers and the finding it must give."""
 
     build: Callable[[], Built]
-    corrupt: Callable[[nn.Module], None]
+    corrupt: Corruption
     expect: Tuple[str, str]
     """``(code, module)`` the corrupted twin must report."""
 
@@ -356,7 +365,7 @@ ZOO: Dict[str, Entry] = {
     "ddpm_unet": Entry(ddpm_unet, constant("down_blocks.1.resnets.0.conv1"), ("IL008", "down_blocks.1.resnets.0.conv1")),
     "sd_vae": Entry(sd_vae, constant("encoder.down_blocks.2.resnets.0.conv1"),
                     ("IL008", "encoder.down_blocks.2.resnets.0.conv1")),
-    "dit": Entry(dit, scale("transformer_blocks.1.ff.net.0.proj", 1000.0), ("IL001", "transformer_blocks.1.ff.net.0.proj")),
+    "dit": Entry(dit, nan_at("transformer_blocks.1.attn1.to_v"), ("IL009", "transformer_blocks.1.attn1.to_v")),
     "x_decoder": Entry(x_decoder, constant("attn_layers.layers.1.1.ff.0.0"), ("IL008", "attn_layers.layers.1.1.ff.0.0")),
     "torch_transformer": Entry(torch_transformer, scale("encoder.layers.2.linear1", 1000.0),
                                ("IL001", "encoder.layers.2.linear1")),
