@@ -141,6 +141,30 @@ def roberta() -> Built:
     return tf.RobertaForMaskedLM(config), {"input_ids": ids(50265) + 2}
 
 
+def distilbert() -> Built:
+    """DistilBERT-base for masked LM: 768 wide, vocabulary 30522, all 6 layers."""
+    tf = _quiet()
+    return tf.DistilBertForMaskedLM(tf.DistilBertConfig()), {"input_ids": ids(30522)}
+
+
+def albert() -> Built:
+    """ALBERT-base for masked LM: embedding 128, 768 wide, vocabulary 30000, all 12 layers sharing one set of
+    weights."""
+    tf = _quiet()
+    config = tf.AlbertConfig(embedding_size=128, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                             intermediate_size=3072, vocab_size=30000)
+    return tf.AlbertForMaskedLM(config), {"input_ids": ids(30000)}
+
+
+def clip() -> Built:
+    """CLIP ViT-B/32: text 512 wide over a 49408 vocabulary, vision 768 wide on 224x224 images, 2 of 12 layers
+    each."""
+    tf = _quiet()
+    config = tf.CLIPConfig(text_config={"num_hidden_layers": 2}, vision_config={"num_hidden_layers": 2,
+                                                                                "patch_size": 32})
+    return tf.CLIPModel(config), {"input_ids": ids(49408), "pixel_values": image()}
+
+
 # ----------------------------------------------------------------------------- encoder-decoders
 def t5() -> Built:
     """T5-small: 512 wide, vocabulary 32128, 2 of 6 layers each side; inputs inferred from the config."""
@@ -348,6 +372,12 @@ ZOO: Dict[str, Entry] = {
                   ("IL001", "bert.encoder.layer.1.intermediate.dense")),
     "roberta": Entry(roberta, constant("roberta.encoder.layer.0.attention.self.key"),
                      ("IL008", "roberta.encoder.layer.0.attention.self.key")),
+    "distilbert": Entry(distilbert, scale("distilbert.transformer.layer.3.ffn.lin1", 1000.0),
+                        ("IL001", "distilbert.transformer.layer.3.ffn.lin1")),
+    "albert": Entry(albert, constant("albert.encoder.albert_layer_groups.0.albert_layers.0.ffn"),
+                    ("IL008", "albert.encoder.albert_layer_groups.0.albert_layers.0.ffn")),
+    "clip": Entry(clip, scale("vision_model.encoder.layers.1.mlp.fc1", 1000.0),
+                  ("IL001", "vision_model.encoder.layers.1.mlp.fc1")),
     "t5": Entry(t5, scale("decoder.block.1.layer.2.DenseReluDense.wi", 1000.0),
                 ("IL001", "decoder.block.1.layer.2.DenseReluDense.wi")),
     "bart": Entry(bart, scale("model.encoder.layers.0.fc1", 1000.0), ("IL001", "model.encoder.layers.0.fc1")),
