@@ -323,6 +323,7 @@ def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> No
     bias = units.bias.detach() if units.bias is not None and units.bias.numel() == rows else None
     if bias is not None:
         keys = keys + bias.to(keys.dtype)[:, None] * dirs[:, fan]
+        c.const(scope, name, "biased", 1.0)
     # The two float32 keys' bits as one 64-bit integer: a single sort groups equal keys.
     bits = keys.float().view(torch.int32).to(torch.int64)
     hashed = (bits[:, 0] << 32) | (bits[:, 1] & 0xFFFFFFFF)
@@ -410,8 +411,21 @@ def weight_units(graph: Graph, model: nn.Module, named: Dict[str, torch.Tensor])
         if op.kind == "conv":
             modules = dict(model.named_modules()) if modules is None else modules
             groups = _conv_groups(graph, op, modules.get(op.module), named[name])
-        out[name] = Units(op.attrs.get("layout", "out_in"), named.get(op.params.get("bias", "")), groups)
+        bias = named.get(op.params.get("bias", ""))
+        bias = bias if bias is not None else _added_bias(graph, op, named)
+        out[name] = Units(op.attrs.get("layout", "out_in"), bias, groups)
     return out
+
+
+def _added_bias(graph: Graph, op: Op, named: Dict[str, torch.Tensor]) -> Optional[torch.Tensor]:
+    """A bias added by a separate op (``x @ W + b``): a 1-D parameter of an ``add`` that consumes ``op``."""
+    for user in graph.consumers(op):
+        if user.kind == "add":
+            for pname in user.params.values():
+                p = named.get(pname)
+                if p is not None and p.dim() == 1:
+                    return p
+    return None
 
 
 def _conv_groups(graph: Graph, op: Op, module: Optional[nn.Module], w: torch.Tensor) -> int:

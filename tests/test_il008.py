@@ -177,3 +177,29 @@ def test_confirmation_syncs_only_when_there_are_candidates():
         report = initlint.audit(model, torch.randn(4, 64))
     assert il008(report) == {"0"}
     assert sum(copied.values()) > sum(clean.values())  # the confirmation ran, and only here
+
+
+class SeparateBias(nn.Module):
+    """``x @ W + b`` written out: the bias is added by its own op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(32, 64) / 32 ** 0.5)
+        self.b = nn.Parameter(torch.randn(64))
+        self.out = nn.Linear(64, 4)
+
+    def forward(self, x):
+        return self.out(torch.relu(x @ self.w + self.b))
+
+
+def test_a_bias_added_by_its_own_op_is_part_of_the_unit():
+    torch.manual_seed(0)
+    model = SeparateBias()
+    with torch.no_grad():
+        model.w[:, 1] = model.w[:, 2]  # same weights, different biases: not copies
+    assert il008(initlint.audit(model, torch.randn(8, 32))) == set()
+    with torch.no_grad():
+        model.b[1] = model.b[2]
+    report = initlint.audit(model, torch.randn(8, 32))
+    assert il008(report) != set()
+    assert "weights and bias compared in full" in next(f for f in report.findings if f.code == "IL008").message

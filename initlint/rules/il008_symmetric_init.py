@@ -95,9 +95,10 @@ class SymmetricInit(Rule):
             return self.finding(audit, op, f"all {numel} weights of {name} ({scope}) equal {fmt(stats['mean'])}, "
                                 f"{same}", weight_fix(audit, op), value=0.0, threshold=0.0)
         if dups >= 1:
+            compared = "weights and bias compared in full" if stats.get("biased") else "weights compared in full; no bias"
             return self.finding(audit, op, f"{dups} of the {rows} units of {name} are exact copies of another unit "
-                                f"(weights and bias compared in full): each computes the same output as its "
-                                f"original for every input", weight_fix(audit, op), value=float(dups), threshold=0.0)
+                                f"({compared}): each computes the same output as its original for every input",
+                                weight_fix(audit, op), value=float(dups), threshold=0.0)
         return None
 
 
