@@ -87,6 +87,28 @@ def gpt2_4() -> nn.Module:
     return GPT2Model(GPT2Config(n_layer=4, n_embd=768, n_head=12))
 
 
+def gpt2_124m() -> nn.Module:
+    """GPT-2 124M with its LM head: ``GPT2Config()`` (12 layers x 768, vocabulary 50257)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config())
+
+
+def bert_base() -> nn.Module:
+    """BERT-base for masked LM: ``BertConfig()`` (12 layers x 768, vocabulary 30522)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    return BertForMaskedLM(BertConfig())
+
+
+def llama_32k() -> nn.Module:
+    """A Llama-style LM: 8 layers x 1024 (MLP 2816, 16 heads), vocabulary 32000."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8,
+                                        num_attention_heads=16, num_key_value_heads=16, vocab_size=32000))
+
+
 def _tokens(model: nn.Module, batch: int, seq: int, gen: torch.Generator) -> Inputs:
     return (), {"input_ids": torch.randint(0, model.config.vocab_size, (batch, seq), generator=gen)}
 
@@ -98,9 +120,17 @@ MODELS: Dict[str, Tuple[Callable[[], nn.Module], Callable[[nn.Module, torch.Gene
                "4 x conv-BN-ReLU (32-128 ch), 3x32x32, batch 16"),
     "bert4": (bert4, lambda m, g: _tokens(m, 8, 64, g), "BertModel, 4 layers, hidden 768, batch 8 x 64 tokens"),
     "gpt2_4": (gpt2_4, lambda m, g: _tokens(m, 8, 64, g), "GPT2Model, 4 layers, n_embd 768, batch 8 x 64 tokens"),
+    "gpt2_124m": (gpt2_124m, lambda m, g: _tokens(m, 8, 64, g),
+                  "GPT2LMHeadModel(GPT2Config()): 12 layers x 768, vocabulary 50257, batch 8 x 64 tokens"),
+    "bert_base": (bert_base, lambda m, g: _tokens(m, 8, 64, g),
+                  "BertForMaskedLM(BertConfig()): 12 layers x 768, vocabulary 30522, batch 8 x 64 tokens"),
+    "llama_32k": (llama_32k, lambda m, g: _tokens(m, 8, 64, g),
+                  "LlamaForCausalLM: 8 layers x 1024, vocabulary 32000, batch 8 x 64 tokens"),
     "branchy": (Branchy, lambda m, g: ((torch.randn(16, 512, generator=g),), {}),
                 "12 residual LN-Linear-GELU blocks, width 512, data-dependent branch (runtime capture only)"),
 }
+REAL_SIZE = ("gpt2_124m", "bert_base", "llama_32k")
+"""Published models at full width and vocabulary (bench_real_size.py); not in bench_overhead's default set."""
 
 
 def build(name: str, seed: int = 0) -> Tuple[nn.Module, Inputs]:
@@ -119,10 +149,14 @@ def example(inputs: Inputs) -> Any:
 
 # ------------------------------------------------------------------ workloads
 def main_output(out: Any) -> torch.Tensor:
-    """The tensor the audit backpropagates from: ``last_hidden_state`` of a Hugging Face model, else the output."""
+    """The tensor the audit backpropagates from: ``logits``, else ``last_hidden_state`` of a Hugging Face model,
+    else the output (as ``initlint.probe.primary_output``)."""
     if isinstance(out, torch.Tensor):
         return out
-    return out["last_hidden_state"] if "last_hidden_state" in out else out[0]
+    for key in ("logits", "last_hidden_state"):
+        if key in out:
+            return out[key]
+    return out[0]
 
 
 def forward_backward(model: nn.Module, inputs: Inputs) -> None:

@@ -53,7 +53,7 @@ import _common as C  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--models", default=",".join(C.MODELS))
+    parser.add_argument("--models", default=",".join(n for n in C.MODELS if n not in C.REAL_SIZE))
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
     opts = parser.parse_args()

@@ -81,7 +81,10 @@ class InitScale(Rule):
     For a layer ``y = W x`` with i.i.d. zero-mean weights, ``Var(y) = fan_in * Var(w) * E[x^2]``.
     After an activation ``phi``, ``E[phi(y)^2] = Var(y) / gain^2``. So each layer multiplies
     the signal's second moment by ``(std(w) * sqrt(fan_in) / gain)^2``, and a stack of L
-    layers multiplies it by the product of these factors. A factor of 1/6 per layer (PyTorch's
+    layers multiplies it by the product of these factors. The rule measures each weight's
+    root mean square, which is its std when its mean is zero and the scale that enters
+    ``E[y^2]`` when it is not. The compounded factor is a prediction from the weight scales
+    (the forward probe's measurement is IL005's). A factor of 1/6 per layer (PyTorch's
     default ``nn.Linear`` init, std ``1/sqrt(3 fan_in)``, in front of a ReLU) is harmless in a
     two-layer network (1/18 in all), but an eight-layer ReLU MLP shrinks its signal by about
     ``6^8``: the biases take over, half of the last layer's units die, and gradients vanish.
@@ -114,15 +117,15 @@ class InitScale(Rule):
       in front of ReLUs (1/6 per layer, 1/3 for the output layer) passes with up to four
       hidden layers and is flagged from five; LeCun init in a 10-layer ReLU network (1/2 per
       layer, 1/1024 in all) passes, in a 100-layer one it is flagged.
-    - ``tolerance`` (default ``1.1``): a layer whose weight std is within this factor of its
-      target band counts as on target.
+    - ``tolerance`` (default ``1.1``): a layer whose weight scale (rms) is within this factor
+      of its target band counts as on target.
     """
 
     code = "IL001"
     name = "init-scale"
     severity = "warning"
     needs = frozenset({"graph"})
-    summary = "weight std against `gain / sqrt(fan_in)` of the next activation, judged by how far the mismatch compounds before a normalisation"
+    summary = "weight scale (rms) against `gain / sqrt(fan_in)` of the next activation, judged by how far the mismatch compounds before a normalisation"
     role = "cause"
     bad = (Example(deep_relu_mlp_at_pytorch_default_init, expect={str(i) for i in range(0, 17, 2)}),
            Example(randn_relu_mlp, expect={"0", "2", "4"}))
@@ -203,14 +206,14 @@ class InitScale(Rule):
     def _finding(self, audit: Audit, j: _Judged, total: float, endpoint: Op, length: int) -> Finding:
         target = j.band[0] if j.std < j.band[0] else j.band[1]
         where = "the model output" if endpoint.id in audit.graph.outputs else f"{endpoint.target} ({endpoint.module or '<model>'})"
-        direction = "vanishes" if total < 0 else "explodes"
+        direction = "shrinks" if total < 0 else "grows"
         gain_lo, gain_hi = (b * math.sqrt(j.fan_in) for b in j.band)
         gain = fmt(gain_lo) if abs(gain_hi - gain_lo) < 1e-9 else f"{fmt(gain_lo)}..{fmt(gain_hi)}"
         message = (
-            f"weight std {fmt(j.std)} is {fmt(j.std / target)}x the {fmt(target)} that {j.activation} needs "
-            f"(gain {gain} / sqrt(fan_in {j.fan_in})); over {length} layer(s) without normalisation the "
-            f"signal variance {direction} by {fmt(math.exp(abs(total)))}x before {where} "
-            f"(limit {fmt(self.opts['max-variance-drift'])}x)"
+            f"weight rms {fmt(j.std)} is {fmt(j.std / target)}x the {fmt(target)} that {j.activation} needs "
+            f"(gain {gain} / sqrt(fan_in {j.fan_in})); predicted from the weight scales of the {length} "
+            f"mismatched layer(s) on its path, with no normalisation before {where}, the signal variance "
+            f"{direction} {fmt(math.exp(abs(total)))}x (limit {fmt(self.opts['max-variance-drift'])}x)"
         )
         return self.finding(audit, j.op, message, init_fix(audit, j.op, j.activation, j.fan_in),
                             value=j.std, threshold=target)

@@ -1,14 +1,15 @@
 """IL008 symmetric-init."""
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Dict, Iterator, Optional
 
 import torch.nn as nn
 
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Rule, fmt, py_path
+from .base import Audit, Example, Rule, downstream, fmt, py_path
+from .il001_init_scale import init_fix
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -30,25 +31,37 @@ class SymmetricInit(Rule):
     """## What it does
     Finds weight layers (Linear, Conv) whose weights cannot break symmetry: every value
     equal (``nn.init.constant_``), all zero in a layer whose output feeds further weight
-    layers, or units (rows of the weight) that are exact copies of each other.
+    layers, or units that are exact copies of each other (the same weights and the same
+    bias).
+
+    Copies are found exactly: each unit (its row of weights and its bias) is hashed to two
+    random projections, units whose hashes match are candidates, and every candidate pair is
+    then compared value by value. A count of copies is never an estimate, and units whose
+    weights agree but whose biases differ are not copies. Units of different groups of a
+    grouped convolution read different inputs and are never compared.
 
     ## Why is this bad?
-    Units with identical incoming weights compute the same output and, as long as what
-    lies downstream treats them alike, receive the same gradient: they stay clones for the
-    whole of training, and the layer behaves as if it had one unit. An all-zero hidden
-    layer also blocks the backward signal (``delta_{l-1} = W_l^T delta_l = 0``), and with a
-    ReLU after it (``relu'(0) = 0``) its own gradient is zero too: nothing below it learns.
+    A unit that copies another computes the same output for every input: the layer has
+    fewer distinct units than it seems. As long as what lies downstream treats the copies
+    alike (the classic case: every layer initialised to one constant) they also receive the
+    same gradient and stay copies for the whole of training. An all-zero hidden layer
+    blocks the backward signal (``delta_{l-1} = W_l^T delta_l = 0``), so nothing below it
+    learns through it.
 
     Deliberate cases are not flagged. Normalisation scales and shifts are not weight
     layers. A zero-initialised layer whose output is added to a residual stream before any
     other weight layer (zero-init of a residual branch's last layer or last BatchNorm gamma,
     Fixup, ReZero, SkipInit) or that produces the model output (a zero-initialised
     classifier head) starts as the identity of the block or a uniform prediction, and its
-    gradient is not zero, because its input is not.
+    gradient is not zero, because its input is not. A constant depthwise convolution (one
+    unit per group) is a fixed filter per channel, not a set of copies.
 
     ## Fix
     Draw the weights at random with the scale the next activation needs:
-    ``nn.init.kaiming_normal_(hidden.weight, nonlinearity="relu")``.
+    ``nn.init.kaiming_normal_(hidden.weight, nonlinearity="relu")``. For an embedding, or an
+    output layer over a vocabulary or classes, small random values:
+    ``nn.init.normal_(embedding.weight, std=0.02)``, or the layer's own
+    ``reset_parameters()``.
 
     ## Options
     None.
@@ -58,7 +71,7 @@ class SymmetricInit(Rule):
     name = "symmetric-init"
     severity = "warning"
     needs = frozenset({"graph"})
-    summary = "constant, zero or duplicated weights that cannot break symmetry"
+    summary = "constant or zero weights, and units that are exact copies of each other (weights and bias compared in full)"
     role = "cause"
     bad = (Example(constant_and_zero_hidden_layers, expect={"0", "2"}),)
     good = (Example(zero_initialised_classifier_head),)
@@ -77,24 +90,63 @@ class SymmetricInit(Rule):
             if finding is not None:
                 yield finding
 
-    def _judge(self, audit: Audit, op: Op, name: str, stats) -> Optional[Finding]:
-        rows = int(stats.get("rows", 0))
-        fix = f'nn.init.kaiming_normal_({py_path(name)}, nonlinearity="relu")  # or the init its activation needs'
+    def _judge(self, audit: Audit, op: Op, name: str, stats: Dict[str, float]) -> Optional[Finding]:
+        rows, groups = int(stats.get("rows", 0)), max(int(stats.get("groups", 1)), 1)
+        dups = int(stats.get("dup_rows", 0))
+        numel = _numel(audit, name)
         if stats["spread"] == 0 and stats["absmax"] == 0:
             if not feeds_weight_layer(audit.graph, op):
                 return None
-            return self.finding(audit, op, f"all weights of {name} are zero and its output feeds further weight "
-                                f"layers: no gradient reaches the layers below, and its units stay identical",
-                                fix, value=0.0, threshold=0.0)
-        if stats["spread"] == 0 and rows >= 2:
-            return self.finding(audit, op, f"all {int(_numel(audit, name))} weights of {name} equal "
-                                f"{fmt(stats['mean'])}: its {rows} units compute the same thing and stay clones",
-                                fix, value=0.0, threshold=0.0)
-        dups = int(stats.get("dup_rows", 0))
-        if dups >= 1 and rows >= 2:
-            return self.finding(audit, op, f"{dups} of the {rows} units of {name} have exactly the same weights "
-                                f"as another unit", fix, value=float(dups), threshold=0.0)
+            return self.finding(audit, op, f"all {numel} weights of {name} are zero and its output feeds further "
+                                f"weight layers: the backward signal through it is exactly zero (W^T delta = 0), "
+                                f"so no gradient reaches the layers below along this path",
+                                weight_fix(audit, op), value=0.0, threshold=0.0)
+        if stats["spread"] == 0 and rows // groups >= 2:
+            same = "and so are the biases: its units compute the same output for every input" \
+                if dups == rows - groups else "its units weigh the input identically and differ only by their biases"
+            scope = f"{rows} units" if groups == 1 else f"{rows} units in {groups} groups"
+            return self.finding(audit, op, f"all {numel} weights of {name} ({scope}) equal {fmt(stats['mean'])}, "
+                                f"{same}", weight_fix(audit, op), value=0.0, threshold=0.0)
+        if dups >= 1:
+            compared = "weights and bias compared in full" if stats.get("biased") else "weights compared in full; no bias"
+            return self.finding(audit, op, f"{dups} of the {rows} units of {name} are exact copies of another unit "
+                                f"({compared}): each computes the same output as its original for every input",
+                                weight_fix(audit, op), value=float(dups), threshold=0.0)
         return None
+
+
+def weight_fix(audit: Audit, op: Op) -> str:
+    """A random init that fits the layer: small normal values for an embedding (tied weight) or an output layer
+    over classes, else the init the next activation needs."""
+    name = op.params["weight"]
+    if _is_embedding(audit.graph, name):
+        return f"nn.init.normal_({py_path(name)}, std=0.02)  # small random values, as for an embedding"
+    if not feeds_weight_layer(audit.graph, op):
+        module = _owner(audit, op)
+        if module is not None:
+            return f"{py_path(op.module)}.reset_parameters()  # {type(module).__name__}'s default init"
+        return f"nn.init.normal_({py_path(name)}, std=0.02)  # small random values, as for an output layer"
+    fan = audit.fan_in(op)
+    act = next((t for t in downstream(audit.graph, op) if t.kind in O.ACTIVATIONS), None)
+    if not fan:
+        return f"nn.init.normal_({py_path(name)}, std=0.02)"
+    return init_fix(audit, op, act.kind if act is not None else "identity", fan)
+
+
+def _is_embedding(graph: Graph, name: str) -> bool:
+    return any(op.kind == "embedding" and name in op.params.values() for op in graph)
+
+
+def _owner(audit: Audit, op: Op):
+    """The module that owns the weight and resets it to a default random init, if it is a standard layer."""
+    try:
+        module = audit.model.get_submodule(op.module) if op.module else audit.model
+    except AttributeError:
+        return None
+    weight = getattr(module, "weight", None)
+    owned = weight is not None and weight is audit.param(op.params["weight"])
+    standard = type(module).__module__.startswith("torch.nn")
+    return module if owned and standard and hasattr(module, "reset_parameters") else None
 
 
 def feeds_weight_layer(graph: Graph, op: Op) -> bool:

@@ -35,9 +35,11 @@ class NonFinite(Rule):
     the largest magnitude of that op's input.
 
     Infinities used on purpose are not reported: ``-inf`` in attention masks flows through
-    additions and disappears in the softmax. An Inf counts only in the output of a weight
-    layer, activation, normalisation, softmax or attention, or in a gradient. NaN counts
-    anywhere.
+    additions and disappears in the softmax, and a ``log_softmax`` turns an entry masked with
+    ``-inf`` into a log-probability of ``-inf``. An Inf counts only in the output of a weight
+    layer, activation, normalisation, softmax or attention (a ``log_softmax`` only when none of
+    its inputs held an Inf already), or in a gradient. NaN counts anywhere. Every value is
+    exact: NaN and Inf are read from each op's measured extremes and norm, which carry them.
 
     ## Why is this bad?
     A non-finite value spreads to everything computed from it; one NaN in the forward pass
@@ -70,6 +72,8 @@ class NonFinite(Rule):
             if peak is None or _finite(peak) or (peak == math.inf and op.kind not in EXTREMA_KINDS):
                 continue
             inputs = [audit.op_stats(audit.graph[i]).get("absmax") for i in op.inputs]
+            if peak == math.inf and op.kind == "log_softmax" and _masked(audit, op):
+                continue  # log-probability -inf of entries masked with -inf: the mask, not an overflow
             scale = ", ".join(fmt(s) for s in inputs if s is not None) or "n/a"
             what = "NaN" if peak != peak else "Inf"
             yield self.finding(audit, op, f"first {what} of the forward probe appears in {op.target} "
@@ -83,6 +87,12 @@ class NonFinite(Rule):
                                f"({len(bad)} weight(s) affected)",
                                "fix the forward signal scale first (IL001, IL005); the gradient overflows with it",
                                value=audit.probe.grads[name]["absmax"], threshold=3.4e38)
+
+
+def _masked(audit: Audit, op) -> bool:
+    """An input already holds an infinity (and no NaN): a mask that the op passes on."""
+    peaks = [audit.op_stats(audit.graph[i]).get("absmax", audit.op_stats(audit.graph[i]).get("rms")) for i in op.inputs]
+    return any(p == math.inf for p in peaks)
 
 
 def _finite(x: float) -> bool:

@@ -1,0 +1,205 @@
+"""IL008: units that copy each other are confirmed exactly, never guessed from a statistic."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import initlint
+from test_sync import counting_syncs
+
+
+def il008(report):
+    return {module for code, module in report.codes() if code == "IL008"}
+
+
+def finding(report, module):
+    return next(f for f in report.findings if f.code == "IL008" and f.module == module)
+
+
+def chance_collisions(w: torch.Tensor) -> int:
+    """Rows whose float32 projection on one random direction equals another row's (the old test)."""
+    proj = (w.float() @ (torch.rand(w.shape[1], generator=torch.Generator().manual_seed(0)) + 0.5)).sort().values
+    return int((proj[1:] == proj[:-1]).sum())
+
+
+def test_a_vocabulary_sized_head_with_distinct_rows_is_clean():
+    torch.manual_seed(0)
+    head = nn.Linear(768, 50257, bias=False)
+    nn.init.normal_(head.weight, std=0.02)
+    model = nn.Sequential(nn.Linear(64, 768), nn.GELU(), head)
+    assert torch.unique(head.weight, dim=0).shape[0] == 50257  # every row distinct
+    assert chance_collisions(head.weight.detach()) > 0  # one projection per row would have said otherwise
+    report = initlint.audit(model, torch.randn(2, 64))
+    assert il008(report) == set()
+    assert report.probe.params["2.weight"]["dup_rows"] == 0
+
+
+def test_units_with_equal_weights_but_different_biases_are_not_copies():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1, 8192), nn.ReLU(), nn.Linear(8192, 10))
+    w = model[0].weight.detach()
+    assert torch.unique(w, dim=0).shape[0] < 8192  # some units share their one weight value by chance
+    assert il008(initlint.audit(model)) == set()
+    with torch.no_grad():
+        model[0].weight[5] = model[0].weight[9]
+        model[0].bias[5] = model[0].bias[9]
+    report = initlint.audit(model)
+    assert il008(report) == {"0"}
+    assert finding(report, "0").value == 1
+
+
+def test_exact_copies_are_counted_wherever_they_are():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(300, 1001), nn.ReLU(), nn.Linear(1001, 64), nn.ReLU(), nn.Linear(64, 10))
+    with torch.no_grad():
+        for src, dst in ((-2, -1), (-2, 0), (17, 500)):
+            model[0].weight[dst] = model[0].weight[src]
+            model[0].bias[dst] = model[0].bias[src]
+    report = initlint.audit(model)
+    assert il008(report) == {"0"}
+    f = finding(report, "0")
+    assert f.value == 3 and f.threshold == 0
+    assert "3 of the 1001 units of 0.weight are exact copies" in f.message
+    assert f.fix == 'nn.init.kaiming_normal_(model[0].weight, nonlinearity="relu")'
+
+
+class InOut(nn.Module):
+    """Weights stored as (in, out) and applied as ``x @ W`` / ``addmm(b, x, W)``: a unit is a column."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(32, 48) / 32 ** 0.5)
+        self.b1 = nn.Parameter(torch.zeros(48))
+        self.w2 = nn.Parameter(torch.randn(48, 4) / 48 ** 0.5)
+
+    def forward(self, x):
+        return torch.relu(torch.addmm(self.b1, x, self.w1)) @ self.w2
+
+
+def test_units_are_columns_of_a_transposed_weight():
+    torch.manual_seed(0)
+    model = InOut()
+    with torch.no_grad():
+        model.w1[3] = model.w1[7]  # two equal rows are two inputs with equal fan-out, not copied units
+    assert il008(initlint.audit(model, torch.randn(8, 32))) == set()
+    with torch.no_grad():
+        model.w1[:, 11] = model.w1[:, 40]
+    report = initlint.audit(model, torch.randn(8, 32))
+    assert report.probe.params["w1"]["dup_rows"] == 1 and report.probe.params["w1"]["rows"] == 48
+    assert il008(report) != set()
+
+
+def test_grouped_convolutions_compare_units_within_a_group():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3, groups=2), nn.ReLU(), nn.Conv2d(8, 4, 1))
+    with torch.no_grad():
+        model[2].weight[0] = model[2].weight[4]  # groups read different inputs: not a copy
+        model[2].bias[0] = model[2].bias[4]
+    assert il008(initlint.audit(model)) == set()
+    with torch.no_grad():
+        model[2].weight[1] = model[2].weight[3]
+        model[2].bias[1] = model[2].bias[3]
+    assert il008(initlint.audit(model)) == {"2"}
+
+
+def test_a_constant_depthwise_convolution_is_a_filter_per_channel():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Conv2d(16, 16, 3, groups=16), nn.ReLU(),
+                          nn.Conv2d(16, 4, 1))
+    nn.init.constant_(model[2].weight, 1 / 9)  # a box blur on every channel
+    assert il008(initlint.audit(model)) == set()
+    nn.init.constant_(model[4].weight, 0.1)
+    report = initlint.audit(model)
+    assert il008(report) == {"4"}
+
+
+def test_constant_weights_say_whether_the_biases_differ():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 2))
+    nn.init.constant_(model[2].weight, 0.1)
+    assert "differ only by their biases" in finding(initlint.audit(model), "2").message
+    nn.init.zeros_(model[2].bias)
+    assert "compute the same output for every input" in finding(initlint.audit(model), "2").message
+
+
+class TiedLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1000, 64)
+        self.body = nn.Linear(64, 64)
+        self.decoder = nn.Linear(64, 1000, bias=False)
+        self.decoder.weight = self.embed.weight
+
+    def forward(self, ids):
+        return F.log_softmax(self.decoder(torch.tanh(self.body(self.embed(ids)))), dim=-1)
+
+
+class Decoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(64, 64)
+        self.decoder = nn.Linear(64, 1000)
+
+    def forward(self, x):
+        return self.decoder(F.gelu(self.body(x)))
+
+
+def test_the_fix_for_an_embedding_or_an_output_layer_is_not_a_relu_init():
+    torch.manual_seed(0)
+    tied = TiedLM()
+    with torch.no_grad():
+        tied.embed.weight[10] = tied.embed.weight[20]
+    report = initlint.audit(tied, torch.randint(0, 1000, (2, 16)))
+    assert il008(report) == {"decoder"}
+    assert finding(report, "decoder").fix.startswith("nn.init.normal_(model.embed.weight, std=0.02)")
+
+    head = Decoder()
+    with torch.no_grad():
+        head.decoder.weight[1] = head.decoder.weight[2]
+        head.decoder.bias[1] = head.decoder.bias[2]
+        head.body.weight[3] = head.body.weight[4]
+        head.body.bias[3] = head.body.bias[4]
+    report = initlint.audit(head, torch.randn(4, 64))
+    assert il008(report) == {"decoder", "body"}
+    assert finding(report, "decoder").fix.startswith("model.decoder.reset_parameters()")
+    assert "nonlinearity" not in finding(report, "body").fix  # GELU: the gain is computed, not He's
+    assert finding(report, "body").fix.startswith("nn.init.normal_(model.body.weight, std=")
+
+
+def test_confirmation_syncs_only_when_there_are_candidates():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 4096), nn.ReLU(), nn.Linear(4096, 10))
+    with counting_syncs() as clean:
+        initlint.audit(model, torch.randn(4, 64))
+    with torch.no_grad():
+        model[0].weight[1] = model[0].weight[2]
+        model[0].bias[1] = model[0].bias[2]
+    with counting_syncs() as copied:
+        report = initlint.audit(model, torch.randn(4, 64))
+    assert il008(report) == {"0"}
+    assert sum(copied.values()) > sum(clean.values())  # the confirmation ran, and only here
+
+
+class SeparateBias(nn.Module):
+    """``x @ W + b`` written out: the bias is added by its own op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(32, 64) / 32 ** 0.5)
+        self.b = nn.Parameter(torch.randn(64))
+        self.out = nn.Linear(64, 4)
+
+    def forward(self, x):
+        return self.out(torch.relu(x @ self.w + self.b))
+
+
+def test_a_bias_added_by_its_own_op_is_part_of_the_unit():
+    torch.manual_seed(0)
+    model = SeparateBias()
+    with torch.no_grad():
+        model.w[:, 1] = model.w[:, 2]  # same weights, different biases: not copies
+    assert il008(initlint.audit(model, torch.randn(8, 32))) == set()
+    with torch.no_grad():
+        model.b[1] = model.b[2]
+    report = initlint.audit(model, torch.randn(8, 32))
+    assert il008(report) != set()
+    assert "weights and bias compared in full" in next(f for f in report.findings if f.code == "IL008").message
