@@ -7,9 +7,10 @@ from typing import Dict, Iterator, List, Optional, Tuple
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Rule, downstream, fmt
+from .base import Audit, Rule, downstream, fmt, gated_ops
 
 _SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
+_RESTART_KINDS = frozenset({"pool", "reduce"})
 
 
 class GradientDrift(Rule):
@@ -138,23 +139,29 @@ class GradientDrift(Rule):
         return self.finding(audit, at, message, fix, value=spread, threshold=limit)
 
     def _layers(self, audit: Audit) -> List[Tuple[Op, float]]:
-        seen: Dict[str, Tuple[Op, float]] = {}
+        """(first op, per-position gradient std) of every judged weight layer."""
+        uses: Dict[str, List[Op]] = {}
         for op in audit.graph:
-            if op.kind not in O.WEIGHT_KINDS or "weight" not in op.params:
-                continue
-            name = op.params["weight"]
+            if op.kind in O.WEIGHT_KINDS and "weight" in op.params:
+                uses.setdefault(op.params["weight"], []).append(op)
+        gated = gated_ops(audit)
+        layers = []
+        for name, ops in uses.items():
             stats = audit.probe.grads.get(name)
-            if not stats or name in seen or not _finite(stats.get("std", float("nan"))):
+            if not stats or not _finite(stats.get("std", float("nan"))) or stats["std"] == 0:
+                continue  # exactly zero gradients are IL003's (dead units) or IL008's (symmetry) business
+            if any(gated.get(op.id) or _feeds_product(audit.graph, op) for op in ops):
                 continue
-            if any(t.kind in _SCORE_KINDS or (t.kind == "mul" and len(t.inputs) > 1)
-                   for t in downstream(audit.graph, op)):
-                continue
-            seen[name] = (op, stats["std"] / math.sqrt(_positions(op)))
-        return list(seen.values())
+            # the weight's gradient sums over every call (an unrolled cell runs once per step)
+            positions = sum(_positions(op) for op in ops)
+            layers.append((ops[0], stats["std"] / math.sqrt(positions)))
+        return layers
 
     @staticmethod
     def _predicted(audit: Audit, ops: List[Op]) -> float:
-        """Largest fan-in over smallest fan-out among the layers (He et al.'s bound), at least 1."""
+        """The spread the layer fans explain (He et al.'s bound), at least 1: the largest fan-in over the
+        smallest fan-out (a contracting network), or the largest fan-out over the smallest fan-in (a
+        widening one, such as a head over thousands of classes)."""
         fans_in, fans_out = [], []
         for op in ops:
             w = audit.param(op.params["weight"])
@@ -165,18 +172,30 @@ class GradientDrift(Rule):
             fans_out.append(w.numel() // max(fan_in, 1) if op.kind == "linear" else int(w.shape[0]))
         if not fans_in:
             return 1.0
-        return max(1.0, max(fans_in) / max(1, min(fans_out)))
+        return max(1.0, max(fans_in) / max(1, min(fans_out)), max(fans_out) / max(1, min(fans_in)))
 
 
 def segments(graph: Graph) -> Dict[int, int]:
-    """Op id -> id of the op where its normalisation-free segment starts (an input or a norm)."""
+    """Op id -> id of the op where its segment starts: an input, a normalisation, or a pooling or
+    reduction (after a mean over positions each position's backward signal is divided by their count)."""
     seg: Dict[int, int] = {}
     for op in graph:
-        if op.kind in O.NORM_KINDS or not op.inputs:
+        if op.kind in O.NORM_KINDS or op.kind in _RESTART_KINDS or not op.inputs:
             seg[op.id] = op.id
         else:
             seg[op.id] = seg.get(op.inputs[0], op.inputs[0])
     return seg
+
+
+def _feeds_product(graph: Graph, op: Op) -> bool:
+    """True when the layer's output is one factor of a product of two signals (attention scores, a gate
+    such as a GRU's reset gate or a SwiGLU's gate, a routing weight), directly or through an activation:
+    its gradient is scaled by the other factor, legitimately tiny at initialisation."""
+    frontier = downstream(graph, op)
+    for t in list(frontier):
+        if t.kind in O.ACTIVATIONS:
+            frontier += downstream(graph, t)
+    return any(t.kind in _SCORE_KINDS or (t.kind == "mul" and len(t.inputs) > 1) for t in frontier)
 
 
 def _positions(op: Op) -> int:
