@@ -39,6 +39,15 @@ class DeadRelu(Rule):
     for 256 units, 75% for 64, never for layers of fewer than 16 units. Dying from a
     negative bias or a vanished signal kills far more than that.
 
+    One case is reported whatever the layer's width: a layer whose every unit is dead and
+    that every path from the input to the model output passes through. Its output is
+    exactly zero, so the model's output is the same for every sample of the batch and every
+    gradient before it is exactly zero: the network is dead, not noisy. A He-initialised
+    100-layer ReLU pyramid narrowing to 5 units does this in some random draws (with
+    ``torch.manual_seed(7)`` every unit of its last 5-unit layer is dead for the probe
+    batch). It is reported once, at the layer where the signal dies; the layers after it
+    only see a constant.
+
     ## Example
     ```python
     fc = nn.Linear(128, 128)
@@ -49,7 +58,8 @@ class DeadRelu(Rule):
     ## Fix
     Depends on the cause, which the finding names: a large negative bias (re-initialise it
     with ``nn.init.zeros_``), a too-small upstream init (the signal has vanished and the
-    biases dominate; see IL001), or, when units die anyway, ``nn.LeakyReLU``.
+    biases dominate; see IL001), or, when units die anyway, ``nn.LeakyReLU``. A narrow layer
+    that kills the whole signal needs more units or a leaky activation.
 
     ## Options
     - ``max-dead-fraction`` (default ``0.5``): flag when more than this fraction of a layer's

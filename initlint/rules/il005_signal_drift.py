@@ -21,17 +21,36 @@ class SignalDrift(Rule):
     """## What it does
     Follows the measured scale (root mean square) of the forward signal through the
     network and flags a signal that explodes or vanishes. The signal is compared with its
-    scale where it last started afresh: the model input, an embedding, or the output of a
-    normalisation layer. It is judged where the signal ends: at the next normalisation,
-    softmax or attention, or at the model output. At a residual addition the larger of the
-    two signals carries on, so a deliberately small (or zero-initialised) residual branch
-    does not count as vanishing, and the scale of a weight layer that feeds a
-    normalisation directly is the norm's to fix (as in IL001): the signal is judged at
-    that layer's input.
+    scale where it last started afresh: the model input, an embedding module's output
+    (after its own scaling, such as Gemma's ``sqrt(hidden)``), the output of a
+    normalisation layer, or a branch gate (below). It is judged where the signal ends: at
+    the next normalisation, softmax or attention, or at the model output. A (log-)softmax
+    or the addition of a constant shifts the signal without scaling it (the
+    log-probabilities of a near-uniform prediction over 33k words are all about
+    ``-ln 33278 = -10.4``), so the signal is judged at their input; and the scale of a
+    weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):
+    the signal is judged at that layer's input.
+
+    Residual additions: only the inputs that carry the sum count (at least 1% of the
+    largest input's variance), so a deliberately small or zero-initialised branch does not
+    count as vanishing. When a branch started at a normalisation the stream it is added to
+    did not start from (pre-norm and sandwich-norm transformers, a branch ending in
+    BatchNorm), its scale is fixed by that norm and the stream only grows additively, by
+    the square root of the number of blocks at most: the branch is judged at its end (for
+    explosion) and the sum starts afresh. A stream whose branches read it without a norm
+    (a plain residual network) compounds, and is followed through every block.
+
+    Branch gates are recognised from the graph and the measured scales, not from class
+    names: a multiply by a parameter that leaves at most a quarter of the signal
+    (LayerScale at 1e-6 as in ConvNeXt, CaiT's and DINOv2's LayerScale, ReZero's and
+    SkipInit's alpha = 0), a normalisation whose weight is ~0 (``zero_init_residual``), a
+    weight layer whose weight is exactly zero (Fixup, modded-nanoGPT's output
+    projections). They make a branch near identity by design: the branch is judged up to
+    the gate, and the signal starts afresh after it.
 
     The finding reports the scale at the start, the worst scale reached, the factor per
-    weight layer (geometric mean over the layers in between) and the first layer where the
-    drift starts.
+    weight layer (geometric mean over the deepest path of weight layers in between) and
+    the first layer where the drift starts.
 
     ## Why is this bad?
     Each layer multiplies the signal's variance by ``fan_in * Var(w) / gain^2``. Away from 1,

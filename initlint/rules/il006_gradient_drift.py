@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from .. import ops as O
 from ..graph import Graph, Op
@@ -21,28 +21,46 @@ class GradientDrift(Rule):
     layers' fan-ins and fan-outs can explain. Existing ``.grad`` fields are never touched
     (the probe uses ``torch.autograd.grad``).
 
-    Layers are compared within each stretch of the network that no normalisation layer
-    interrupts: a norm rescales the backward signal by ``gamma / sigma`` on purpose, and
-    pooling in front of a normalised block changes the per-position scale legitimately.
+    Layers are compared within each stretch of the network that no normalisation, pooling
+    or reduction interrupts: a norm rescales the backward signal by ``gamma / sigma`` on
+    purpose, and a mean over positions divides each position's backward signal by their
+    count (a conv -> conv -> global mean-pool -> linear network at He init spreads its
+    per-position gradients by the square of the number of positions, with nothing wrong).
 
-    Layers left out: embeddings (their gradient is sparse by nature: only the rows of the
-    sampled tokens get one) and the projections that produce attention scores or other
-    products of two signals, whose gradient at initialisation is legitimately tiny when
-    attention is near uniform.
+    Layers left out, because their gradient is legitimately tiny or zero at init:
+    - embeddings (their gradient is sparse by nature: only the rows of the sampled tokens
+      get one);
+    - one factor of a product of two signals, directly or through an activation: the
+      projections that produce attention scores, gates (a GRU's reset and update gates, a
+      SwiGLU's gate), routing weights of a mixture of experts; the gradient of each factor
+      is scaled by the other one;
+    - the layers of a residual branch gated near identity by design (see IL005: a
+      LayerScale at 1e-6, ReZero's alpha = 0, a zero BatchNorm gamma, a zero-initialised
+      last layer): the gate multiplies their backward signal by its own small value;
+    - conditioning layers, whose output is broadcast over positions it was not computed at
+      (a diffusion UNet's timestep embedding added to every pixel of every block, FiLM and
+      AdaLN modulations), directly or through other layers: their gradient gathers every
+      position they reach, and no fan ratio predicts how many;
+    - layers whose gradient is exactly zero (dead units are IL003's, symmetric weights
+      IL008's).
 
     ## Why is this bad?
     Gradients are compared per sample and position: a weight applied at many positions (a
-    convolution over a long signal) sums that many terms, so its gradient std is divided by
-    the square root of the number of positions first.
+    convolution over a long signal, a cell unrolled over time steps) sums that many terms,
+    so its gradient std is divided by the square root of the number of positions over all
+    its calls first.
 
     The gradient of layer ``l`` is the product of the forward signal reaching it and the
     backward signal coming from above: ``Var(dW_l) = Var(h_{l-1}) * Var(delta_l)``. With a
     forward-stable init, He et al. show these products cancel except for a fan ratio: the
     spread of gradient variance across a network is bounded by the largest fan-in over the
     smallest fan-out (about 1e3 for a pyramid from width 1000 down to 1, which is what one
-    measures with He init). Anything much larger compounds with depth: layers near one end
-    learn orders of magnitude faster than at the other, and no single learning rate suits
-    them (a naive ``U(-1, 1)`` init of a 10-layer tanh pyramid spans more than 8 orders).
+    measures with He init), or, in a widening network, by the largest fan-out over the
+    smallest fan-in (a head over 21841 classes on 128 features: the backward signal grows by
+    ``21841 / 128`` through a layer initialised for its fan-in). Anything much larger
+    compounds with depth: layers near one end learn orders of magnitude faster than at the
+    other, and no single learning rate suits them (a naive ``U(-1, 1)`` init of a 10-layer
+    tanh pyramid spans more than 8 orders).
 
     It also flags gradients that vanished (or exploded) in every layer alike, which no spread
     shows: for each layer the backward signal ``delta_l`` is estimated as the per-position
@@ -145,12 +163,13 @@ class GradientDrift(Rule):
             if op.kind in O.WEIGHT_KINDS and "weight" in op.params:
                 uses.setdefault(op.params["weight"], []).append(op)
         gated = gated_ops(audit)
+        broadcast = broadcast_sources(audit.graph)
         layers = []
         for name, ops in uses.items():
             stats = audit.probe.grads.get(name)
             if not stats or not _finite(stats.get("std", float("nan"))) or stats["std"] == 0:
                 continue  # exactly zero gradients are IL003's (dead units) or IL008's (symmetry) business
-            if any(gated.get(op.id) or _feeds_product(audit.graph, op) for op in ops):
+            if any(gated.get(op.id) or op.id in broadcast or _feeds_product(audit.graph, op) for op in ops):
                 continue
             # the weight's gradient sums over every call (an unrolled cell runs once per step)
             positions = sum(_positions(op) for op in ops)
@@ -204,10 +223,32 @@ def _positions(op: Op) -> int:
     if not shape:
         return 1
     axis = 1 if op.kind == "conv" and len(shape) > 1 else -1
+    return max(1, _numel(shape) // max(1, int(shape[axis])))
+
+
+def broadcast_sources(graph: Graph) -> Set[int]:
+    """Ops whose output is broadcast over positions it was not computed at (a timestep or class embedding
+    added to every pixel, a FiLM or AdaLN modulation), directly or through other layers, before any
+    pooling or reduction: their gradient gathers every position they reach."""
+    feeds: Dict[int, bool] = {}
+    for op in reversed(graph.ops):
+        hit = False
+        for user in graph.consumers(op):
+            if user.kind in _RESTART_KINDS:
+                continue
+            if user.kind in ("add", "mul") and user.shape and op.shape and _numel(user.shape) > _numel(op.shape):
+                hit = True
+            elif feeds.get(user.id):
+                hit = True
+        feeds[op.id] = hit
+    return {i for i, hit in feeds.items() if hit}
+
+
+def _numel(shape: Tuple[int, ...]) -> int:
     total = 1
     for s in shape:
         total *= int(s)
-    return max(1, total // max(1, int(shape[axis])))
+    return total
 
 
 def _finite(x: float) -> bool:
