@@ -30,10 +30,12 @@ class GradientDrift(Rule):
     Layers left out, because their gradient is legitimately tiny or zero at init:
     - embeddings (their gradient is sparse by nature: only the rows of the sampled tokens
       get one);
-    - one factor of a product of two signals, directly or through an activation: the
+    - one factor of a product of two signals, directly or through an activation, and every
+      layer of a branch that reaches the stream only through such a product: the
       projections that produce attention scores, gates (a GRU's reset and update gates, a
-      SwiGLU's gate), routing weights of a mixture of experts; the gradient of each factor
-      is scaled by the other one;
+      SwiGLU's gate), routing weights and the experts of a mixture of experts (an expert run
+      on every token is weighted by a routing probability that is zero for most of them);
+      the gradient of each factor is scaled by the other one;
     - the layers of a residual branch gated near identity by design (see IL005: a
       LayerScale at 1e-6, ReZero's alpha = 0, a zero BatchNorm gamma, a zero-initialised
       last layer): the gate multiplies their backward signal by its own small value;
@@ -163,7 +165,7 @@ class GradientDrift(Rule):
             if op.kind in O.WEIGHT_KINDS and "weight" in op.params:
                 uses.setdefault(op.params["weight"], []).append(op)
         gated = gated_ops(audit)
-        broadcast = broadcast_sources(audit.graph)
+        broadcast = broadcast_sources(audit.graph) | product_branches(audit.graph)
         layers = []
         for name, ops in uses.items():
             stats = audit.probe.grads.get(name)
@@ -204,6 +206,26 @@ def segments(graph: Graph) -> Dict[int, int]:
         else:
             seg[op.id] = seg.get(op.inputs[0], op.inputs[0])
     return seg
+
+
+def product_branches(graph: Graph) -> Set[int]:
+    """Ops whose every path to a residual addition or the model output passes through a product of two
+    signals: an expert of a mixture weighted by its routing probability (zero for the tokens routed
+    elsewhere), a gated unit. The gradient of every layer on such a branch is scaled by the other factor."""
+    signal: Set[int] = set()
+    for op in graph:
+        if op.id in graph.inputs or any(i in signal for i in op.inputs):
+            signal.add(op.id)
+    outputs = set(graph.outputs)
+    open_path: Dict[int, bool] = {}
+    for op in reversed(graph.ops):
+        if op.kind in _SCORE_KINDS or (op.kind == "mul" and sum(i in signal for i in op.inputs) >= 2):
+            open_path[op.id] = False
+        elif op.id in outputs or (op.kind == "add" and len(op.inputs) >= 2) or op.kind in _RESTART_KINDS:
+            open_path[op.id] = True
+        else:
+            open_path[op.id] = any(open_path.get(u, False) for u in op.users)
+    return {op.id for op in graph if op.users and not any(open_path.get(u, False) for u in op.users)}
 
 
 def _feeds_product(graph: Graph, op: Op) -> bool:
