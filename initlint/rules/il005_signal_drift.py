@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from .. import ops as O
 from ..graph import Graph, Op
@@ -163,7 +163,7 @@ class SignalDrift(Rule):
         direction = "explodes" if ratio > 0 else "vanishes"
         over = (f" over {len(chain)} weight layer(s), {fmt(math.exp(ratio / len(chain)))}x per layer" if chain
                 else " with no weight layer in between")
-        message = (f"signal {direction}: scale (rms) {fmt(start_rms)} at {_describe(start_op)} -> {fmt(end_rms)} at "
+        message = (f"signal {direction}: scale (rms) {fmt(start_rms)} at {_describe(trace, start_op)} -> {fmt(end_rms)} at "
                    f"{src.target} ({src.module or '<model>'}), {fmt(end_rms / start_rms)}x{over}, "
                    f"starting at {first.module or '<model>'} (limit {fmt(self.opts['max-scale-ratio'])}x either way)")
         fix = ("re-initialise the layers from " + (first.module or "the first layer") +
@@ -188,6 +188,7 @@ class _Trace:
         self.audit = audit
         self.ref: Dict[int, Tuple[float, int]] = {}
         self.branch_ends: List[int] = []
+        self.embedding_outputs: Set[int] = set()
         for op in audit.graph:
             self._visit(op)
 
@@ -223,7 +224,9 @@ class _Trace:
         signals = [i for i in op.inputs if i in self.ref]
         if op.kind in ("mul", "div") and len(signals) == 1:
             start = self.audit.graph[self.ref[signals[0]][1]]
-            return start.kind == "embedding" and start.module == op.module
+            if start.kind == "embedding" and start.module == op.module:
+                self.embedding_outputs.add(op.id)
+                return True
         return False
 
     def _carriers(self, ins: List[int]) -> List[int]:
@@ -313,9 +316,9 @@ def _offset(op: Op) -> bool:
     return op.kind in ("softmax", "log_softmax") or (op.kind == "add" and len(op.inputs) == 1)
 
 
-def _describe(op: Op) -> str:
+def _describe(trace: _Trace, op: Op) -> str:
     if op.kind == "input":
         return "the input"
-    if op.kind in ("mul", "div"):
+    if op.id in trace.embedding_outputs:
         return f"the output of {op.module or '<model>'}"
     return f"{op.target} ({op.module or '<model>'})"

@@ -7,7 +7,7 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Rule, downstream, fmt, gated_ops
+from .base import Audit, Rule, downstream, fmt, gated_ops, measured_rms
 
 _SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
 _RESTART_KINDS = frozenset({"pool", "reduce"})
@@ -115,7 +115,7 @@ class GradientDrift(Rule):
         """Gradients that vanished or exploded in every layer alike (no spread, but no signal either)."""
         deltas = []
         for op, per_position in layers:
-            src = audit.op_stats(audit.graph[op.inputs[0]]).get("rms") if op.inputs else None
+            src = measured_rms(audit, audit.graph[op.inputs[0]]) if op.inputs else None
             if src and _finite(src) and src > 0:
                 deltas.append((op, per_position / src))
         if not deltas:
@@ -165,13 +165,13 @@ class GradientDrift(Rule):
             if op.kind in O.WEIGHT_KINDS and "weight" in op.params:
                 uses.setdefault(op.params["weight"], []).append(op)
         gated = gated_ops(audit)
-        broadcast = broadcast_sources(audit.graph) | product_branches(audit.graph)
+        left_out = broadcast_sources(audit.graph) | product_branches(audit.graph)
         layers = []
         for name, ops in uses.items():
             stats = audit.probe.grads.get(name)
             if not stats or not _finite(stats.get("std", float("nan"))) or stats["std"] == 0:
                 continue  # exactly zero gradients are IL003's (dead units) or IL008's (symmetry) business
-            if any(gated.get(op.id) or op.id in broadcast or _feeds_product(audit.graph, op) for op in ops):
+            if any(gated.get(op.id) or op.id in left_out or _feeds_product(audit.graph, op) for op in ops):
                 continue
             # the weight's gradient sums over every call (an unrolled cell runs once per step)
             positions = sum(_positions(op) for op in ops)
