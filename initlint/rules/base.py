@@ -122,6 +122,9 @@ class AuditContext:
     logits: bool = False
     results: Dict[str, List[Finding]] = field(default_factory=dict)
     """Findings of the rules that already ran, by code (filled by the pipeline)."""
+    memo: Dict[str, Any] = field(default_factory=dict)
+    """Graph analyses several rules share (such as :func:`gated_ops`), computed once per audit by
+    the helper in ``rules/base.py`` that owns the key; never a rule's findings (see ``uses``)."""
 
     def findings_of(self, code: str) -> List[Finding]:
         """What rule ``code`` found; it ran first because the reading rule declares it in ``uses``."""
@@ -244,3 +247,70 @@ def order_by_uses(rules: Iterable[Any]) -> List[Any]:
     for code in by_code:
         place(code)
     return ordered
+
+
+# ------------------------------------------------------------------ branch gates (IL005, IL006)
+GATE_MAX = 0.25
+"""A learned scale, a norm weight or a zero weight that leaves at most this fraction of a branch's
+signal gates the branch: it starts near identity by design (LayerScale, ReZero, SkipInit,
+zero-initialised last BatchNorm gamma, Fixup's and modded-nanoGPT's zero-initialised last layers)."""
+
+_LOOK_THROUGH = frozenset({"view", "dropout", "identity"})
+
+
+def measured_rms(audit: Audit, op: Op, limit: int = 64) -> Optional[float]:
+    """The rms of ``op``'s output, read through views, dropout and identities (which carry no statistics)."""
+    current = op
+    for _ in range(limit):
+        rms = audit.op_stats(current).get("rms")
+        if rms is not None:
+            return rms
+        if current.kind not in _LOOK_THROUGH or not current.inputs:
+            return None
+        current = audit.graph[current.inputs[0]]
+    return None
+
+
+def gate_factor(audit: Audit, op: Op) -> Optional[float]:
+    """The fraction of its input's scale that ``op`` lets through when it gates a branch, else ``None``.
+
+    A gate is a multiply by a parameter (``gamma * x``), a normalisation whose output is far below
+    the unit scale it normalises to (its weight is ~0), or a weight layer whose weight is exactly
+    zero. Read from the graph and the measured scales, not from class names.
+    """
+    factor: Optional[float] = None
+    if op.kind == "mul" and op.params and len(op.inputs) == 1:
+        out, inp = measured_rms(audit, op), measured_rms(audit, audit.graph[op.inputs[0]])
+        if out is not None and inp and inp > 0 and out == out:
+            factor = out / inp
+    elif op.kind in O.NORM_KINDS and op.params.get("weight"):
+        factor = audit.op_stats(op).get("rms")
+    elif op.kind in O.WEIGHT_KINDS:
+        weight = audit.probe.params.get(op.params.get("weight", ""), {})
+        factor = 0.0 if weight.get("rms") == 0.0 else None
+    return factor if factor is not None and factor <= GATE_MAX else None
+
+
+def gated_ops(audit: Audit) -> Dict[int, bool]:
+    """Op id -> True when every path from the op's output meets a gate (:func:`gate_factor`) before a
+    residual addition or the model output: the op sits on a branch that is near identity by design."""
+    cached = audit.memo.get("gated_ops")
+    if cached is not None:
+        return cached
+    graph = audit.graph
+    outputs = set(graph.outputs)
+    gates = {op.id for op in graph if gate_factor(audit, op) is not None}
+    open_path: Dict[int, bool] = {}  # a path from here reaches a merge or the output ungated
+    meets_gate: Dict[int, bool] = {}
+    for op in reversed(graph.ops):
+        if op.id in gates:
+            open_path[op.id], meets_gate[op.id] = False, True
+        elif op.id in outputs or (op.kind == "add" and len(op.inputs) >= 2):
+            open_path[op.id], meets_gate[op.id] = True, False
+        else:
+            open_path[op.id] = any(open_path.get(u, False) for u in op.users)
+            meets_gate[op.id] = any(meets_gate.get(u, False) for u in op.users)
+    result = {op.id: bool(op.users) and not any(open_path.get(u, False) for u in op.users)
+              and any(meets_gate.get(u, False) for u in op.users) for op in graph}
+    audit.memo["gated_ops"] = result
+    return result

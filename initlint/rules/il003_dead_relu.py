@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import Iterator, Optional, Set
 
 import torch.nn as nn
 
 from .. import ops as O
+from ..graph import Graph, Op
 from ..report import Finding
 from .base import Audit, Example, Rule, fmt, py_path, upstream_weight
 
@@ -58,10 +59,20 @@ class DeadRelu(Rule):
     for 256 units, 75% for 64, never for layers of fewer than 16 units. Dying from a
     negative bias or a vanished signal kills far more than that.
 
+    One case is reported whatever the layer's width: a layer whose every unit is dead and
+    that every path from the input to the model output passes through. Its output is
+    exactly zero, so the model's output is the same for every sample of the batch and every
+    gradient before it is exactly zero: the network is dead, not noisy. A He-initialised
+    100-layer ReLU pyramid narrowing to 5 units does this in some random draws (with
+    ``torch.manual_seed(7)`` every unit of its last 5-unit layer is dead for the probe
+    batch). It is reported once, at the layer where the signal dies; the layers after it
+    only see a constant.
+
     ## Fix
     Depends on the cause, which the finding names: a large negative bias (re-initialise it
     with ``nn.init.zeros_``), a too-small upstream init (the signal has vanished and the
-    biases dominate; see IL001), or, when units die anyway, ``nn.LeakyReLU``.
+    biases dominate; see IL001), or, when units die anyway, ``nn.LeakyReLU``. A narrow layer
+    that kills the whole signal needs more units or a leaky activation.
 
     ## Options
     - ``max-dead-fraction`` (default ``0.5``): flag when more than this fraction of a layer's
@@ -82,19 +93,16 @@ class DeadRelu(Rule):
     options = {"max-dead-fraction": 0.5, "noise-sigmas": 4.0, "min-observations": 8}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
+        fatal = self._fatal(audit)
+        after = _descendants(audit.graph, fatal) if fatal is not None else set()
+        if fatal is not None:
+            yield self._fatal_finding(audit, fatal)
         seen = set()
-        for op in audit.graph:
-            if op.kind not in O.DYING_KINDS:
-                continue
-            stats = audit.op_stats(op)
-            units = op.attrs.get("units")
-            shape = op.shape
-            if "dead" not in stats or not units or not shape:
-                continue
-            observations = _numel(shape) // units
-            if observations < self.opts["min-observations"]:
-                continue
-            frac = stats["dead"] / units
+        for op in self._judged(audit):
+            if op.id in after or (fatal is not None and op.id == fatal.id):
+                continue  # everything after a dead layer sees a constant signal: consequences, not causes
+            units = op.attrs["units"]
+            frac = audit.op_stats(op)["dead"] / units
             limit = self.limit(units)
             if frac <= limit or (op.module, op.target) in seen:
                 continue
@@ -102,6 +110,38 @@ class DeadRelu(Rule):
             message = (f"{fmt(100 * frac)}% of {units} units output zero for the whole probe batch "
                        f"({op.target}; threshold {fmt(100 * limit)}% for {units} units)")
             yield self.finding(audit, op, message, self._fix(audit, op), value=frac, threshold=limit)
+
+    def _judged(self, audit: Audit) -> Iterator[Op]:
+        """ReLU ops with a dead-unit count and enough observations per unit."""
+        for op in audit.graph:
+            if op.kind not in O.DYING_KINDS:
+                continue
+            units, shape = op.attrs.get("units"), op.shape
+            if "dead" not in audit.op_stats(op) or not units or not shape:
+                continue
+            if _numel(shape) // units >= self.opts["min-observations"]:
+                yield op
+
+    def _fatal(self, audit: Audit) -> Optional[Op]:
+        """The first ReLU whose every unit is dead and that every path from the input to the output
+        passes through: its output is exactly zero, so the model's output is constant for the batch."""
+        for op in self._judged(audit):
+            if audit.op_stats(op)["dead"] == op.attrs["units"] and _dominates(audit.graph, op):
+                return op
+        return None
+
+    def _fatal_finding(self, audit: Audit, op: Op) -> Finding:
+        units = op.attrs["units"]
+        limit = min(self.limit(units), 1.0)
+        message = (f"all {units} units output zero for the whole probe batch ({op.target}), and every path from "
+                   f"the input to the model output passes through this layer: the model's output is the same for "
+                   f"every sample of the batch and no gradient reaches the layers before it (reported whatever "
+                   f"the layer's width)")
+        fix = self._fix(audit, op)
+        if fix.startswith("pre-activations of") or fix.startswith("the input of this ReLU"):
+            fix = (f"a layer of {units} units can be cut off entirely; widen it, or use nn.LeakyReLU(0.01) so that "
+                   f"no layer can output a constant")
+        return self.finding(audit, op, message, fix, value=1.0, threshold=limit)
 
     def limit(self, units: int) -> float:
         """Dead fraction above which a layer of ``units`` units is flagged."""
@@ -128,3 +168,33 @@ def _numel(shape) -> int:
     for s in shape:
         n *= int(s)
     return n
+
+
+def _dominates(graph: Graph, op: Op) -> bool:
+    """True when no model output can be reached from a model input without passing through ``op``."""
+    outputs = set(graph.outputs)
+    if not outputs or not graph.inputs:
+        return False
+    frontier = [i for i in graph.inputs if i != op.id]
+    seen = set(frontier)
+    while frontier:
+        current = frontier.pop()
+        if current in outputs:
+            return False
+        for user in graph[current].users:
+            if user != op.id and user not in seen:
+                seen.add(user)
+                frontier.append(user)
+    return True
+
+
+def _descendants(graph: Graph, op: Op) -> Set[int]:
+    """Ids of every op that reads ``op``'s output, directly or not."""
+    found: Set[int] = set()
+    frontier = list(op.users)
+    while frontier:
+        current = frontier.pop()
+        if current not in found:
+            found.add(current)
+            frontier.extend(graph[current].users)
+    return found

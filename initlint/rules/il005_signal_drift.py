@@ -2,18 +2,21 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import torch.nn as nn
 
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Rule, fmt
 from ..probe import unit_axis
+from .base import Audit, Example, Rule, fmt, gate_factor, measured_rms
 from .il001_init_scale import ENDPOINT_KINDS
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
+_CARRY = 0.1
+"""An input of an addition with less than this fraction of the largest input's scale (1% of its
+variance) does not carry the sum."""
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -37,17 +40,36 @@ class SignalDrift(Rule):
     """## What it does
     Follows the measured scale (root mean square) of the forward signal through the
     network and flags a signal that explodes or vanishes. The signal is compared with its
-    scale where it last started afresh: the model input, an embedding, or the output of a
-    normalisation layer. It is judged where the signal ends: at the next normalisation,
-    softmax or attention, or at the model output. At a residual addition the larger of the
-    two signals carries on, so a deliberately small (or zero-initialised) residual branch
-    does not count as vanishing, and the scale of a weight layer that feeds a
-    normalisation directly is the norm's to fix (as in IL001): the signal is judged at
-    that layer's input.
+    scale where it last started afresh: the model input, an embedding module's output
+    (after its own scaling, such as Gemma's ``sqrt(hidden)``), the output of a
+    normalisation layer, or a branch gate (below). It is judged where the signal ends: at
+    the next normalisation, softmax or attention, or at the model output. A (log-)softmax
+    or the addition of a constant shifts the signal without scaling it (the
+    log-probabilities of a near-uniform prediction over 33k words are all about
+    ``-ln 33278 = -10.4``), so the signal is judged at their input; and the scale of a
+    weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):
+    the signal is judged at that layer's input.
+
+    Residual additions: only the inputs that carry the sum count (at least 1% of the
+    largest input's variance), so a deliberately small or zero-initialised branch does not
+    count as vanishing. When a branch started at a normalisation the stream it is added to
+    did not start from (pre-norm and sandwich-norm transformers, a branch ending in
+    BatchNorm), its scale is fixed by that norm and the stream only grows additively, by
+    the square root of the number of blocks at most: the branch is judged at its end (for
+    explosion) and the sum starts afresh. A stream whose branches read it without a norm
+    (a plain residual network) compounds, and is followed through every block.
+
+    Branch gates are recognised from the graph and the measured scales, not from class
+    names: a multiply by a parameter that leaves at most a quarter of the signal
+    (LayerScale at 1e-6 as in ConvNeXt, CaiT's and DINOv2's LayerScale, ReZero's and
+    SkipInit's alpha = 0), a normalisation whose weight is ~0 (``zero_init_residual``), a
+    weight layer whose weight is exactly zero (Fixup, modded-nanoGPT's output
+    projections). They make a branch near identity by design: the branch is judged up to
+    the gate, and the signal starts afresh after it.
 
     The finding reports the scale at the start, the worst scale reached, the factor per
-    weight layer (geometric mean over the layers in between) and the first layer where the
-    drift starts.
+    weight layer (geometric mean over the deepest path of weight layers in between) and
+    the first layer where the drift starts.
 
     ## Why is this bad?
     Each layer multiplies the signal's variance by ``fan_in * Var(w) / gain^2``. Away from 1,
@@ -88,55 +110,51 @@ class SignalDrift(Rule):
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         limit = math.log(self.opts["max-scale-ratio"])
-        ref = self._references(audit)
+        trace = _Trace(audit)
         worst: Optional[Tuple[float, Op, Op]] = None
-        outputs = set(audit.graph.outputs)
-        for endpoint in self._endpoints(audit.graph):
-            for src_id in [endpoint.id] if endpoint.id in outputs else endpoint.inputs:
-                src = audit.graph[src_id]
-                if endpoint.kind in O.NORM_KINDS:
-                    src = _input_of_last_weight(audit.graph, src)  # its scale is the norm's to fix
-                src = self._judged_point(audit, src) if src is not None else None
-                if src is None:
-                    continue
-                rms = audit.op_stats(src).get("rms")
-                start = ref.get(src.id)
-                if rms is None or start is None or not _finite(rms) or start[0] <= 0:
-                    continue
-                ratio = math.log(max(rms, 1e-300) / start[0])
-                if abs(ratio) > limit and (worst is None or abs(ratio) > abs(worst[0])):
-                    worst = (ratio, src, audit.graph[start[1]])
+        for src, branch in self._judged_points(audit, trace):
+            rms = audit.op_stats(src).get("rms")
+            start = trace.ref.get(src.id)
+            if rms is None or start is None or not _finite(rms) or start[0] <= 0:
+                continue
+            ratio = math.log(max(rms, 1e-300) / start[0])
+            if branch and ratio < 0:
+                continue  # a small residual branch leaves the stream as it is
+            if abs(ratio) > limit and (worst is None or abs(ratio) > abs(worst[0])):
+                worst = (ratio, src, audit.graph[start[1]])
         if worst is None:
             return
         ratio, src, start_op = worst
-        yield self._finding(audit, ratio, src, start_op)
+        yield self._finding(audit, trace, ratio, src, start_op)
 
-    def _references(self, audit: Audit) -> Dict[int, Tuple[float, int]]:
-        """For each op: (rms, op id) of the point where its signal last started afresh."""
-        ref: Dict[int, Tuple[float, int]] = {}
-        for op in audit.graph:
-            rms = audit.op_stats(op).get("rms")
-            if op.kind in _START_KINDS:
-                if rms is not None and rms > 0:
-                    ref[op.id] = (rms, op.id)
-                continue
-            ins = [i for i in op.inputs if i in ref]
-            if not ins:
-                continue
-            if op.kind in ("add", "cat", "mul") and len(ins) > 1:
-                # the strongest input carries on (relative to its own start)
-                best = max(ins, key=lambda i: _rel(audit, audit.graph[i], ref))
-                ref[op.id] = ref[best]
-            else:
-                ref[op.id] = ref[ins[0]]
-        return ref
+    def _judged_points(self, audit: Audit, trace: "_Trace") -> Iterator[Tuple[Op, bool]]:
+        """Where the signal ends: the inputs of the endpoints and the model outputs, and the ends of the
+        residual branches the stream is not judged through (flagged True)."""
+        outputs = set(audit.graph.outputs)
+        ends = [(e, [e.id] if e.id in outputs else e.inputs, False) for e in self._endpoints(audit.graph)]
+        ends += [(audit.graph[i], [i], True) for i in trace.branch_ends]
+        for endpoint, sources, branch in ends:
+            for src_id in sources:
+                src: Optional[Op] = audit.graph[src_id]
+                if endpoint.kind in O.NORM_KINDS:
+                    src = _input_of_last_weight(audit.graph, src)  # its scale is the norm's to fix
+                src = self._judged_point(audit, src) if src is not None else None
+                if src is not None:
+                    yield src, branch
 
     def _judged_point(self, audit: Audit, op: Op) -> Optional[Op]:
-        """``op``, or the nearest op before it on its main path with at least ``min-units`` units."""
+        """``op``, or the nearest op before it on its main path with at least ``min-units`` units.
+
+        A (log-)softmax and a shift by a constant change the offset of the signal, not its scale (the
+        log-probabilities of a near-uniform prediction over V classes are all about -ln V): the
+        signal is judged at their input."""
         current: Optional[Op] = op
         for _ in range(100000):
             if current is None or current.kind in _START_KINDS:
                 return None
+            if _offset(current):
+                current = audit.graph[current.inputs[0]]
+                continue
             shape = current.shape
             if shape and "rms" in audit.op_stats(current):
                 axis = unit_axis(audit.graph, current) % len(shape) if len(shape) > 1 else 0
@@ -151,22 +169,103 @@ class SignalDrift(Rule):
         ends += [graph[i] for i in graph.outputs]
         return ends
 
-    def _finding(self, audit: Audit, ratio: float, src: Op, start_op: Op) -> Finding:
-        chain = _weight_chain(audit.graph, src, start_op)
-        start_rms = audit.op_stats(start_op)["rms"]
+    def _finding(self, audit: Audit, trace: "_Trace", ratio: float, src: Op, start_op: Op) -> Finding:
+        path = _deepest_path(audit.graph, start_op, src)
+        chain = [op for op in path if op.kind in O.WEIGHT_KINDS]
+        start_rms = trace.ref[src.id][0]
         end_rms = audit.op_stats(src)["rms"]
-        per_layer = math.exp(ratio / max(len(chain), 1))
-        first = _first_drifting(audit, chain, start_rms, ratio) or (chain[0] if chain else src)
+        first = _first_drifting(audit, chain, start_rms, ratio) or _first_drifting(audit, path, start_rms, ratio) \
+            or (chain[0] if chain else src)
         direction = "explodes" if ratio > 0 else "vanishes"
-        where = "the input" if start_op.kind == "input" else f"{start_op.target} ({start_op.module or '<model>'})"
-        message = (f"signal {direction}: scale (rms) {fmt(start_rms)} at {where} -> {fmt(end_rms)} at "
-                   f"{src.target} ({src.module or '<model>'}), {fmt(end_rms / start_rms)}x over {len(chain)} weight "
-                   f"layer(s), {fmt(per_layer)}x per layer, starting at {first.module or '<model>'} "
-                   f"(limit {fmt(self.opts['max-scale-ratio'])}x either way)")
+        over = (f" over {len(chain)} weight layer(s), {fmt(math.exp(ratio / len(chain)))}x per layer" if chain
+                else " with no weight layer in between")
+        message = (f"signal {direction}: scale (rms) {fmt(start_rms)} at {_describe(trace, start_op)} -> {fmt(end_rms)} at "
+                   f"{src.target} ({src.module or '<model>'}), {fmt(end_rms / start_rms)}x{over}, "
+                   f"starting at {first.module or '<model>'} (limit {fmt(self.opts['max-scale-ratio'])}x either way)")
         fix = ("re-initialise the layers from " + (first.module or "the first layer") +
                " on for the activation that follows each (see IL001), or add a normalisation layer")
         return self.finding(audit, first, message, fix, value=end_rms / start_rms,
                             threshold=self.opts["max-scale-ratio"] if ratio > 0 else 1 / self.opts["max-scale-ratio"])
+
+
+class _Trace:
+    """For each op, where its signal last started afresh: ``ref[id] = (scale there, op id)``.
+
+    Fresh starts: the model input, an embedding module's output (after its own scaling, such as
+    Gemma's ``sqrt(hidden)``), a normalisation, and a branch gate (a LayerScale, a zero-initialised
+    layer: small by design). At an addition only the inputs that carry the sum count (a gated or
+    negligible branch does not), and the strongest of them carries on. When a residual branch
+    started at a normalisation the stream it is added to did not start from (pre-norm and
+    sandwich-norm blocks, a branch ending in BatchNorm), the branch's scale is fixed and the stream
+    only grows additively, it cannot compound: the inputs are judged there and the sum starts afresh.
+    """
+
+    def __init__(self, audit: Audit) -> None:
+        self.audit = audit
+        self.ref: Dict[int, Tuple[float, int]] = {}
+        self.branch_ends: List[int] = []
+        self.embedding_outputs: Set[int] = set()
+        for op in audit.graph:
+            self._visit(op)
+
+    def _visit(self, op: Op) -> None:
+        audit, ref = self.audit, self.ref
+        if self._starts(op):
+            if op.kind not in _START_KINDS and op.inputs:
+                self.branch_ends.append(op.inputs[0])  # a gated branch is judged up to its gate
+            rms = audit.op_stats(op).get("rms")
+            if rms is not None and rms > 0:
+                ref[op.id] = (rms, op.id)
+            return
+        ins = [i for i in op.inputs if i in ref]
+        if not ins:
+            return
+        if op.kind == "add" and len(ins) > 1:
+            ins = self._carriers(ins)
+            rms = audit.op_stats(op).get("rms")
+            if self._fresh_branches(op, ins) and rms is not None and _finite(rms) and rms > 0:
+                self.branch_ends.extend(ins)
+                ref[op.id] = (rms, op.id)
+                return
+        if op.kind in ("add", "cat", "mul") and len(ins) > 1:
+            best = max(ins, key=lambda i: _rel(audit, audit.graph[i], ref))  # relative to its own start
+        else:
+            best = ins[0]
+        ref[op.id] = ref[best]
+
+    def _starts(self, op: Op) -> bool:
+        if op.kind in _START_KINDS or gate_factor(self.audit, op) is not None:
+            return True
+        # an embedding module scaling its own lookup (Gemma's x * sqrt(hidden)): its output is the start
+        signals = [i for i in op.inputs if i in self.ref]
+        if op.kind in ("mul", "div") and len(signals) == 1:
+            start = self.audit.graph[self.ref[signals[0]][1]]
+            if start.kind == "embedding" and start.module == op.module:
+                self.embedding_outputs.add(op.id)
+                return True
+        return False
+
+    def _carriers(self, ins: List[int]) -> List[int]:
+        """The inputs of an addition that carry at least 1% of the largest one's variance."""
+        scales = {i: measured_rms(self.audit, self.audit.graph[i]) for i in ins}
+        known = [s for s in scales.values() if s is not None and _finite(s)]
+        if not known:
+            return ins
+        top = max(known)
+        return [i for i in ins if scales[i] is None or not _finite(scales[i]) or scales[i] >= _CARRY * top]
+
+    def _fresh_branches(self, op: Op, ins: List[int]) -> List[int]:
+        """Carriers of the addition ``op`` whose signal started at a normalisation that the other inputs
+        did not start from (a pre-norm or sandwich-norm branch, a branch ending in BatchNorm): such a
+        branch has a fixed scale, so adding it grows the stream additively, it cannot compound."""
+        graph, ref = self.audit.graph, self.ref
+        found = []
+        for i in ins:
+            start = ref[i][1]
+            if graph[start].kind in O.NORM_KINDS and any(j != i and ref.get(j, (0.0, -1))[1] != start
+                                                         for j in op.inputs):
+                found.append(i)
+        return found
 
 
 def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
@@ -184,7 +283,7 @@ def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
 
 
 def _rel(audit: Audit, op: Op, ref: Dict[int, Tuple[float, int]]) -> float:
-    rms = audit.op_stats(op).get("rms")
+    rms = measured_rms(audit, op)
     if rms is None or not _finite(rms):
         return float("inf")
     return rms / ref[op.id][0] if ref[op.id][0] > 0 else 0.0
@@ -194,21 +293,8 @@ def _finite(x: float) -> bool:
     return x == x and abs(x) != float("inf")
 
 
-def _weight_chain(graph: Graph, end: Op, start: Op) -> List[Op]:
-    """Weight ops on the first-input path from ``start`` to ``end``, in forward order."""
-    chain: List[Op] = []
-    current: Optional[Op] = end
-    for _ in range(100000):
-        if current is None or current.id == start.id:
-            break
-        if current.kind in O.WEIGHT_KINDS:
-            chain.append(current)
-        current = graph[current.inputs[0]] if current.inputs else None
-    return list(reversed(chain))
-
-
 def _first_drifting(audit: Audit, chain: List[Op], start_rms: float, ratio: float) -> Optional[Op]:
-    """First weight layer whose output scale moved from the previous one's by > 1.5x in the drift's direction."""
+    """First op of ``chain`` whose output scale moved from the previous one's by > 1.5x in the drift's direction."""
     prev = start_rms
     for op in chain:
         out = audit.op_stats(op).get("rms")
@@ -220,3 +306,35 @@ def _first_drifting(audit: Audit, chain: List[Op], start_rms: float, ratio: floa
             return op
         prev = out
     return None
+
+
+def _deepest_path(graph: Graph, start: Op, end: Op) -> List[Op]:
+    """The ops from ``start`` (excluded) to ``end`` on the path through the most weight layers: the
+    depth the signal went through (every block of a residual stack, not the skips around them)."""
+    best: Dict[int, Tuple[int, Optional[int]]] = {start.id: (0, None)}
+    for op in graph.ops[start.id + 1:end.id + 1]:
+        ins = [i for i in op.inputs if i in best]
+        if ins:
+            came = max(ins, key=lambda i: best[i][0])
+            best[op.id] = (best[came][0] + (op.kind in O.WEIGHT_KINDS), came)
+    path: List[Op] = []
+    current = end.id if end.id in best else None
+    while current is not None and current != start.id:
+        path.append(graph[current])
+        current = best[current][1]
+    return list(reversed(path))
+
+
+def _offset(op: Op) -> bool:
+    """A (log-)softmax or the addition of a constant: it shifts the signal without scaling it."""
+    if not op.inputs:
+        return False
+    return op.kind in ("softmax", "log_softmax") or (op.kind == "add" and len(op.inputs) == 1)
+
+
+def _describe(trace: _Trace, op: Op) -> str:
+    if op.kind == "input":
+        return "the input"
+    if op.id in trace.embedding_outputs:
+        return f"the output of {op.module or '<model>'}"
+    return f"{op.target} ({op.module or '<model>'})"

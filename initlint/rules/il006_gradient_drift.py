@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import torch.nn as nn
 
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Rule, downstream, fmt
+from .base import Audit, Example, Rule, downstream, fmt, gated_ops, measured_rms
 
 _SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
+_RESTART_KINDS = frozenset({"pool", "reduce"})
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -39,28 +40,48 @@ class GradientDrift(Rule):
     layers' fan-ins and fan-outs can explain. Existing ``.grad`` fields are never touched
     (the probe uses ``torch.autograd.grad``).
 
-    Layers are compared within each stretch of the network that no normalisation layer
-    interrupts: a norm rescales the backward signal by ``gamma / sigma`` on purpose, and
-    pooling in front of a normalised block changes the per-position scale legitimately.
+    Layers are compared within each stretch of the network that no normalisation, pooling
+    or reduction interrupts: a norm rescales the backward signal by ``gamma / sigma`` on
+    purpose, and a mean over positions divides each position's backward signal by their
+    count (a conv -> conv -> global mean-pool -> linear network at He init spreads its
+    per-position gradients by the square of the number of positions, with nothing wrong).
 
-    Layers left out: embeddings (their gradient is sparse by nature: only the rows of the
-    sampled tokens get one) and the projections that produce attention scores or other
-    products of two signals, whose gradient at initialisation is legitimately tiny when
-    attention is near uniform.
+    Layers left out, because their gradient is legitimately tiny or zero at init:
+    - embeddings (their gradient is sparse by nature: only the rows of the sampled tokens
+      get one);
+    - one factor of a product of two signals, directly or through an activation, and every
+      layer of a branch that reaches the stream only through such a product: the
+      projections that produce attention scores, gates (a GRU's reset and update gates, a
+      SwiGLU's gate), routing weights and the experts of a mixture of experts (an expert run
+      on every token is weighted by a routing probability that is zero for most of them);
+      the gradient of each factor is scaled by the other one;
+    - the layers of a residual branch gated near identity by design (see IL005: a
+      LayerScale at 1e-6, ReZero's alpha = 0, a zero BatchNorm gamma, a zero-initialised
+      last layer): the gate multiplies their backward signal by its own small value;
+    - conditioning layers, whose output is broadcast over positions it was not computed at
+      (a diffusion UNet's timestep embedding added to every pixel of every block, FiLM and
+      AdaLN modulations), directly or through other layers: their gradient gathers every
+      position they reach, and no fan ratio predicts how many;
+    - layers whose gradient is exactly zero (dead units are IL003's, symmetric weights
+      IL008's).
 
     ## Why is this bad?
     Gradients are compared per sample and position: a weight applied at many positions (a
-    convolution over a long signal) sums that many terms, so its gradient std is divided by
-    the square root of the number of positions first.
+    convolution over a long signal, a cell unrolled over time steps) sums that many terms,
+    so its gradient std is divided by the square root of the number of positions over all
+    its calls first.
 
     The gradient of layer ``l`` is the product of the forward signal reaching it and the
     backward signal coming from above: ``Var(dW_l) = Var(h_{l-1}) * Var(delta_l)``. With a
     forward-stable init, He et al. show these products cancel except for a fan ratio: the
     spread of gradient variance across a network is bounded by the largest fan-in over the
     smallest fan-out (about 1e3 for a pyramid from width 1000 down to 1, which is what one
-    measures with He init). Anything much larger compounds with depth: layers near one end
-    learn orders of magnitude faster than at the other, and no single learning rate suits
-    them (a naive ``U(-1, 1)`` init of a 10-layer tanh pyramid spans more than 8 orders).
+    measures with He init), or, in a widening network, by the largest fan-out over the
+    smallest fan-in (a head over 21841 classes on 128 features: the backward signal grows by
+    ``21841 / 128`` through a layer initialised for its fan-in). Anything much larger
+    compounds with depth: layers near one end learn orders of magnitude faster than at the
+    other, and no single learning rate suits them (a naive ``U(-1, 1)`` init of a 10-layer
+    tanh pyramid spans more than 8 orders).
 
     It also flags gradients that vanished (or exploded) in every layer alike, which no spread
     shows: for each layer the backward signal ``delta_l`` is estimated as the per-position
@@ -110,7 +131,7 @@ class GradientDrift(Rule):
         """Gradients that vanished or exploded in every layer alike (no spread, but no signal either)."""
         deltas = []
         for op, per_position in layers:
-            src = audit.op_stats(audit.graph[op.inputs[0]]).get("rms") if op.inputs else None
+            src = measured_rms(audit, audit.graph[op.inputs[0]]) if op.inputs else None
             if src and _finite(src) and src > 0:
                 deltas.append((op, per_position / src))
         if not deltas:
@@ -154,23 +175,30 @@ class GradientDrift(Rule):
         return self.finding(audit, at, message, fix, value=spread, threshold=limit)
 
     def _layers(self, audit: Audit) -> List[Tuple[Op, float]]:
-        seen: Dict[str, Tuple[Op, float]] = {}
+        """(first op, per-position gradient std) of every judged weight layer."""
+        uses: Dict[str, List[Op]] = {}
         for op in audit.graph:
-            if op.kind not in O.WEIGHT_KINDS or "weight" not in op.params:
-                continue
-            name = op.params["weight"]
+            if op.kind in O.WEIGHT_KINDS and "weight" in op.params:
+                uses.setdefault(op.params["weight"], []).append(op)
+        gated = gated_ops(audit)
+        left_out = broadcast_sources(audit.graph) | product_branches(audit.graph)
+        layers = []
+        for name, ops in uses.items():
             stats = audit.probe.grads.get(name)
-            if not stats or name in seen or not _finite(stats.get("std", float("nan"))):
+            if not stats or not _finite(stats.get("std", float("nan"))) or stats["std"] == 0:
+                continue  # exactly zero gradients are IL003's (dead units) or IL008's (symmetry) business
+            if any(gated.get(op.id) or op.id in left_out or _feeds_product(audit.graph, op) for op in ops):
                 continue
-            if any(t.kind in _SCORE_KINDS or (t.kind == "mul" and len(t.inputs) > 1)
-                   for t in downstream(audit.graph, op)):
-                continue
-            seen[name] = (op, stats["std"] / math.sqrt(_positions(op)))
-        return list(seen.values())
+            # the weight's gradient sums over every call (an unrolled cell runs once per step)
+            positions = sum(_positions(op) for op in ops)
+            layers.append((ops[0], stats["std"] / math.sqrt(positions)))
+        return layers
 
     @staticmethod
     def _predicted(audit: Audit, ops: List[Op]) -> float:
-        """Largest fan-in over smallest fan-out among the layers (He et al.'s bound), at least 1."""
+        """The spread the layer fans explain (He et al.'s bound), at least 1: the largest fan-in over the
+        smallest fan-out (a contracting network), or the largest fan-out over the smallest fan-in (a
+        widening one, such as a head over thousands of classes)."""
         fans_in, fans_out = [], []
         for op in ops:
             w = audit.param(op.params["weight"])
@@ -181,18 +209,50 @@ class GradientDrift(Rule):
             fans_out.append(w.numel() // max(fan_in, 1) if op.kind == "linear" else int(w.shape[0]))
         if not fans_in:
             return 1.0
-        return max(1.0, max(fans_in) / max(1, min(fans_out)))
+        return max(1.0, max(fans_in) / max(1, min(fans_out)), max(fans_out) / max(1, min(fans_in)))
 
 
 def segments(graph: Graph) -> Dict[int, int]:
-    """Op id -> id of the op where its normalisation-free segment starts (an input or a norm)."""
+    """Op id -> id of the op where its segment starts: an input, a normalisation, or a pooling or
+    reduction (after a mean over positions each position's backward signal is divided by their count)."""
     seg: Dict[int, int] = {}
     for op in graph:
-        if op.kind in O.NORM_KINDS or not op.inputs:
+        if op.kind in O.NORM_KINDS or op.kind in _RESTART_KINDS or not op.inputs:
             seg[op.id] = op.id
         else:
             seg[op.id] = seg.get(op.inputs[0], op.inputs[0])
     return seg
+
+
+def product_branches(graph: Graph) -> Set[int]:
+    """Ops whose every path to a residual addition or the model output passes through a product of two
+    signals: an expert of a mixture weighted by its routing probability (zero for the tokens routed
+    elsewhere), a gated unit. The gradient of every layer on such a branch is scaled by the other factor."""
+    signal: Set[int] = set()
+    for op in graph:
+        if op.id in graph.inputs or any(i in signal for i in op.inputs):
+            signal.add(op.id)
+    outputs = set(graph.outputs)
+    open_path: Dict[int, bool] = {}
+    for op in reversed(graph.ops):
+        if op.kind in _SCORE_KINDS or (op.kind == "mul" and sum(i in signal for i in op.inputs) >= 2):
+            open_path[op.id] = False
+        elif op.id in outputs or (op.kind == "add" and len(op.inputs) >= 2) or op.kind in _RESTART_KINDS:
+            open_path[op.id] = True
+        else:
+            open_path[op.id] = any(open_path.get(u, False) for u in op.users)
+    return {op.id for op in graph if op.users and not any(open_path.get(u, False) for u in op.users)}
+
+
+def _feeds_product(graph: Graph, op: Op) -> bool:
+    """True when the layer's output is one factor of a product of two signals (attention scores, a gate
+    such as a GRU's reset gate or a SwiGLU's gate, a routing weight), directly or through an activation:
+    its gradient is scaled by the other factor, legitimately tiny at initialisation."""
+    frontier = downstream(graph, op)
+    for t in list(frontier):
+        if t.kind in O.ACTIVATIONS:
+            frontier += downstream(graph, t)
+    return any(t.kind in _SCORE_KINDS or (t.kind == "mul" and len(t.inputs) > 1) for t in frontier)
 
 
 def _positions(op: Op) -> int:
@@ -201,10 +261,32 @@ def _positions(op: Op) -> int:
     if not shape:
         return 1
     axis = 1 if op.kind == "conv" and len(shape) > 1 else -1
+    return max(1, _numel(shape) // max(1, int(shape[axis])))
+
+
+def broadcast_sources(graph: Graph) -> Set[int]:
+    """Ops whose output is broadcast over positions it was not computed at (a timestep or class embedding
+    added to every pixel, a FiLM or AdaLN modulation), directly or through other layers, before any
+    pooling or reduction: their gradient gathers every position they reach."""
+    feeds: Dict[int, bool] = {}
+    for op in reversed(graph.ops):
+        hit = False
+        for user in graph.consumers(op):
+            if user.kind in _RESTART_KINDS:
+                continue
+            if user.kind in ("add", "mul") and user.shape and op.shape and _numel(user.shape) > _numel(op.shape):
+                hit = True
+            elif feeds.get(user.id):
+                hit = True
+        feeds[op.id] = hit
+    return {i for i, hit in feeds.items() if hit}
+
+
+def _numel(shape: Tuple[int, ...]) -> int:
     total = 1
     for s in shape:
         total *= int(s)
-    return max(1, total // max(1, int(shape[axis])))
+    return total
 
 
 def _finite(x: float) -> bool:

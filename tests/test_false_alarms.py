@@ -1,0 +1,510 @@
+"""Healthy models that the signal, gradient, dead-unit and saturation rules (IL003, IL005, IL006,
+IL007) once flagged, each beside a broken twin of the same kind that must still be flagged.
+
+Published architectures are built offline from their configs at the widths and vocabularies the
+false alarms were seen at; depth is cut where it does not matter, sequences are short.
+"""
+import math
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import initlint
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+
+MINE = ("IL003", "IL005", "IL006", "IL007")
+
+
+def found(report):
+    """(code, module) of the warnings of the rules under test."""
+    return {(f.code, m) for f in report.findings if f.code in MINE and f.severity != "info"
+            for m in f.members or [f.module]}
+
+
+def codes(report):
+    return {c for c, _ in found(report)}
+
+
+def transformers():
+    import transformers as tf
+
+    tf.logging.set_verbosity_error()
+    return tf
+
+
+def tokens(vocab, batch=2, length=16):
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+
+
+# ----------------------------------------------------------------------------- branch gates
+class GatedBlock(nn.Module):
+    """A residual MLP block whose branch is multiplied by a learned scale: per channel after a
+    LayerNorm (LayerScale, as in ConvNeXt and CaiT) or one scalar without a norm (ReZero, SkipInit)."""
+
+    def __init__(self, width: int, per_channel: bool, value: float) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width) if per_channel else nn.Identity()
+        self.fc1 = nn.Linear(width, 4 * width)
+        self.fc2 = nn.Linear(4 * width, width)
+        self.scale = nn.Parameter(torch.full((width,) if per_channel else (), value))
+
+    def forward(self, x):
+        return x + self.scale * self.fc2(F.gelu(self.fc1(self.norm(x))))
+
+
+class Gated(nn.Module):
+    def __init__(self, per_channel: bool = True, value: float = 1e-6, width: int = 256, blocks: int = 6) -> None:
+        super().__init__()
+        self.inp = nn.Linear(32, width)
+        self.blocks = nn.Sequential(*[GatedBlock(width, per_channel, value) for _ in range(blocks)])
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.inp(x)))
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block; ``zero_gamma`` zero-initialises the last BatchNorm (``zero_init_residual``)."""
+
+    def __init__(self, channels: int, zero_gamma: bool) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        for conv in (self.conv1, self.conv2):
+            nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
+        if zero_gamma:
+            nn.init.zeros_(self.bn2.weight)
+
+    def forward(self, x):
+        return F.relu(x + self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
+
+
+class FixupBlock(nn.Module):
+    """Fixup (Zhang et al. 2019): scalar biases, a scalar multiplier, the last conv zero-initialised."""
+
+    def __init__(self, channels: int, blocks: int) -> None:
+        super().__init__()
+        self.bias1a, self.bias1b, self.bias2a, self.bias2b = (nn.Parameter(torch.zeros(1)) for _ in range(4))
+        self.scale = nn.Parameter(torch.ones(1))
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+        nn.init.normal_(self.conv1.weight, std=math.sqrt(2 / (channels * 9)) * blocks ** -0.5)
+        nn.init.zeros_(self.conv2.weight)
+
+    def forward(self, x):
+        out = F.relu(self.conv1(x + self.bias1a) + self.bias1b)
+        return F.relu(self.conv2(out + self.bias2a) * self.scale + self.bias2b + x)
+
+
+class ConvResNet(nn.Module):
+    def __init__(self, kind: str, channels: int = 64, blocks: int = 8) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, channels, 3, padding=1, bias=False)
+        nn.init.kaiming_normal_(self.stem.weight, nonlinearity="relu")
+        self.bn = nn.BatchNorm2d(channels) if kind == "zero_gamma" else nn.Identity()
+        make = (lambda: BasicBlock(channels, True)) if kind == "zero_gamma" else (lambda: FixupBlock(channels, blocks))
+        self.blocks = nn.Sequential(*[make() for _ in range(blocks)])
+        self.fc = nn.Linear(channels, 10)
+        if kind == "fixup":
+            nn.init.zeros_(self.fc.weight)
+            nn.init.zeros_(self.fc.bias)
+
+    def forward(self, x):
+        return self.fc(self.blocks(F.relu(self.bn(self.stem(x)))).mean(dim=(2, 3)))
+
+
+class ZeroProjGPT(nn.Module):
+    """modded-nanoGPT's layout: RMS-normed pre-norm blocks whose output projections and head start at zero."""
+
+    def __init__(self, vocab: int = 50304, width: int = 768, blocks: int = 2, heads: int = 6) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed = nn.Embedding(vocab, width)
+        self.qkv = nn.ModuleList(nn.Linear(width, 3 * width, bias=False) for _ in range(blocks))
+        self.proj = nn.ModuleList(nn.Linear(width, width, bias=False) for _ in range(blocks))
+        self.up = nn.ModuleList(nn.Linear(width, 4 * width, bias=False) for _ in range(blocks))
+        self.down = nn.ModuleList(nn.Linear(4 * width, width, bias=False) for _ in range(blocks))
+        self.head = nn.Linear(width, vocab, bias=False)
+        for layer in [*self.proj, *self.down, self.head]:
+            nn.init.zeros_(layer.weight)
+
+    def forward(self, ids):
+        x = F.rms_norm(self.embed(ids), (self.embed.embedding_dim,))
+        b, t, d = x.shape
+        for qkv, proj, up, down in zip(self.qkv, self.proj, self.up, self.down):
+            q, k, v = qkv(F.rms_norm(x, (d,))).view(b, t, 3, self.heads, -1).transpose(1, 3).unbind(2)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+            x = x + proj(y)
+            x = x + down(F.relu(up(F.rms_norm(x, (d,)))).square())
+        return self.head(F.rms_norm(x, (d,)))
+
+
+def test_convnext_layerscale_is_not_vanishing_gradients():
+    tf = transformers()
+    torch.manual_seed(0)
+    # ConvNeXt-T's widths (96..768) and LayerScale 1e-6 in every block; 2 blocks per stage of (3, 3, 9, 3)
+    model = tf.ConvNextForImageClassification(tf.ConvNextConfig(depths=[2, 2, 2, 2]))
+    report = initlint.audit(model, torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0)))
+    assert found(report) == set()
+
+
+@pytest.mark.parametrize("per_channel,value", [(True, 1e-6), (True, 1e-5), (False, 0.0)],
+                         ids=["layerscale-1e-6", "layerscale-1e-5", "rezero"])
+def test_gated_branches_are_near_identity_by_design(per_channel, value):
+    torch.manual_seed(0)
+    assert found(initlint.audit(Gated(per_channel, value), torch.randn(16, 32))) == set()
+
+
+def test_a_gate_is_read_from_its_value_and_the_branch_is_still_judged_up_to_it():
+    torch.manual_seed(0)
+    # the same blocks with the gate at 1 and randn weights inside: the branch explodes
+    open_gate = Gated(True, 1.0)
+    for block in open_gate.blocks:
+        nn.init.normal_(block.fc1.weight)
+        nn.init.normal_(block.fc2.weight)
+    drift = [f for f in initlint.audit(open_gate, torch.randn(16, 32)).findings if f.code == "IL005"]
+    assert drift and drift[0].module.startswith("blocks.") and drift[0].value > 100
+    # gated at 1e-6, the branch still explodes before its gate
+    closed = Gated(True, 1e-6)
+    for block in closed.blocks:
+        nn.init.normal_(block.fc1.weight)
+        nn.init.normal_(block.fc2.weight)
+    drift = [f for f in initlint.audit(closed, torch.randn(16, 32)).findings if f.code == "IL005"]
+    assert drift and drift[0].module.startswith("blocks.") and drift[0].value > 100
+
+
+@pytest.mark.parametrize("kind", ["zero_gamma", "fixup"])
+def test_zero_initialised_residual_ends_are_clean(kind):
+    torch.manual_seed(0)
+    assert found(initlint.audit(ConvResNet(kind), torch.randn(8, 3, 16, 16))) == set()
+
+
+def test_zero_initialised_output_projections_and_head_are_clean():
+    torch.manual_seed(0)
+    assert found(initlint.audit(ZeroProjGPT(), tokens(50304))) == set()
+
+
+def test_zero_gradients_of_a_gated_branch_do_not_blind_the_gradient_rule():
+    torch.manual_seed(0)
+    from pyramid import pyramid
+
+    class Tail(nn.Module):
+        """A naive tanh pyramid followed by a ReZero block (alpha = 0: its layers get exactly zero gradient)."""
+
+        def __init__(self):
+            super().__init__()
+            self.body = pyramid(10, "tanh", "naive")
+            self.body[-1] = nn.Linear(self.body[-1].in_features, 32)
+            self.block = GatedBlock(32, per_channel=False, value=0.0)
+
+        def forward(self, x):
+            return self.block(self.body(x))
+
+    assert "IL006" in codes(initlint.audit(Tail()))
+
+
+# ----------------------------------------------------------------------------- where drift is measured
+def test_gemma3_stream_starts_at_the_scaled_embedding():
+    tf = transformers()
+    torch.manual_seed(0)
+    # Gemma 3 270M's widths (hidden 640: the embedding module multiplies by sqrt(640) = 25.3); the
+    # vocabulary (262144) plays no part in where the stream starts, so a small one keeps this fast
+    config = tf.Gemma3TextConfig(hidden_size=640, intermediate_size=2048, num_hidden_layers=4, num_attention_heads=4,
+                                 num_key_value_heads=1, head_dim=256, vocab_size=4096)
+    assert found(initlint.audit(tf.Gemma3ForCausalLM(config), tokens(4096))) == set()
+
+
+class ScaledEmbedding(nn.Embedding):
+    """An embedding module that scales its own lookup, as Gemma's does."""
+
+    def forward(self, ids):
+        return super().forward(ids) * self.embedding_dim ** 0.5
+
+
+class ScaledThenShrinking(nn.Module):
+    """A scaled embedding then plain linear layers at std 0.01: the signal vanishes."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = ScaledEmbedding(1000, 256)
+        nn.init.normal_(self.embed.weight, std=0.02)
+        self.layers = nn.Sequential(*[nn.Linear(256, 256) for _ in range(4)])
+        for layer in self.layers:
+            nn.init.normal_(layer.weight, std=0.01)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, ids):
+        return self.layers(self.embed(ids))
+
+
+def test_drift_is_measured_from_an_embedding_modules_own_output():
+    torch.manual_seed(0)
+    report = initlint.audit(ScaledThenShrinking(), tokens(1000))
+    [drift] = [f for f in report.findings if f.code == "IL005"]
+    assert drift.module == "layers.0"
+    assert "at the output of embed" in drift.message
+    # 0.02 * sqrt(256) = 0.32 at the start, four layers of 0.01 * sqrt(256) = 0.16 each
+    assert drift.value == pytest.approx(0.16 ** 4, rel=0.3)
+
+
+def test_llama_at_32_layers_grows_its_stream_additively_not_exponentially():
+    tf = transformers()
+    torch.manual_seed(0)
+    # hidden 1024, 32 layers and vocabulary 32000 (embedding std 0.02); a narrow MLP and 4 KV heads keep the
+    # build fast (the attention branches are what lift the stream from 0.02 in the first block)
+    config = tf.LlamaConfig(hidden_size=1024, intermediate_size=256, num_hidden_layers=32, num_attention_heads=16,
+                            num_key_value_heads=4, vocab_size=32000)
+    report = initlint.audit(tf.LlamaForCausalLM(config), tokens(32000))
+    assert found(report) == set()
+    last = [op for op in report.graph if op.kind == "add" and op.module == "model.layers.31"][-1]
+    assert report.probe.ops[last.id]["rms"] > 1.0  # the stream did grow from the embedding's 0.02
+
+
+def test_mamba_mixer_gain_is_judged_per_block():
+    tf = transformers()
+    torch.manual_seed(0)
+    config = tf.MambaConfig(hidden_size=768, num_hidden_layers=4, vocab_size=50280)
+    report = initlint.audit(tf.MambaForCausalLM(config), tokens(50280))
+    assert found(report) == set()
+
+
+class PlainResidual(nn.Module):
+    """Residual blocks without any normalisation at He init: the stream doubles its variance per block."""
+
+    def __init__(self, blocks: int = 30, width: int = 128):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(blocks))
+        for layer in self.layers:
+            nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + F.relu(layer(x))
+        return self.head(x)
+
+
+def test_a_stream_that_compounds_through_residual_blocks_is_still_flagged():
+    torch.manual_seed(0)
+    [drift] = [f for f in initlint.audit(PlainResidual(), torch.randn(16, 128)).findings if f.code == "IL005"]
+    assert drift.value > 1e4 and " over 30 weight layer(s)" in drift.message
+
+
+def test_drift_without_weight_layers_never_says_over_0_layers():
+    class Amplify(nn.Module):
+        def forward(self, x):
+            return x * 1000.0
+
+    [drift] = [f for f in initlint.audit(Amplify(), torch.randn(16, 64)).findings if f.code == "IL005"]
+    assert "over 0" not in drift.message and "with no weight layer in between" in drift.message
+
+
+class WordLM(nn.Module):
+    """PyTorch's word-level language model example: embedding, 2-layer LSTM, decoder over WikiText-2's
+    33278 words, log_softmax, uniform(-0.1, 0.1) init."""
+
+    def __init__(self, vocab: int = 33278, width: int = 200):
+        super().__init__()
+        self.encoder = nn.Embedding(vocab, width)
+        self.rnn = nn.LSTM(width, width, 2, batch_first=True)
+        self.decoder = nn.Linear(width, vocab)
+        nn.init.uniform_(self.encoder.weight, -0.1, 0.1)
+        nn.init.zeros_(self.decoder.bias)
+        nn.init.uniform_(self.decoder.weight, -0.1, 0.1)
+
+    def forward(self, ids):
+        out, _ = self.rnn(self.encoder(ids))
+        return F.log_softmax(self.decoder(out), dim=-1)
+
+
+def test_log_softmax_offset_is_not_signal_growth():
+    torch.manual_seed(0)
+    model = WordLM()
+    assert found(initlint.audit(model, tokens(33278))) == set()
+    nn.init.normal_(model.decoder.weight, std=100.0)  # now the logits themselves explode
+    report = initlint.audit(model, tokens(33278))
+    drift = [f for f in report.findings if f.code == "IL005"]
+    assert [f.module for f in drift] == ["decoder"] and "nn.Linear (decoder)" in drift[0].message
+
+
+# ----------------------------------------------------------------------------- gradients that are small by structure
+class GRUCell(nn.Module):
+    """A GRU cell written out and unrolled over the sequence."""
+
+    def __init__(self, inputs: int = 64, hidden: int = 128, classes: int = 10):
+        super().__init__()
+        self.hidden = hidden
+        self.xh_to_r = nn.Linear(inputs + hidden, hidden)
+        self.xh_to_z = nn.Linear(inputs + hidden, hidden)
+        self.xh_to_n = nn.Linear(inputs + hidden, hidden)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x):
+        h = torch.zeros(x.shape[0], self.hidden)
+        for t in range(x.shape[1]):
+            xh = torch.cat([x[:, t], h], dim=1)
+            r = torch.sigmoid(self.xh_to_r(xh))
+            z = torch.sigmoid(self.xh_to_z(xh))
+            n = torch.tanh(self.xh_to_n(torch.cat([x[:, t], r * h], dim=1)))
+            h = (1 - z) * n + z * h
+        return self.head(h)
+
+
+def test_gru_reset_gate_gradient_is_structure_not_init():
+    torch.manual_seed(0)
+    assert found(initlint.audit(GRUCell(), torch.randn(16, 8, 64))) == set()
+
+
+class ConvPool(nn.Module):
+    """conv -> conv -> global mean-pool -> linear at He init."""
+
+    def __init__(self, channels: int = 64, classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, channels, 3, padding=1)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.fc = nn.Linear(channels, classes)
+        for conv in (self.conv1, self.conv2):
+            nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
+            nn.init.zeros_(conv.bias)
+        nn.init.kaiming_normal_(self.fc.weight, nonlinearity="linear")
+
+    def forward(self, x):
+        return self.fc(F.relu(self.conv2(F.relu(self.conv1(x)))).mean(dim=(2, 3)))
+
+
+def test_global_mean_pool_spreads_gradients_evenly():
+    torch.manual_seed(0)
+    assert found(initlint.audit(ConvPool(), torch.randn(8, 3, 32, 32))) == set()
+
+
+@pytest.mark.parametrize("width,act", [(128, nn.ReLU), (64, nn.ReLU), (768, nn.GELU)])
+def test_a_head_over_21841_classes_is_not_an_init_defect(width, act):
+    torch.manual_seed(0)
+    head = nn.Sequential(nn.Linear(width, width), act(), nn.Linear(width, 21841))
+    assert found(initlint.audit(head, torch.randn(16, width))) == set()
+
+
+class TopTwoMoE(nn.Module):
+    """A top-2 mixture of experts over tokens (softmax router, renormalised top-2 weights): ``sparse``
+    runs each expert on its tokens only, ``dense`` on every token, weighted by a routing probability
+    that is zero for the tokens routed elsewhere."""
+
+    def __init__(self, width: int = 256, hidden: int = 1024, experts: int = 8, dense: bool = False):
+        super().__init__()
+        self.dense = dense
+        self.router = nn.Linear(width, experts, bias=False)
+        self.experts = nn.ModuleList(nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width))
+                                     for _ in range(experts))
+
+    def forward(self, x):
+        flat = x.reshape(-1, x.shape[-1])
+        probs = torch.softmax(self.router(flat), dim=-1)
+        weights, chosen = torch.topk(probs, 2, dim=-1)
+        weights = weights / weights.sum(-1, keepdim=True)
+        out = torch.zeros_like(flat)
+        if self.dense:
+            routing = torch.zeros_like(probs).scatter(-1, chosen, weights)
+            for e, expert in enumerate(self.experts):
+                out = out + routing[:, e:e + 1] * expert(flat)
+            return out.reshape(x.shape)
+        for e, expert in enumerate(self.experts):
+            rows, slot = torch.where(chosen == e)
+            if rows.numel():
+                out = out.index_add(0, rows, expert(flat[rows]) * weights[rows, slot, None])
+        return out.reshape(x.shape)
+
+
+class MoELM(nn.Module):
+    def __init__(self, vocab: int = 1000, width: int = 256, blocks: int = 2, dense: bool = False):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(blocks))
+        self.moes = nn.ModuleList(TopTwoMoE(width, dense=dense) for _ in range(blocks))
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for norm, moe in zip(self.norms, self.moes):
+            x = x + moe(norm(x))
+        return self.head(x)
+
+
+@pytest.mark.parametrize("dense", [False, True], ids=["sparse", "dense"])
+def test_top2_mixture_of_experts_routing_is_not_an_init_defect(dense):
+    torch.manual_seed(0)
+    assert found(initlint.audit(MoELM(dense=dense), tokens(1000, batch=4))) == set()
+    # without a norm in front of the experts and at 64 wide, dense routing spread gradients 1e3x
+    torch.manual_seed(0)
+    moe = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), TopTwoMoE(64, 512, experts=4, dense=dense), nn.Linear(64, 10))
+    assert found(initlint.audit(moe, torch.randn(64, 64))) == set()
+
+
+def test_a_diffusion_unets_timestep_projections_are_not_compared_with_its_convolutions():
+    from diffusers import UNet2DModel
+
+    torch.manual_seed(0)
+    # google/ddpm-cifar10-32's layout at a quarter of its channels
+    model = UNet2DModel(sample_size=32, in_channels=3, out_channels=3, layers_per_block=1,
+                        block_out_channels=(32, 64, 64, 64),
+                        down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"),
+                        up_block_types=("UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"))
+    inputs = {"sample": torch.randn(2, 3, 32, 32), "timestep": torch.tensor([10, 500])}
+    assert found(initlint.audit(model, inputs)) == set()
+
+
+def test_the_gradient_rule_still_flags_a_naive_pyramid_behind_a_pool():
+    torch.manual_seed(0)
+    from pyramid import pyramid
+
+    model = nn.Sequential(nn.Conv2d(3, 1000, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), *pyramid(10, "tanh", "naive"))
+    assert "IL006" in codes(initlint.audit(model, torch.randn(8, 3, 4, 4)))
+
+
+# ----------------------------------------------------------------------------- a dead network
+@pytest.mark.parametrize("seed,layer,units", [(7, "199", 5), (54, "187", 11)])
+def test_a_he_pyramid_that_dies_is_reported_where_it_dies(seed, layer, units):
+    from pyramid import pyramid
+
+    torch.manual_seed(seed)
+    report = initlint.audit(pyramid(100, "relu", "he"))
+    [dead] = [f for f in report.findings if f.code == "IL003"]
+    assert dead.module == layer and dead.value == 1.0
+    assert f"all {units} units output zero" in dead.message
+    assert found(report) == {("IL003", layer)}
+
+
+def test_a_dead_layer_that_a_skip_bypasses_is_judged_by_the_threshold():
+    class Bypassed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 8)
+            nn.init.constant_(self.fc.bias, -100.0)  # all 8 units dead, but the skip carries the signal
+            self.out = nn.Linear(8, 64)
+
+        def forward(self, x):
+            return x + self.out(F.relu(self.fc(x)))
+
+    # fewer than 16 units: the dead-fraction threshold is above 100%; the output is not constant
+    assert found(initlint.audit(Bypassed(), torch.randn(16, 64))) == set()
+
+
+# ----------------------------------------------------------------------------- size does not change the verdict
+@pytest.mark.parametrize("units", [1000, 150_000])
+def test_dead_units_and_saturation_judged_alike_at_1000_and_150000_units(units):
+    torch.manual_seed(0)
+    healthy = nn.Sequential(nn.Linear(64, units), nn.ReLU(), nn.Linear(units, 1))
+    assert found(initlint.audit(healthy, torch.randn(16, 64))) == set()
+    dying = nn.Sequential(nn.Linear(64, units), nn.ReLU(), nn.Linear(units, 1))
+    with torch.no_grad():
+        dying[0].bias[: int(units * 0.7)] = -100.0  # 70% of the units dead
+    assert ("IL003", "1") in found(initlint.audit(dying, torch.randn(16, 64)))
+    saturated = nn.Sequential(nn.Linear(64, units), nn.Tanh(), nn.Linear(units, 1))
+    nn.init.normal_(saturated[0].weight, std=1.0)
+    assert ("IL007", "1") in found(initlint.audit(saturated, torch.randn(16, 64)))
