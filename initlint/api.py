@@ -165,7 +165,7 @@ def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str
         report.notes.append("the model is on the meta device (its tensors hold no values): only graph rules ran; "
                             "materialise it with model.to_empty(device='cpu') and initialise it for a full audit")
         return cap, run_probe(cap, args, kwargs, forward=False)
-    logits = bool(options["logits"])
+    logits = options["logits"]  # None: logits when the output says so (a `logits` field, a tied head)
     try:
         with preserved(model, int(options["seed"])):
             return cap, _probe_retrying(cap, args, kwargs, logits, backward, report)
@@ -209,7 +209,7 @@ def _raised_by_initlint(exc: BaseException) -> bool:
     return False
 
 
-def _probe_retrying(cap, args, kwargs, logits: bool, backward: bool, report: Report) -> ProbeResult:
+def _probe_retrying(cap, args, kwargs, logits: Optional[bool], backward: bool, report: Report) -> ProbeResult:
     """Run the probe; on out-of-memory, halve the batch (down to 1) and say so."""
     while True:
         try:
