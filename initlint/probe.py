@@ -28,7 +28,7 @@ SATURATION_MARGIN = 0.01
 (|tanh| > 0.98, sigmoid < 0.01 or > 0.99)."""
 
 _NO_STATS = frozenset({"view", "dropout", "identity"})
-TOKEN_KINDS = O.NORM_KINDS | {"add", "attention", "linear"}
+TOKEN_KINDS = O.NORM_KINDS | {"add", "attention", "linear", "embedding", "input"}
 """Ops whose token vectors IL013 may compare: the residual stream (adds), norms, attention and
 projections; :func:`put_token_cosine` runs on their 3-D outputs."""
 EXTREMA_KINDS = O.WEIGHT_KINDS | O.NORM_KINDS | frozenset(O.ACTIVATIONS) | {

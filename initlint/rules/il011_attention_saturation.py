@@ -185,7 +185,7 @@ class AttentionSaturation(Rule):
                      for p, std, fan in large]
             fix = "; ".join(f"nn.init.normal_({py_path(p.params['weight'])}, std={fmt(fan ** -0.5)})"
                             for p, _, fan in large)
-            at = max(large, key=lambda x: x[1] * math.sqrt(x[2]))[0]
+            at = large[0][0]  # the query projection when it is too large, else the key projection
             return self.finding(audit, at, message + "; the q/k projection " + " and ".join(parts), fix,
                                 value=site.entropy, threshold=self.opts["min-entropy"])
         p, _, _, _, in_rms = max(gains, key=lambda g: g[4] or 0.0)
