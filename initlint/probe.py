@@ -655,7 +655,7 @@ def _attention_rows(c: _Collector, key: Any, q: torch.Tensor, k: torch.Tensor, s
     """Row statistics of ``softmax(q @ k^T * scale + bias)`` over the admissible keys."""
     q, k = q.float(), k.float()
     raw = torch.bmm(q, k.transpose(1, 2))
-    scores = raw * scale if bias is None else torch.addcmul(bias, raw, torch.full((), scale, device=raw.device))
+    scores = raw * scale if bias is None else bias + raw * scale
     if allowed is None:
         admissible = torch.full(raw.shape[:-1], raw.shape[-1], device=raw.device)
         pairs = float(raw.numel())

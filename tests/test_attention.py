@@ -195,6 +195,7 @@ def test_multi_head_attention_module_with_large_projections_is_flagged():
         model.layers[1].in_proj_weight.mul_(20)
     report = initlint.audit(model, torch.randn(2, 16, 256), select=["IL011"])
     assert codes(report, "IL011") == {"layers.1"}
+    assert report.findings[0].fix == "nn.init.xavier_uniform_(model.layers[1].in_proj_weight)"
 
 
 def test_healthy_and_masked_attention_is_not_flagged():
@@ -223,3 +224,14 @@ def test_healthy_and_masked_attention_is_not_flagged():
     mask[0, 8:] = 0  # one sequence mostly padding
     report = initlint.audit(model, {"input_ids": ids(1000), "attention_mask": mask}, select=["IL011"])
     assert codes(report, "IL011") == set()
+
+
+def test_a_large_unnormalised_input_is_named_as_the_cause():
+    from transformer_models import CausalSelfAttention
+
+    torch.manual_seed(0)
+    model = CausalSelfAttention(256, 4)  # default nn.Linear init: the projection keeps its input's scale
+    report = initlint.audit(model, 30 * torch.randn(2, 32, 256), select=["IL011"])
+    assert codes(report, "IL011") == {"c_attn"}
+    assert "the input of the q/k projection c_attn has scale (rms) 29.9" in report.findings[0].message
+    assert report.findings[0].fix.startswith("normalise the input of c_attn")

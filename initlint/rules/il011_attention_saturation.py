@@ -158,9 +158,7 @@ class AttentionSaturation(Rule):
         k_proj = projection_of(audit.graph, site.k_from)
         projections = list({p.id: p for p in (q_proj, k_proj) if p is not None}.values())
         if not projections:
-            fix = f"bring q and k of {site.op.module or 'this attention'} to unit scale (normalise them, or shrink what produces them)"
-            return self.finding(audit, site.op, message + "; q and k are too large", fix,
-                                value=site.entropy, threshold=self.opts["min-entropy"])
+            return self._inner_finding(audit, site, message)
         return self._projection_finding(audit, site, message, projections)
 
     def _scale_finding(self, audit: Audit, site: _Site, message: str, ratio: float) -> Finding:
@@ -194,6 +192,19 @@ class AttentionSaturation(Rule):
         fix = (f"normalise the input of {p.module or 'the projection'} (an nn.LayerNorm before it) so that q and k "
                f"keep a unit scale")
         return self.finding(audit, p, message, fix, value=site.entropy, threshold=self.opts["min-entropy"])
+
+    def _inner_finding(self, audit: Audit, site: _Site, message: str) -> Finding:
+        """q and k come from projections inside the op (``nn.MultiheadAttention``) or from no weight layer."""
+        stats = audit.op_stats(site.op)
+        if "q_rms" in stats:
+            message += f"; q and k have scale (rms) {fmt(stats['q_rms'])} and {fmt(stats['k_rms'])}"
+        inner = [n for n in site.op.params.values() if n.endswith(("in_proj_weight", "q_proj_weight", "k_proj_weight"))]
+        if inner:
+            fix = "; ".join(f"nn.init.xavier_uniform_({py_path(n)})" for n in inner)  # MultiheadAttention's own init
+        else:
+            fix = (f"bring q and k of {site.op.module or 'this attention'} to unit scale (normalise them, or shrink "
+                   f"what produces them)")
+        return self.finding(audit, site.op, message, fix, value=site.entropy, threshold=self.opts["min-entropy"])
 
     @staticmethod
     def _gain(audit: Audit, proj: Op):
