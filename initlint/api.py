@@ -184,7 +184,8 @@ def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str
         report.notes.append("the model is on the meta device (its tensors hold no values): only graph rules ran; "
                             "materialise it with model.to_empty(device='cpu') and initialise it for a full audit")
         return cap, probe
-    run = dict(logits=bool(options["logits"]), backward="gradients" in needs, report=report)
+    # logits None: judged as logits when the output says so (a `logits` field, a tied head)
+    run = dict(logits=options["logits"], backward="gradients" in needs, report=report)
     reasons: List[str] = []
     attempts = [("fx", True), ("runtime", True)]  # (backend, copy-on-write stand-ins for the parameters)
     while attempts:
@@ -251,7 +252,7 @@ def _raised_by_initlint(exc: BaseException) -> bool:
     return False
 
 
-def _probe_retrying(cap, args, kwargs, logits: bool, backward: bool, report: Report) -> ProbeResult:
+def _probe_retrying(cap, args, kwargs, logits: Optional[bool], backward: bool, report: Report) -> ProbeResult:
     """Run the probe; on out-of-memory, halve the batch (down to 1) and say so."""
     while True:
         try:

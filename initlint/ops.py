@@ -186,6 +186,7 @@ def call_attrs(kind: str, name: str, args: Tuple[Any, ...], kwargs: Dict[str, An
         attrs["transpose"] = (-2, -1)
     if kind == "view" and name in VIEW_SHAPE_ONLY:
         attrs["shape_only"] = True
+    attrs.update(scalar_attrs(kind, name, args, kwargs))
     return attrs
 
 
@@ -291,3 +292,129 @@ def unit_axis(kind: str) -> Optional[int]:
     if kind in ("linear", "layer_norm", "rms_norm", "embedding"):
         return -1
     return None
+
+
+# ------------------------------------------------------------------ attention calls
+MASKED_BIAS = -1e4
+"""An additive attention bias at or below this is a mask, not a preference: ``exp(-1e4)`` is 0 in
+every floating-point type, so whatever the scores, the key gets no weight (``-inf``,
+``torch.finfo(dtype).min``, ``-1e9`` and GAT's ``-9e15`` are all masks; ALiBi and T5's
+relative position biases, a few tens at most, are not)."""
+
+
+@dataclass
+class AttentionCall:
+    """What decides an attention op's probabilities, read from the call's arguments.
+
+    ``form == "sdpa"``: ``q`` is ``(..., Hq, L, E)`` and ``k`` ``(..., Hk, S, E)`` as given to
+    ``F.scaled_dot_product_attention``; ``mask`` is boolean (True: may attend) or additive,
+    broadcastable to ``(..., Hq, L, S)``. ``form == "mha"``: ``q``/``k`` are the query and key
+    *inputs* ``(L, N, E)``/``(S, N, E)`` of ``F.multi_head_attention_forward``, projected per
+    head with ``q_weight``/``k_weight``; ``mask`` is its ``attn_mask`` (boolean True: masked
+    out, or additive; ``(L, S)`` or ``(N * heads, L, S)``) and ``padding`` its
+    ``key_padding_mask`` (``(N, S)``, True: padding, or additive).
+    """
+
+    form: str
+    q: torch.Tensor
+    k: torch.Tensor
+    scale: Optional[float] = None
+    """The factor applied to ``q @ k^T``; None means the default ``1 / sqrt(head_dim)``."""
+    is_causal: bool = False
+    mask: Optional[torch.Tensor] = None
+    gqa: bool = False
+    heads: int = 1
+    q_weight: Optional[torch.Tensor] = None
+    k_weight: Optional[torch.Tensor] = None
+    q_bias: Optional[torch.Tensor] = None
+    k_bias: Optional[torch.Tensor] = None
+    padding: Optional[torch.Tensor] = None
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.q.shape[-1]) if self.form == "sdpa" else int(self.q_weight.shape[0]) // self.heads
+
+    @property
+    def keys(self) -> int:
+        return int(self.k.shape[-2] if self.form == "sdpa" else self.k.shape[0])
+
+
+_SDPA_ARGS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+
+
+def attention_call(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[AttentionCall]:
+    """The :class:`AttentionCall` of an SDPA or multi-head-attention call, None for forms it cannot read."""
+    try:
+        if name == "scaled_dot_product_attention":
+            return _sdpa_call(args, kwargs)
+        if name == "multi_head_attention_forward":
+            return _mha_call(args, kwargs)
+    except (TypeError, ValueError, IndexError):  # an unusual call: no attention statistics, nothing else lost
+        return None
+    return None
+
+
+def _sdpa_call(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[AttentionCall]:
+    bound = dict(zip(_SDPA_ARGS, args), **kwargs)
+    q, k, mask = bound.get("query"), bound.get("key"), bound.get("attn_mask")
+    if not _float_tensor(q) or not _float_tensor(k) or q.dim() < 2 or k.dim() < 2 or q.numel() == 0 or k.numel() == 0:
+        return None
+    scale = bound.get("scale")
+    return AttentionCall("sdpa", q, k, scale=None if scale is None else float(scale),
+                         is_causal=bool(bound.get("is_causal", False)),
+                         mask=mask if isinstance(mask, torch.Tensor) else None,
+                         gqa=bool(bound.get("enable_gqa", False)))
+
+
+@lru_cache(maxsize=1)
+def _mha_signature() -> Any:
+    import inspect
+
+    return inspect.signature(F.multi_head_attention_forward)
+
+
+def _mha_call(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[AttentionCall]:
+    a = _mha_signature().bind(*args, **kwargs)
+    a.apply_defaults()
+    v = a.arguments
+    if v["bias_k"] is not None or v["add_zero_attn"] or v["static_k"] is not None:
+        return None  # an extra key column: rare, and not worth a second code path
+    query, key, heads = v["query"], v["key"], int(v["num_heads"])
+    if not _float_tensor(query) or not _float_tensor(key) or query.dim() not in (2, 3):
+        return None
+    if query.dim() == 2:  # unbatched (L, E)
+        query, key = query.unsqueeze(1), key.unsqueeze(1)
+    embed = int(query.shape[-1])
+    if v["use_separate_proj_weight"]:
+        q_weight, k_weight = v["q_proj_weight"], v["k_proj_weight"]
+    else:
+        q_weight, k_weight = v["in_proj_weight"][:embed], v["in_proj_weight"][embed:2 * embed]
+    bias = v["in_proj_bias"]
+    q_bias, k_bias = (None, None) if bias is None else (bias[:embed], bias[embed:2 * embed])
+    if q_weight is None or k_weight is None or embed % heads:
+        return None
+    padding = v["key_padding_mask"]
+    if isinstance(padding, torch.Tensor) and padding.dim() == 1:
+        padding = padding.unsqueeze(0)
+    return AttentionCall("mha", query, key, mask=v["attn_mask"], heads=heads, q_weight=q_weight, k_weight=k_weight,
+                         q_bias=q_bias, k_bias=k_bias, padding=padding)
+
+
+def _float_tensor(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+
+def scalar_attrs(kind: str, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The Python-number factor of a ``mul``/``div`` by a constant, and ``alpha`` of ``baddbmm``:
+    how an attention pattern scales its scores (``q @ k^T * scale``, ``/ math.sqrt(d)``)."""
+    if kind in ("mul", "div") and len(args) == 2:
+        number = next((a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)), None)
+        if number is not None and number != 0:
+            factor = float(number)
+            if kind == "div":
+                factor = 1.0 / factor if args[1] is number else float("nan")  # number / tensor is not a scale
+            return {"scalar": factor} if factor == factor else {}
+    if name == "baddbmm":
+        alpha = kwargs.get("alpha", 1)
+        return {"scalar": float(alpha)} if isinstance(alpha, (int, float)) else {}
+    return {}

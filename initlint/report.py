@@ -136,13 +136,14 @@ def group_runs(findings: List[Finding], min_run: int = 4) -> List[Finding]:
     """Merge findings of one code over runs of layers that differ only in one index.
 
     ``layers.0 .. layers.99`` with the same code become one finding on ``layers.{0..99}``
-    carrying the worst value; ``members`` keeps every module path.
+    carrying the worst value; ``members`` keeps every module path. In paths with several
+    indices (``layers.3.0.to_qkv``: block 3, sub-layer 0) the index that varies is grouped and
+    the others stay as they are (``layers.{0..5}.0.to_qkv``).
     """
     buckets: Dict[Tuple[str, str], List[Finding]] = {}
     order: List[Tuple[str, str]] = []
     for f in findings:
-        match = list(_INDEX.finditer(f.module))
-        key = (f.code, _INDEX.sub("{}", f.module, count=0) if match else f"\0{f.module}")
+        key = (f.code, _run_key(f, findings))
         if key not in buckets:
             order.append(key)
         buckets.setdefault(key, []).append(f)
@@ -156,8 +157,23 @@ def group_runs(findings: List[Finding], min_run: int = 4) -> List[Finding]:
     return out
 
 
+def _run_key(f: Finding, findings: List[Finding]) -> str:
+    """``f``'s module with its varying index as ``{}``: the index that takes the most values among
+    the findings of the same code whose paths have the same shape; the others stay literal."""
+    indexes = _INDEX.findall(f.module)
+    if not indexes:
+        return f"\0{f.module}"
+    shape = _INDEX.sub("{}", f.module)
+    if len(indexes) == 1:
+        return shape
+    peers = [_INDEX.findall(g.module) for g in findings if g.code == f.code and _INDEX.sub("{}", g.module) == shape]
+    varying = max(range(len(indexes)), key=lambda i: (len({p[i] for p in peers}), i))
+    parts = iter(range(len(indexes)))
+    return _INDEX.sub(lambda m: "{}" if next(parts) == varying else m.group(0), f.module)
+
+
 def _merge(group: List[Finding], pattern: str) -> Finding:
-    indexes = [int(_INDEX.findall(f.module)[0]) for f in group]
+    indexes = [_varying_index(f.module, pattern) for f in group]
     worst = max(group, key=lambda f: (SEVERITIES.index(f.severity), abs(_log(f.value, f.threshold))))
     lo, hi = min(indexes), max(indexes)
     contiguous = sorted(indexes) == list(range(lo, hi + 1))
@@ -175,6 +191,12 @@ def _merge(group: List[Finding], pattern: str) -> Finding:
     merged.message = f"{len(group)} layers like this; worst: {worst.module}: {worst.message}"
     merged.caused_by = sorted({c for f in group for c in f.caused_by})
     return merged
+
+
+def _varying_index(module: str, pattern: str) -> int:
+    """The number standing where ``pattern`` has ``{}``."""
+    prefix = pattern.split("{}")[0]
+    return int(re.match(r"\d+", module[len(prefix):]).group(0))
 
 
 def _log(value: Optional[float], threshold: Optional[float]) -> float:

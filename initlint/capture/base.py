@@ -37,6 +37,10 @@ class Capture:
         """Execute the model on the probe inputs, calling ``observe`` after each op."""
         raise NotImplementedError
 
+    def producer_of(self, tensor: torch.Tensor, out: Any) -> Optional[int]:
+        """The op that produced ``tensor``, one of the tensors in the model output ``out``."""
+        return None
+
     def module_params(self, path: str, module: nn.Module) -> Dict[str, str]:
         """Parameters of a module op as qualified names: ``weight``/``bias`` roles for layers
         that have them, every parameter under its own name otherwise (RNNs, attention)."""
@@ -118,3 +122,33 @@ class DropoutOff(TorchFunctionMode):
             if skipped is not None:
                 return skipped
         return func(*args, **kwargs)
+
+
+def attention_inputs(call: "O.AttentionCall", producer: Callable[[torch.Tensor], Optional[int]]) -> Dict[str, Any]:
+    """Graph attributes of an attention op: the ops that produced its queries and keys (``q_input``,
+    ``k_input``; rules follow them back to the projections), and its scale when one was given."""
+    attrs: Dict[str, Any] = {"head_dim": call.head_dim}
+    for role, tensor in (("q_input", call.q), ("k_input", call.k)):
+        op_id = producer(tensor)
+        if op_id is not None:
+            attrs[role] = op_id
+    if call.scale is not None:
+        attrs["scale"] = call.scale
+    return attrs
+
+
+class AttentionSpy(DropoutOff):
+    """:class:`DropoutOff` that also keeps the arguments of the attention call made inside a module
+    (``nn.MultiheadAttention`` calls ``F.multi_head_attention_forward``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.call: Optional[O.AttentionCall] = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: D401 - torch protocol
+        kwargs = kwargs or {}
+        name = O.call_name(func)
+        if O.kind_of_name(name) == "attention":
+            _, args, kwargs = without_dropout(name, args, kwargs)
+            self.call = O.attention_call(name, args, kwargs)
+        return super().__torch_function__(func, types, args, kwargs)

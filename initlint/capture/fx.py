@@ -8,7 +8,8 @@ import torch.fx as fx
 import torch.nn as nn
 
 from .. import ops as O
-from .base import Capture, CaptureError, DropoutOff, Observer, param_roles, user_call_site, without_dropout
+from .base import (AttentionSpy, Capture, CaptureError, DropoutOff, Observer, attention_inputs, param_roles,
+                   user_call_site, without_dropout)
 
 
 
@@ -93,6 +94,17 @@ class FxCapture(Capture):
         return interp.run(*positional)
 
 
+    def producer_of(self, tensor: Any, out: Any) -> Optional[int]:
+        # the traced output node lists the returned values in the order _tensors finds them
+        from .runtime import _tensors
+
+        found = [i for i, t in enumerate(_tensors(out)) if t is tensor]
+        outputs = self.graph.outputs
+        if found and len(_tensors(out)) == len(outputs):
+            return outputs[found[0]]
+        return None
+
+
 class _Tracer(fx.Tracer):
     """Keeps hand-written norms and activations (``T5LayerNorm``, ``NewGELUActivation``) as one call."""
 
@@ -115,16 +127,26 @@ class _Observed(fx.Interpreter):
         super().__init__(model, graph=cap.fx_graph)
         self.cap = cap
         self.observe = observe
+        self.attention: Optional[O.AttentionCall] = None
 
     def call_function(self, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         name = O.call_name(target)
         if O.kind_of_name(name) in ("attention", "rnn"):
             _, args, kwargs = without_dropout(name, tuple(args), dict(kwargs))
+        if O.kind_of_name(name) == "attention":
+            self.attention = O.attention_call(name, tuple(args), dict(kwargs))
         return super().call_function(target, args, kwargs)
 
     def call_module(self, target: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
-        if self.cap.module_kinds.get(target) in ("attention", "rnn"):
-            with DropoutOff():  # dropout inside nn.MultiheadAttention / nn.LSTM(dropout=p)
+        kind = self.cap.module_kinds.get(target)
+        if kind == "attention":
+            spy = AttentionSpy()  # dropout off, and the F.multi_head_attention_forward call kept
+            with spy:
+                out = super().call_module(target, args, kwargs)
+            self.attention = spy.call
+            return out
+        if kind == "rnn":
+            with DropoutOff():  # dropout inside nn.LSTM(dropout=p)
                 return super().call_module(target, args, kwargs)
         return super().call_module(target, args, kwargs)
 
@@ -133,11 +155,31 @@ class _Observed(fx.Interpreter):
         if op_id is not None and self.cap.graph[op_id].kind == "dropout":
             args, _ = self.fetch_args_kwargs_from_env(n)
             return args[0]  # dropout is off for the probe
+        self.attention = None
         out = super().run_node(n)
         op_id = self.cap.node_ops.get(n)
         if op_id is not None:
-            self.observe(self.cap.graph[op_id], out)
+            op = self.cap.graph[op_id]
+            self.observe(op, out)
+            if self.attention is not None:
+                self._observe_attention(n, op, self.attention)
         return out
+
+    def _observe_attention(self, node: fx.Node, op: Any, call: O.AttentionCall) -> None:
+        """The queries and keys of an attention node, by the fx nodes that produced them."""
+        args, kwargs = self.fetch_args_kwargs_from_env(node)
+        tensors = {id(v): self.cap.node_ops.get(a) for a, v in zip(node.args, args) if isinstance(a, fx.Node)}
+        tensors.update({id(v): self.cap.node_ops.get(node.kwargs[k]) for k, v in kwargs.items()
+                        if isinstance(node.kwargs.get(k), fx.Node)})
+        if node.op == "call_module" and args:
+            # nn.MultiheadAttention transposes batch-first inputs before the call: map by position
+            tensors[id(call.q)] = self.cap.node_ops.get(node.args[0]) if isinstance(node.args[0], fx.Node) else None
+            if len(node.args) > 1 and isinstance(node.args[1], fx.Node):
+                tensors[id(call.k)] = self.cap.node_ops.get(node.args[1])
+        op.attrs.update(attention_inputs(call, lambda t: tensors.get(id(t))))
+        observe_attention = getattr(self.observe, "attention", None)
+        if observe_attention is not None:
+            observe_attention(op, call)
 
 
 def _nodes_in(obj: Any) -> List[fx.Node]:

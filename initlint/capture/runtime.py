@@ -18,7 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import ops as O
 from ..graph import Op
-from .base import Capture, Observer, param_roles, user_call_site, without_dropout
+from .base import Capture, Observer, attention_inputs, param_roles, user_call_site, without_dropout
 
 _NOT_RECORDED = frozenset({"__get__", "__set__", "size", "dim", "numel", "__len__", "__bool__", "__format__",
                            "__repr__", "__hash__", "is_floating_point", "is_complex", "item", "tolist",
@@ -75,6 +75,9 @@ class RuntimeCapture(Capture):
             return entry[1]
         return None
 
+    def producer_of(self, tensor: torch.Tensor, out: Any) -> Optional[int]:
+        return self.producer(tensor)
+
     def param_of(self, t: torch.Tensor) -> Optional[Tuple[str, bool]]:
         """(name, transposed) when ``t`` is a parameter or a view of one."""
         name = self.param_names.get(id(t))
@@ -126,6 +129,9 @@ class RuntimeCapture(Capture):
         out = func(*args, **kwargs)
         if self.opaque_depth:
             return out
+        if kind == "attention":
+            self._record_attention(func, name, args, kwargs, out)
+            return out
         if name == "__setitem__":
             target = args[0]
             prev = self.producer(target)
@@ -171,6 +177,22 @@ class RuntimeCapture(Capture):
         if kind not in ("view", "other", "add", "mul", "div", "cat"):
             op.location = user_call_site(2)
         self._record_outputs(op, out)
+
+    def _record_attention(self, func: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                          out: Any) -> None:
+        """An attention call: the op, which inputs are its queries and keys, and the statistics of
+        its attention rows (the observer sees q, k and the mask, not only the output)."""
+        call = O.attention_call(name, args, kwargs)
+        before = len(self.graph)
+        self._record_call(func, name, "attention", args, kwargs, out)
+        if call is None or len(self.graph) == before:
+            return
+        op = self.graph[len(self.graph) - 1]
+        op.attrs.update(attention_inputs(call, self.producer))
+        observe_attention = getattr(self.observe, "attention", None)
+        if observe_attention is not None:
+            with torch._C.DisableTorchFunction():
+                observe_attention(op, call)
 
     def _record_outputs(self, op: Op, out: Any) -> None:
         outs = _tensors(out)

@@ -314,3 +314,183 @@ def gated_ops(audit: Audit) -> Dict[int, bool]:
               and any(meets_gate.get(u, False) for u in op.users) for op in graph}
     audit.memo["gated_ops"] = result
     return result
+
+
+# ----------------------------------------------------------------------------- transformer structure
+def measured(audit: "Audit", op: Op, limit: int = 16) -> Optional[Op]:
+    """``op``, or the nearest op before it through first inputs whose output scale was measured
+    (views and dropout carry no statistics of their own)."""
+    current: Optional[Op] = op
+    for _ in range(limit):
+        if current is None:
+            return None
+        if "rms" in audit.op_stats(current):
+            return current
+        if current.kind not in O.PASS_KINDS or not current.inputs:
+            return None
+        current = audit.graph[current.inputs[0]]
+    return None
+
+
+@dataclass
+class Residual:
+    """A residual addition ``stream + branch(stream)``."""
+
+    add: Op
+    stream: Op
+    """The add's input on the stream side (the value the branch was computed from)."""
+    branch: Op
+    """The add's input on the branch side."""
+    layers: List[Op]
+    """Weight ops (and attention ops with their own projections) inside the branch, in order."""
+
+
+def residual_adds(graph: Graph, limit: int = 4000) -> List[Residual]:
+    """Every ``add`` whose one input is computed from the other through at least one weight layer.
+
+    Ops are numbered in execution order, so the search back from the branch stops at ops
+    older than the stream: it visits one block, not the whole model.
+    """
+    found: List[Residual] = []
+    for op in graph:
+        if op.kind != "add" or len(op.inputs) != 2:
+            continue
+        for stream_id, branch_id in (op.inputs, op.inputs[::-1]):
+            layers = _branch_layers(graph, stream_id, branch_id, limit)
+            if layers:
+                found.append(Residual(op, graph[stream_id], graph[branch_id], layers))
+                break
+    return found
+
+
+def _branch_layers(graph: Graph, stream_id: int, branch_id: int, limit: int) -> List[Op]:
+    """Weight layers on the paths from ``stream_id`` to ``branch_id`` (empty: not a branch of it)."""
+    if branch_id <= stream_id:
+        return []
+    ancestors = set()
+    stack = [branch_id]
+    while stack and len(ancestors) < limit:
+        i = stack.pop()
+        if i in ancestors or i < stream_id:
+            continue
+        ancestors.add(i)
+        stack.extend(graph[i].inputs)
+    if stream_id not in ancestors:
+        return []
+    reached = {stream_id}
+    for i in sorted(ancestors):
+        if i != stream_id and any(j in reached for j in graph[i].inputs):
+            reached.add(i)
+    return [graph[i] for i in sorted(reached)
+            if graph[i].kind in O.WEIGHT_KINDS or (graph[i].kind == "attention" and graph[i].params)]
+
+
+@dataclass
+class Scores:
+    """An explicit attention pattern ``softmax(q @ k^T * scale + mask)`` found in the graph."""
+
+    softmax: Op
+    matmul: Op
+    """The ``q @ k^T`` op (a matmul of two signals)."""
+    q: Op
+    k: Op
+    """The matmul's two inputs."""
+    scale: float
+    """The factor between the matmul and the softmax (measured as a ratio of scales, or the
+    constant of a ``mul``/``div``), times any constant applied to q or k before the matmul."""
+    pre_scale: float
+    """The part of ``scale`` applied before the matmul (already inside the matmul's scale)."""
+    head_dim: int
+
+
+_SCORE_PATH = frozenset({"add", "mul", "div", "view", "other", "dropout", "identity", "pad"})
+
+
+def attention_scores(audit: "Audit", softmax: Op) -> Optional[Scores]:
+    """The attention pattern behind ``softmax``, or None when its input is not ``q @ k^T`` of two signals.
+
+    Searches back from the softmax's input through masks, scales and views (at most 12 steps on
+    a path): a mask added to the scores is a side branch that leads to no such product."""
+    graph = audit.graph
+    stack: List[Tuple[Op, Tuple[Op, ...]]] = [(graph[i], ()) for i in softmax.inputs[:1]]
+    visits = 0
+    while stack and visits < 64:
+        current, chain = stack.pop()
+        visits += 1
+        if current.kind == "matmul" and len(current.inputs) >= 2 and not current.params:
+            return _scores(audit, softmax, current, list(chain))
+        if current.kind not in _SCORE_PATH or len(chain) >= 12:
+            continue
+        stack.extend((graph[i], chain + (current,)) for i in reversed(current.inputs))
+    return None
+
+
+def _scores(audit: "Audit", softmax: Op, matmul: Op, chain: List[Op]) -> Optional[Scores]:
+    graph = audit.graph
+    q, k = graph[matmul.inputs[-2]], graph[matmul.inputs[-1]]
+    head_dim = q.shape[-1] if q.shape else None
+    if not head_dim or head_dim < 2:
+        return None
+    post = 1.0
+    for op in reversed(chain):  # the ops right after the matmul, up to the first mask or non-scale op
+        if op.kind in ("view", "dropout", "identity"):
+            continue
+        if op.kind not in ("mul", "div"):
+            break
+        post *= _factor(audit, op)
+    pre = 1.0
+    for side in (q, k):
+        pre *= _constant_factors(graph, side)
+    pre *= float(matmul.attrs.get("scalar", 1.0))
+    return Scores(softmax, matmul, q, k, pre * post, pre, int(head_dim))
+
+
+def _factor(audit: "Audit", op: Op) -> float:
+    """The factor a ``mul``/``div`` applies: its constant, else the ratio of output and input scales."""
+    if "scalar" in op.attrs:
+        return float(op.attrs["scalar"])
+    src = measured(audit, audit.graph[op.inputs[0]]) if op.inputs else None
+    out, inp = audit.op_stats(op).get("rms"), audit.op_stats(src).get("rms") if src is not None else None
+    return out / inp if out and inp else 1.0
+
+
+def _constant_factors(graph: Graph, op: Op, limit: int = 8) -> float:
+    """Constants multiplied into q or k between their projection and the matmul (``q * scale``)."""
+    factor = 1.0
+    current: Optional[Op] = op
+    for _ in range(limit):
+        if current is None or current.kind in O.WEIGHT_KINDS or not current.inputs:
+            break
+        if current.kind in ("mul", "div") and "scalar" in current.attrs:
+            factor *= float(current.attrs["scalar"])
+        elif current.kind not in ("view", "dropout", "identity"):
+            break
+        current = graph[current.inputs[0]]
+    return factor
+
+
+_PROJECTION_PATH = frozenset({"view", "dropout", "identity", "mul", "div", "add", "cat", "pad", "other"})
+
+
+def projection_of(graph: Graph, op_id: Optional[int], limit: int = 24) -> Optional[Op]:
+    """The weight layer that produced the queries or keys held by op ``op_id``, through views,
+    head splits and rotary embeddings (``q * cos + rotate_half(q) * sin``); None past a norm."""
+    current = graph[op_id] if op_id is not None else None
+    for _ in range(limit):
+        if current is None:
+            return None
+        if current.kind in O.WEIGHT_KINDS and "weight" in current.params:
+            return current
+        if current.kind not in _PROJECTION_PATH or not current.inputs:
+            return None
+        current = graph[current.inputs[0]]
+    return None
+
+
+def shared_by(graph: Graph, name: str) -> List[Op]:
+    """Ops of different modules that use the parameter ``name`` (a tied embedding and output head)."""
+    users: Dict[str, Op] = {}
+    for op in graph:
+        if name in op.params.values() and op.module not in users:
+            users[op.module] = op
+    return list(users.values())

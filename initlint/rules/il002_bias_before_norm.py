@@ -11,6 +11,8 @@ from ..report import Finding
 from .base import Audit, Example, Rule
 
 _SHAPE_KEEPING = frozenset({"dropout", "identity"})
+_BIASED_KINDS = O.WEIGHT_KINDS | {"conv_transpose"}
+"""Layers whose bias a channel norm can cancel: Linear, Conv and ConvTranspose (1d/2d/3d)."""
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -22,16 +24,21 @@ def linear_with_bias_into_batchnorm1d():
     return nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.1), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4))
 
 
+def dcgan_generator_block():
+    return nn.Sequential(nn.ConvTranspose2d(100, 512, 4, 1, 0), nn.BatchNorm2d(512), nn.ReLU(True))
+
+
 def conv_without_bias_into_batchnorm():
     return nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU())
 
 
 class BiasBeforeNorm(Rule):
     """## What it does
-    Finds a Linear or Conv layer with a bias whose output goes, through nothing but ops
-    that keep its channel axis (dropout, identity, pooling, transposes, reshapes that keep
-    the shape), into a BatchNorm or InstanceNorm that normalises over that same channel
-    axis. Module and functional forms (``F.batch_norm``, ``F.instance_norm``) both count.
+    Finds a Linear, Conv or ConvTranspose layer (1d, 2d or 3d) with a bias whose output
+    goes, through nothing but ops that keep its channel axis (dropout, identity, pooling,
+    transposes, reshapes that keep the shape), into a BatchNorm or InstanceNorm that
+    normalises over that same channel axis. Module and functional forms (``F.conv2d``,
+    ``F.conv_transpose2d``, ``F.batch_norm``, ``F.instance_norm``) all count.
 
     ## Why is this bad?
     A per-channel norm subtracts each channel's mean over every other axis:
@@ -49,6 +56,7 @@ class BiasBeforeNorm(Rule):
     ## Fix
     ```python
     nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+    nn.Sequential(nn.ConvTranspose2d(100, 512, 4, 1, 0, bias=False), nn.BatchNorm2d(512), nn.ReLU(True))
     ```
 
     ## Options
@@ -61,13 +69,14 @@ class BiasBeforeNorm(Rule):
     needs = frozenset({"graph"})
     summary = "a Linear/Conv bias cancelled exactly by a following BatchNorm/InstanceNorm"
     role = "check"
-    bad = (Example(conv_with_bias_into_batchnorm, expect={"0"}), Example(linear_with_bias_into_batchnorm1d, expect={"0"}))
+    bad = (Example(conv_with_bias_into_batchnorm, expect={"0"}), Example(linear_with_bias_into_batchnorm1d, expect={"0"}),
+           Example(dcgan_generator_block, expect={"0"}))
     good = (Example(conv_without_bias_into_batchnorm),)
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         seen = set()
         for op in audit.graph:
-            if op.kind not in O.WEIGHT_KINDS or "bias" not in op.params or op.module in seen:
+            if op.kind not in _BIASED_KINDS or "bias" not in op.params or op.module in seen:
                 continue
             norm = cancelling_norm(audit.graph, op)
             if norm is None:
@@ -85,7 +94,7 @@ class BiasBeforeNorm(Rule):
 def cancelling_norm(graph: Graph, op: Op) -> Optional[Op]:
     """The channel norm that cancels ``op``'s bias, following one single-user path."""
     shape = op.shape
-    if op.kind == "conv":
+    if op.kind in ("conv", "conv_transpose"):
         axis = 1
     elif shape is not None:
         axis = len(shape) - 1
@@ -129,6 +138,6 @@ def _follow_axis(nxt: Op, current: Op, axis: int) -> Optional[int]:
 
 def _ctor_hint(audit: Audit, op: Op) -> str:
     kind = audit.graph.module_types.get(op.module, "")
-    if kind in ("Linear", "Conv1d", "Conv2d", "Conv3d"):
+    if kind in ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"):
         return f"nn.{kind}(..., bias=False)"
     return ""

@@ -1,13 +1,14 @@
 """IL004 saturated-softmax."""
 from __future__ import annotations
 
-from typing import Iterator, Optional
+import math
+from typing import Iterator, Optional, Tuple
 
 from ..graph import Op
 from ..report import Finding
 import torch.nn as nn
 
-from .base import Audit, Example, Rule, fmt, py_path, upstream_weight
+from .base import Audit, Example, Rule, attention_scores, fmt, measured, py_path, shared_by, upstream_weight
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -26,10 +27,14 @@ def lecun_head_into_softmax():
 class SaturatedSoftmax(Rule):
     """## What it does
     Measures how peaked the probability distributions are at initialisation: for every
-    explicit ``softmax``/``log_softmax`` op, and for the model output when the caller
-    declares it to be logits (``logits=True`` / ``--logits``). It reports the mean maximum
-    probability and the mean entropy relative to ``ln(C)`` for ``C`` classes (masked
-    entries, such as the future positions of causal attention, do not count as classes).
+    explicit ``softmax``/``log_softmax`` op that is not attention (attention rows are IL011's),
+    and for the model output when it is logits. The output is logits when the caller says so
+    (``logits=True`` / ``--logits``), and without being told when that is certain: the
+    ``logits`` field of a Hugging Face style output, or a Linear head whose weight is also the
+    input embedding table (a tied language-model head). ``--no-logits`` turns both off. It
+    reports the mean maximum probability, the mean entropy relative to ``ln(C)`` for ``C``
+    classes (masked entries, such as the future positions of causal attention, do not count
+    as classes) and, for the logits, the expected cross-entropy at init against ``ln(C)``.
 
     ## Why is this bad?
     An untrained classifier knows nothing, so its prediction should be close to uniform:
@@ -37,21 +42,37 @@ class SaturatedSoftmax(Rule):
     the logits have a large scale (logit variance grows with every too-large layer) the
     softmax is one-hot before training: the loss starts huge, the gradient of the softmax
     is near zero for every class but two, and the first steps are spent shrinking weights
-    instead of learning. Attention scores that saturate the same way attend to a single
-    position and pass almost no gradient to the others.
+    instead of learning. With logits of standard deviation ``sigma`` over many classes the
+    expected cross-entropy of a random label is about ``ln(C) + sigma^2 / 2`` while ``sigma``
+    is small and grows like ``sigma * sqrt(2 ln C)`` beyond: a T5 whose untied ``lm_head`` is
+    ``N(0, 1)`` starts near 110 instead of ``ln(32128) = 10.4``.
+
+    The statistics come from at most 512 rows of the output (rows spread over the batch and
+    positions), which bounds their cost and keeps the mean's standard error below 0.022.
 
     ## Fix
-    Shrink the last layer's init (zero-init it, or scale it by 0.1) and check the signal
+    Shrink the last layer's init (zero-init it, or scale it down) and check the signal
     scale upstream (IL001, IL005):
     ```python
     with torch.no_grad():
         model[2].weight.mul_(0.1)
     ```
+    A head whose weight is shared with the input embedding (tied weights) keeps its table:
+    zeroing or shrinking it would change the embedding too, so the fix scales the head's
+    input instead (as T5 does with ``d_model ** -0.5``). A layer whose output also feeds
+    other paths is scaled, never zeroed.
 
     ## Options
     - ``min-entropy`` (default ``0.5``): flag when the mean entropy divided by ``ln(C)`` is
       below this. A uniform prediction scores 1; logits with std 1 over 10 classes score
       about 0.8, with std 3 about 0.4, and a one-hot prediction 0.
+    - ``max-cross-entropy`` (default ``1.5``): for the model's logits, flag only when, in
+      addition, the expected cross-entropy at init exceeds this multiple of ``ln(C)``. A tied
+      head whose stream still carries each token's own embedding gives that token a spike
+      (T5's default: mean max-probability 0.67, entropy 0.37 x ``ln(C)``) that lowers the
+      entropy but costs a random label only 1.2 x ``ln(C)``. Gaussian logits cost 1.6 to 1.9 x
+      ``ln(C)`` (10 to 32128 classes) by the time their entropy falls to 0.5 x ``ln(C)``, so
+      for them the entropy decides.
     """
 
     code = "IL004"
@@ -62,37 +83,92 @@ class SaturatedSoftmax(Rule):
     role = "symptom"
     bad = (Example(oversized_head_into_softmax, expect={"3"}),)
     good = (Example(lecun_head_into_softmax),)
-    options = {"min-entropy": 0.5}
+    options = {"min-entropy": 0.5, "max-cross-entropy": 1.5}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         for op in audit.graph.of_kind("softmax", "log_softmax"):
+            if attention_scores(audit, op) is not None:
+                continue  # attention rows are IL011's (judged against the keys each query may see)
             stats = audit.op_stats(op)
-            finding = self._judge(audit, op, stats, f"{op.target} output")
+            src = measured(audit, audit.graph[op.inputs[0]]) if op.inputs else None
+            scale = audit.op_stats(src).get("rms") if src is not None else None
+            finding = self._judge(audit, op, stats, f"{op.target} output", scale)
             if finding is not None:
                 yield finding
-        if audit.logits and audit.probe.logits:
-            outputs = [audit.graph[i] for i in audit.graph.outputs]
-            if outputs:
-                finding = self._judge(audit, outputs[0], audit.probe.logits, "model output (declared logits)")
+        logits = audit.probe.logits
+        if logits:
+            op = self._logits_op(audit)
+            if op is not None:
+                what = "model output (declared logits)" if logits.get("declared", 1.0) else "model output (logits)"
+                scale = audit.op_stats(op).get("rms")
+                finding = self._judge(audit, op, logits, what, scale)
                 if finding is not None:
                     yield finding
 
-    def _judge(self, audit: Audit, op: Op, stats, what: str) -> Optional[Finding]:
+    @staticmethod
+    def _logits_op(audit: Audit) -> Optional[Op]:
+        op_id = audit.probe.logits_op
+        if op_id is not None and 0 <= op_id < len(audit.graph):
+            return audit.graph[op_id]
+        outputs = [audit.graph[i] for i in audit.graph.outputs]
+        return outputs[0] if outputs else None
+
+    def _judge(self, audit: Audit, op: Op, stats, what: str, scale: Optional[float]) -> Optional[Finding]:
         if "entropy" not in stats or stats.get("maxprob") != stats.get("maxprob"):
             return None  # NaN: non-finite logits are IL009's finding
         onehot = stats.get("onehot_rows", 0.0)
         entropy = stats["entropy"] * (1.0 - onehot)  # one-hot rows have entropy 0
         if onehot <= 0.5 and stats["entropy"] >= self.opts["min-entropy"] or entropy != entropy:
             return None
-        src = op if op.kind in ("linear", "conv") and "weight" in op.params else upstream_weight(audit.graph, op)
         classes = int(stats.get("classes", 0))
+        if "xent" in stats and classes >= 2 and stats["xent"] <= self.opts["max-cross-entropy"] * math.log(classes):
+            return None  # peaked rows, but a random label costs little more than a uniform guess
+        src = op if op.kind in ("linear", "conv") and "weight" in op.params else upstream_weight(audit.graph, op)
         message = (f"{what} is near one-hot: mean max-probability {fmt(stats['maxprob'])}, entropy "
                    f"{fmt(entropy)} x ln({classes}) (threshold {fmt(self.opts['min-entropy'])} x ln({classes}); "
                    f"a uniform prediction has 1.0)")
-        if src is not None:
-            fix = f"with torch.no_grad(): {py_path(src.params['weight'])}.mul_(0.1)  # or nn.init.zeros_(...)"
-            at = src
-        else:
+        if "xent" in stats and classes >= 2:
+            message += (f"; the expected cross-entropy at init is {fmt(stats['xent'])} against "
+                        f"ln({classes}) = {fmt(math.log(classes))} for a uniform prediction")
+        if src is None:
             fix = "scale down the layer that produces these scores, or divide them by a temperature"
-            at = op
-        return self.finding(audit, at, message, fix, value=entropy, threshold=self.opts["min-entropy"])
+            return self.finding(audit, op, message, fix, value=entropy, threshold=self.opts["min-entropy"])
+        message, fix = _fix(audit, src, op, message, scale)
+        return self.finding(audit, src, message, fix, value=entropy, threshold=self.opts["min-entropy"])
+
+
+def _fix(audit: Audit, src: Op, end: Op, message: str, scale: Optional[float]) -> Tuple[str, str]:
+    """How to shrink the scores at ``src``, the weight layer that produces them.
+
+    A table shared with an embedding (tied weights) is neither zeroed nor rescaled: that would
+    change the input embedding too; the head's input is scaled instead. A layer whose output
+    also feeds other paths (a fused projection whose other part is a value path) is rescaled,
+    never zeroed."""
+    name = src.params["weight"]
+    factor = 0.1 if not scale or scale != scale else min(0.1, 1.0 / scale)  # scores of unit scale
+    users = [u for u in shared_by(audit.graph, name) if u.id != src.id and u.module != src.module]
+    if users:
+        roles = ", ".join(f"{'the input embedding' if u.kind == 'embedding' else 'a layer'} "
+                          f"{u.module or '<model>'}" for u in users)
+        message += f"; its weight {name} is shared by {roles} and the output head {src.module or '<model>'}"
+        head = src.module.rsplit(".", 1)[-1] if src.module else "head"
+        fix = (f"logits = self.{head}(hidden * {fmt(factor)})  # scale the head's input: the shared table "
+               f"{name} also embeds the input tokens")
+        return message, fix
+    weight = py_path(name)
+    if _only_path(audit, src, end):
+        return message, f"with torch.no_grad(): {weight}.mul_({fmt(factor)})  # or nn.init.zeros_({weight})"
+    return message, f"with torch.no_grad(): {weight}.mul_({fmt(factor)})"
+
+
+def _only_path(audit: Audit, src: Op, end: Op) -> bool:
+    """``src``'s output reaches nothing but ``end`` (through reshapes and the like)."""
+    current = src
+    for _ in range(32):
+        if current.id == end.id:
+            return True
+        users = audit.graph.consumers(current)
+        if len(users) != 1:
+            return not users  # the model output itself
+        current = users[0]
+    return False

@@ -1,0 +1,189 @@
+"""How much training suffers when residual branches are scaled up at init (calibration of IL012).
+
+    python benchmarks/residual_training.py [--scales 1,3,10,20,50] [--steps 250] [--seeds 0,1] [--norm pre,post]
+
+A small GPT (width 128, 4 blocks, 4 heads, causal ``F.scaled_dot_product_attention``,
+GPT-2's init: every weight ``N(0, 0.02)``, output projections ``N(0, 0.02 / sqrt(2 * blocks))``)
+learns a synthetic copy task: 32 random tokens out of 64, then the same 32 again; the loss is
+the cross-entropy on the repeated half (``ln 64 = 4.16`` for a guess, 0 once the model copies,
+which needs an induction head). Before training, both output projections of every block
+(attention and MLP) are multiplied by ``scale``. For each scale, norm placement (pre-LN:
+``x + f(LN(x))``; post-LN: ``LN(x + f(x))``) and seed, the script trains with AdamW (lr 1e-3,
+batch 32, fixed data order) and reports:
+
+* ``loss@N``: the mean copy loss over the last 50 steps;
+* ``steps<1``: the first step at which the running mean copy loss (over 20 steps) drops
+  below 1.0 (``-`` when it never does);
+* ``IL012``: whether initlint reports ``residual-growth`` on the model at init, with the
+  largest branch-to-stream ratio it measured and the limit.
+
+Training "measurably suffers" when the copy loss at the end is clearly above the unscaled
+model's (by more than its spread over seeds), or the copy task is learnt later.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import _common as C  # noqa: E402
+
+VOCAB, HALF, WIDTH, BLOCKS, HEADS = 64, 32, 128, 4, 4
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int, post_ln: bool) -> None:
+        super().__init__()
+        self.heads, self.post_ln = heads, post_ln
+        self.ln_1, self.ln_2 = nn.LayerNorm(width), nn.LayerNorm(width)
+        self.c_attn = nn.Linear(width, 3 * width)
+        self.attn_proj = nn.Linear(width, width)
+        self.c_fc = nn.Linear(width, 4 * width)
+        self.mlp_proj = nn.Linear(4 * width, width)
+
+    def attn(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.c_attn(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.attn_proj(y.transpose(1, 2).reshape(b, t, d))
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp_proj(F.gelu(self.c_fc(x)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.post_ln:
+            x = self.ln_1(x + self.attn(x))
+            return self.ln_2(x + self.mlp(x))
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class SmallGPT(nn.Module):
+    def __init__(self, post_ln: bool = False, width: int = WIDTH, blocks: int = BLOCKS, heads: int = HEADS) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, width)
+        self.wpe = nn.Embedding(2 * HALF, width)
+        self.h = nn.ModuleList(Block(width, heads, post_ln) for _ in range(blocks))
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, VOCAB, bias=False)
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * blocks) if name.endswith("_proj.weight") else 0.02
+                nn.init.normal_(p, std=std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def scaled(model: SmallGPT, scale: float) -> SmallGPT:
+    with torch.no_grad():
+        for block in model.h:
+            block.attn_proj.weight.mul_(scale)
+            block.mlp_proj.weight.mul_(scale)
+    return model
+
+
+def batch(gen: torch.Generator, size: int = 32) -> torch.Tensor:
+    half = torch.randint(0, VOCAB, (size, HALF), generator=gen)
+    return torch.cat([half, half], dim=1)
+
+
+def train(model: nn.Module, steps: int, seed: int) -> list:
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(1000 + seed)
+    losses = []
+    for _ in range(steps):
+        seq = batch(gen)
+        logits = model(seq[:, :-1])
+        # positions HALF-1 .. 2*HALF-2 predict the repeated half
+        copy = logits[:, HALF - 1:]
+        loss = F.cross_entropy(copy.reshape(-1, VOCAB), seq[:, HALF:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def first_below(losses: list, level: float = 1.0, window: int = 20) -> str:
+    for i in range(window, len(losses) + 1):
+        if sum(losses[i - window:i]) / window < level:
+            return str(i)
+    return "-"
+
+
+def il012(model: nn.Module) -> str:
+    import initlint
+    from initlint.rules import all_rules
+
+    if "IL012" not in all_rules():
+        return "n/a"
+    report = initlint.audit(model, batch(torch.Generator().manual_seed(0), 4)[:, :-1], select=["IL012"])
+    found = [f for f in report.findings if f.code == "IL012"]
+    if not found:
+        return "silent"
+    worst = max(found, key=lambda f: f.value or 0)
+    return f"{len(report.codes())} finding(s), worst {worst.value:.3g} (limit {worst.threshold:.3g})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scales", default="1,3,10,20,50")
+    parser.add_argument("--steps", type=int, default=250, help="0: only the IL012 verdict at init")
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--norm", default="pre,post")
+    parser.add_argument("--threads", type=int, default=1)
+    opts = parser.parse_args()
+    C.set_threads(opts.threads)
+    scales = [float(s) for s in opts.scales.split(",")]
+    seeds = [int(s) for s in opts.seeds.split(",")]
+    print(f"machine: {C.machine()}")
+    print(f"code: {C.revision()}")
+    rows = []
+    for norm in opts.norm.split(","):
+        for scale in scales:
+            finals, reached = [], []
+            start = time.time()
+            for seed in seeds:
+                torch.manual_seed(seed)
+                model = scaled(SmallGPT(post_ln=norm == "post"), scale)
+                if seed == seeds[0]:
+                    found = il012(model)
+                if not opts.steps:
+                    break
+                losses = train(model, opts.steps, seed)
+                finals.append(statistics.mean(losses[-50:]))
+                reached.append(first_below(losses))
+            if not finals:
+                print(f"  {norm}-LN x{scale:g}: IL012 {found}", flush=True)
+                continue
+            spread = f" +- {statistics.stdev(finals):.2f}" if len(finals) > 1 else ""
+            rows.append([f"{norm}-LN", f"x{scale:g}", f"{statistics.mean(finals):.3f}{spread}", ", ".join(reached),
+                         found])
+            print(f"  {norm}-LN x{scale:g}: loss {statistics.mean(finals):.3f}{spread}, steps<1 {reached}, "
+                  f"IL012 {found} ({time.time() - start:.0f} s)", flush=True)
+    print()
+    print(f"Copy-task loss (ln 64 = 4.16 for a guess) after {opts.steps} steps, mean over seeds {opts.seeds}.")
+    print()
+    print(C.table(["norm", "output projections", f"loss@{opts.steps} (last 50)", "steps<1 per seed", "IL012 at init"],
+                  rows))
+
+
+if __name__ == "__main__":
+    main()

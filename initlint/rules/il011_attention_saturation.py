@@ -1,0 +1,231 @@
+"""IL011 attention-saturation."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator, List, Optional
+
+import torch
+import torch.nn as nn
+
+from ..graph import Op
+from ..report import Finding
+from .base import Audit, Example, Rule, attention_scores, fmt, measured, projection_of, py_path
+
+
+@dataclass
+class _Site:
+    """One attention op as measured: its rows, and the three factors of its score scale."""
+
+    op: Op
+    entropy: float
+    maxprob: float
+    raw: float
+    """Root mean square of ``q . k`` (the product, before the scale; after any constant applied to q or k)."""
+    pre_scale: float
+    """Constants applied to q or k before the product (already inside ``raw``)."""
+    scale: float
+    """The whole factor between ``q . k`` of the projections and the scores."""
+    head_dim: int
+    scale_at: Op
+    """Where the scale is applied (the attention call, or the ``mul`` after the product)."""
+    explicit_scale: bool
+    """The scale is written in the model (not SDPA's default)."""
+    q_from: Optional[int]
+    k_from: Optional[int]
+
+    @property
+    def score_std(self) -> float:
+        return self.raw / self.pre_scale * self.scale
+
+    @property
+    def standard_std(self) -> float:
+        """Score scale under the usual ``head_dim ** -0.5``: what q and k alone would give."""
+        return self.raw / self.pre_scale / math.sqrt(self.head_dim)
+
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def attention_with_its_scale_inverted():
+    class Attention(nn.Module):
+        def __init__(self, dim=256, heads=8, dim_head=32):
+            super().__init__()
+            self.heads, self.scale = heads, dim_head ** 0.5  # should be dim_head ** -0.5
+            self.to_qkv = nn.Linear(dim, heads * dim_head * 3, bias=False)
+
+        def forward(self, x):
+            q, k, v = (t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in self.to_qkv(x).chunk(3, dim=-1))
+            attn = (q @ k.transpose(-1, -2) * self.scale).softmax(dim=-1)
+            return (attn @ v).transpose(1, 2).flatten(2)
+
+    return Attention(), torch.randn(2, 32, 256)
+
+
+def attention_scaled_by_dim_head_to_the_minus_half():
+    model, x = attention_with_its_scale_inverted()
+    model.scale = 32 ** -0.5
+    return model, x
+
+
+class AttentionSaturation(Rule):
+    """## What it does
+    Measures the attention rows of every attention op at initialisation: calls of
+    ``F.scaled_dot_product_attention`` (with ``attn_mask``, ``is_causal``, ``scale`` and grouped
+    query heads), ``nn.MultiheadAttention``, and hand-written ``softmax(q @ k^T * scale + mask)``.
+    For a sample of heads and query rows it computes each row's entropy divided by
+    ``ln(n)``, where ``n`` is the number of keys the row may attend to (the mask decides:
+    causal masks, padding masks, boolean masks and additive masks of ``-inf`` or large finite
+    negatives such as ``torch.finfo(dtype).min`` or ``-9e15`` all remove keys), and flags ops
+    whose mean is low: rows close to one-hot.
+
+    It then names the cause from the scale of the scores, ``std(q . k) * scale``:
+    - the **scale**: it differs from ``head_dim ** -0.5`` and q and k are of the usual size
+      (the scores would be fine with the usual scale), as with ``dim_head ** 0.5`` written
+      for ``dim_head ** -0.5``;
+    - the **q/k projections**: their weights are far above ``1 / sqrt(fan_in)``;
+    - the **signal feeding them**: the weights are normal but their input is large (no
+      normalisation before the attention).
+
+    ## Why is this bad?
+    For ``q`` and ``k`` with i.i.d. entries of scale ``s_q`` and ``s_k``, ``q . k`` over
+    ``d = head_dim`` dimensions has standard deviation ``sqrt(d) * s_q * s_k``; the usual scale
+    ``d ** -0.5`` brings the scores to ``s_q * s_k``, about 1 when the projections keep their
+    input's scale. With score standard deviation ``sigma`` a row's entropy is about
+    ``ln(n) - sigma^2 / 2`` while ``sigma`` is small, and falls to 0 (one-hot) once ``sigma`` is
+    several times ``sqrt(2 ln n)``. A one-hot row passes almost no gradient: the softmax
+    Jacobian ``diag(p) - p p^T`` vanishes when ``p`` is one-hot, so the queries and keys do not
+    learn and each token copies one other token's value. Entropy is judged against the keys a
+    query may see, so the first rows of causal attention (one or two keys) and padded keys are
+    never mistaken for saturation; rows left with a single key are not judged at all.
+
+    The statistics come from at most 8 heads x 64 query rows per op (512 rows): a row's
+    normalised entropy lies in [0, 1], so the mean's standard error is below 0.022, and the
+    heads of a layer are alike at initialisation (i.i.d. weights).
+
+    ## Fix
+    Use the scale ``head_dim ** -0.5`` (or leave SDPA's ``scale`` at its default):
+    ```python
+    self.scale = dim_head ** -0.5
+    ```
+    For oversized projections, initialise them with ``std = 1 / sqrt(fan_in)`` (or a
+    transformer's usual 0.02) rather than ``N(0, 1)``; for a large input, normalise it
+    (``nn.LayerNorm``) before the projections. The value path is not the cause and is never
+    the fix.
+
+    ## Options
+    - ``min-entropy`` (default ``0.5``): flag when the mean row entropy divided by
+      ``ln(admissible keys)`` is below this. Healthy attention at init scores 0.85 to 1; scores
+      with standard deviation 3 over 64 keys about 0.4; one-hot rows 0.
+    - ``max-standard-score-std`` (default ``2``): the scores q and k would give under the usual
+      scale ``head_dim ** -0.5``; at or below this the projections are of a normal size and a
+      saturated op's cause is its scale.
+    """
+
+    code = "IL011"
+    name = "attention-saturation"
+    severity = "warning"
+    needs = frozenset({"activations"})
+    summary = "Attention rows are near one-hot at initialisation (judged against the keys each query may see)."
+    role = "symptom"
+    bad = (Example(attention_with_its_scale_inverted, expect={""}),)
+    good = (Example(attention_scaled_by_dim_head_to_the_minus_half),)
+    options = {"min-entropy": 0.5, "max-standard-score-std": 2.0}
+
+    def check(self, audit: Audit) -> Iterator[Finding]:
+        for op in audit.graph:
+            site = self._site(audit, op)
+            if site is None or site.entropy != site.entropy or site.entropy >= self.opts["min-entropy"]:
+                continue
+            yield self._finding(audit, site)
+
+    # ------------------------------------------------------------------ measurement
+    def _site(self, audit: Audit, op: Op) -> Optional[_Site]:
+        stats = audit.op_stats(op)
+        if op.kind == "attention" and "entropy" in stats and "raw_rms" in stats:
+            head_dim = int(stats.get("head_dim", op.attrs.get("head_dim", 0)))
+            return _Site(op, stats["entropy"], stats["maxprob"], stats["raw_rms"], 1.0, stats["scale"], head_dim, op,
+                         not stats.get("default_scale", 1.0), op.attrs.get("q_input"), op.attrs.get("k_input"))
+        if op.kind != "softmax" or "entropy" not in stats:
+            return None
+        scores = attention_scores(audit, op)
+        raw = audit.op_stats(scores.matmul).get("rms") if scores is not None else None
+        if scores is None or not raw:
+            return None
+        # a row left with one key (p exactly 0 elsewhere) is a mask's first row or a saturated row
+        onehot = stats.get("onehot_rows", 0.0)
+        entropy = 0.0 if onehot > 0.5 else stats["entropy"] * (1.0 - onehot)
+        at = next((u for u in audit.graph.consumers(scores.matmul) if u.kind in ("mul", "div")), op)
+        return _Site(op, entropy, stats["maxprob"], raw, scores.pre_scale, scores.scale, scores.head_dim, at, True,
+                     scores.q.id, scores.k.id)
+
+    # ------------------------------------------------------------------ reporting
+    def _finding(self, audit: Audit, site: _Site) -> Finding:
+        d = site.head_dim
+        message = (f"attention rows near one-hot at init: mean entropy {fmt(site.entropy)} x ln(admissible keys) "
+                   f"(threshold {fmt(self.opts['min-entropy'])}; uniform attention has 1), mean max-probability "
+                   f"{fmt(site.maxprob)}; the scores have std {fmt(site.score_std)} = q.k std "
+                   f"{fmt(site.raw / site.pre_scale)} over head dim {d} x scale {fmt(site.scale)}")
+        ratio = site.scale * math.sqrt(d)
+        if site.standard_std <= self.opts["max-standard-score-std"] and ratio > 2.0:
+            return self._scale_finding(audit, site, message, ratio)
+        q_proj = projection_of(audit.graph, site.q_from)
+        k_proj = projection_of(audit.graph, site.k_from)
+        projections = list({p.id: p for p in (q_proj, k_proj) if p is not None}.values())
+        if not projections:
+            return self._inner_finding(audit, site, message)
+        return self._projection_finding(audit, site, message, projections)
+
+    def _scale_finding(self, audit: Audit, site: _Site, message: str, ratio: float) -> Finding:
+        d = site.head_dim
+        usual = d ** -0.5
+        looks = " (it looks like head_dim ** 0.5)" if abs(math.log(site.scale / math.sqrt(d))) < 0.05 else ""
+        message += (f"; the scale is {fmt(ratio)}x the usual head_dim ** -0.5 = {fmt(usual)}{looks}, while q and k "
+                    f"alone would give scores of std {fmt(site.standard_std)}")
+        if site.op.kind == "attention" and site.op.attrs.get("scale") is not None:
+            fix = f"F.scaled_dot_product_attention(q, k, v, ..., scale={d} ** -0.5)  # or leave scale out (the default)"
+        else:
+            fix = f"scale = {d} ** -0.5  # head_dim ** -0.5 = {fmt(usual)}, not {fmt(site.scale)}"
+        return self.finding(audit, site.scale_at, message, fix, value=site.entropy,
+                            threshold=self.opts["min-entropy"])
+
+    def _projection_finding(self, audit: Audit, site: _Site, message: str, projections: List[Op]) -> Finding:
+        gains = [(p, *self._gain(audit, p)) for p in projections]
+        large = [(p, std, fan) for p, gain, std, fan, _ in gains if gain > 2.0]
+        if large:
+            parts = [f"{p.module or '<model>'} has weight std {fmt(std)}, {fmt(std * math.sqrt(fan))}x the "
+                     f"1/sqrt(fan_in {fan}) = {fmt(fan ** -0.5)} that keeps its output at its input's scale"
+                     for p, std, fan in large]
+            fix = "; ".join(f"nn.init.normal_({py_path(p.params['weight'])}, std={fmt(fan ** -0.5)})"
+                            for p, _, fan in large)
+            at = large[0][0]  # the query projection when it is too large, else the key projection
+            return self.finding(audit, at, message + "; the q/k projection " + " and ".join(parts), fix,
+                                value=site.entropy, threshold=self.opts["min-entropy"])
+        p, _, _, _, in_rms = max(gains, key=lambda g: g[4] or 0.0)
+        message += (f"; the input of the q/k projection {p.module or '<model>'} has scale (rms) {fmt(in_rms)}, "
+                    f"and q and k grow with it")
+        fix = (f"normalise the input of {p.module or 'the projection'} (an nn.LayerNorm before it) so that q and k "
+               f"keep a unit scale")
+        return self.finding(audit, p, message, fix, value=site.entropy, threshold=self.opts["min-entropy"])
+
+    def _inner_finding(self, audit: Audit, site: _Site, message: str) -> Finding:
+        """q and k come from projections inside the op (``nn.MultiheadAttention``) or from no weight layer."""
+        stats = audit.op_stats(site.op)
+        if "q_rms" in stats:
+            message += f"; q and k have scale (rms) {fmt(stats['q_rms'])} and {fmt(stats['k_rms'])}"
+        inner = [n for n in site.op.params.values() if n.endswith(("in_proj_weight", "q_proj_weight", "k_proj_weight"))]
+        if inner:
+            fix = "; ".join(f"nn.init.xavier_uniform_({py_path(n)})" for n in inner)  # MultiheadAttention's own init
+        else:
+            fix = (f"bring q and k of {site.op.module or 'this attention'} to unit scale (normalise them, or shrink "
+                   f"what produces them)")
+        return self.finding(audit, site.op, message, fix, value=site.entropy, threshold=self.opts["min-entropy"])
+
+    @staticmethod
+    def _gain(audit: Audit, proj: Op):
+        """``(gain, weight std, fan_in, input rms)`` of a projection: gain is std * sqrt(fan_in)."""
+        stats = audit.probe.params.get(proj.params["weight"], {})
+        fan = audit.fan_in(proj) or 1
+        std = stats.get("rms", 0.0)
+        src = measured(audit, audit.graph[proj.inputs[0]]) if proj.inputs else None
+        in_rms = audit.op_stats(src).get("rms") if src is not None else None
+        return std * math.sqrt(fan), std, fan, in_rms

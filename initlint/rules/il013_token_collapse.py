@@ -1,0 +1,167 @@
+"""IL013 token-collapse."""
+from __future__ import annotations
+
+from typing import Iterator, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from ..graph import Op
+from ..report import Finding
+from .base import Audit, Example, Rule, attention_scores, fmt, residual_adds
+
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+def attention_only_stack():
+    class AttentionOnly(nn.Module):
+        def __init__(self, dim=256, heads=8, depth=6):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.MultiheadAttention(dim, heads, batch_first=True) for _ in range(depth))
+
+        def forward(self, x):
+            for attn in self.layers:
+                x = attn(x, x, x, need_weights=False)[0]  # no residual path
+            return x
+
+    return AttentionOnly(), torch.randn(2, 32, 256)
+
+
+def attention_stack_with_residuals_and_norms():
+    class Residual(nn.Module):
+        def __init__(self, dim=256, heads=8, depth=6):
+            super().__init__()
+            self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(depth))
+            self.layers = nn.ModuleList(nn.MultiheadAttention(dim, heads, batch_first=True) for _ in range(depth))
+
+        def forward(self, x):
+            for norm, attn in zip(self.norms, self.layers):
+                h = norm(x)
+                x = x + attn(h, h, h, need_weights=False)[0]
+            return x
+
+    return Residual(), torch.randn(2, 32, 256)
+
+
+class TokenCollapse(Rule):
+    """## What it does
+    Follows how similar the tokens of one sequence are as the signal goes through depth:
+    at every block output (the residual stream after each residual addition, or, in a stack
+    without residual connections, the output of each attention layer) it measures the mean
+    pairwise cosine similarity of the token vectors, and flags a sequence whose tokens have
+    become near-identical by the last block although they were not at the start.
+
+    ## Why is this bad?
+    At initialisation attention is close to uniform, so an attention layer replaces every
+    token by nearly the same average of all tokens: ``softmax(Q K^T) V ~ (1/n) 1 1^T V``.
+    Without a residual path that carries each token's own vector, the tokens' differences
+    shrink with every layer, doubly exponentially in depth for pure attention (Dong et al.
+    2021, "Attention is not all you need: pure attention loses rank doubly exponentially with
+    depth"): the representation collapses to rank one. Then every token gets the same output,
+    and the gradients of the queries and keys vanish (Noci et al. 2022, "Signal propagation in
+    transformers: theoretical perspectives and the role of rank collapse"), so the attention
+    cannot learn to tell the tokens apart. The mean pairwise cosine of the token vectors is 1
+    exactly when they are all parallel.
+
+    Healthy transformers drift towards it slowly at init (near-uniform attention adds the
+    same vector to every token): GPT-2 (12 layers) ends near 0.6, Llama (32 layers) near 0.8,
+    the T5 decoder near 0.85; attention-only stacks reach 0.99 within a few layers. The
+    similarity is measured on 2 sequences of the probe batch, 64 tokens each (2016 pairs per
+    sequence), cheap next to the layer itself.
+
+    ## Fix
+    Keep a residual path around every attention layer (and normalise the branch input):
+    ```python
+    x = x + attn(norm(x), norm(x), norm(x), need_weights=False)[0]
+    ```
+    When the model has residual connections and still collapses, its branches dwarf the
+    stream (see IL012): scale each block's output projection down, for example by
+    ``1 / sqrt(2 * n_layers)``.
+
+    ## Options
+    - ``max-cosine`` (default ``0.95``): flag when the mean pairwise cosine of the tokens at
+      the last block output is above this.
+    - ``min-rise`` (default ``0.3``): and it rose by at least this much from the start of the
+      network (inputs that are already alike are not a collapse of the network's making).
+    """
+
+    code = "IL013"
+    name = "token-collapse"
+    severity = "warning"
+    needs = frozenset({"activations"})
+    summary = "The tokens of a sequence become near-identical through depth (rank collapse)."
+    role = "symptom"
+    bad = (Example(attention_only_stack, expect={"layers.1"}),)
+    good = (Example(attention_stack_with_residuals_and_norms),)
+    options = {"max-cosine": 0.95, "min-rise": 0.3}
+
+    def check(self, audit: Audit) -> Iterator[Finding]:
+        points, residual = self._points(audit)
+        if len(points) < 2:
+            return
+        start, end = points[0], points[-1]
+        rise = end[1] - start[1]
+        if end[1] <= self.opts["max-cosine"] or rise < self.opts["min-rise"]:
+            return
+        first = next(p for p in points if p[1] > self.opts["max-cosine"])
+        blocks = len(points) - 1
+        where = self._where
+        message = (f"the tokens of a sequence become near-identical through depth: mean pairwise cosine of the token "
+                   f"vectors {fmt(start[1])} at {where(start[0])} -> {fmt(first[1])} at {where(first[0])} -> "
+                   f"{fmt(end[1])} after the last of {blocks} block(s) (threshold {fmt(self.opts['max-cosine'])})")
+        if residual:
+            message += "; the residual stream does not keep each token's own vector"
+            fix = ("scale each residual branch's output projection down (see IL012), e.g. "
+                   "nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * n_layers))")
+        else:
+            message += "; no residual connection carries each token's own vector past the attention layers"
+            fix = "x = x + attn(norm(x))  # a residual path around each attention layer"
+        at = first[0] if self._where(first[0]) == (first[0].module or "<model>") else self._where(first[0])
+        yield self.finding(audit, at, message, fix, value=end[1], threshold=self.opts["max-cosine"])
+
+    def _points(self, audit: Audit) -> Tuple[List[Tuple[Op, float]], bool]:
+        """Block outputs in order as ``(where to report, token cosine)``; the first is the network's start."""
+        stats = audit.probe.ops
+        measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
+        if not measured:
+            return [], False
+        adds = residual_adds(audit.graph)
+        if adds:
+            outputs = [(r.add, r.add) for r in adds if "token_cos" in stats.get(r.add.id, {})]
+        else:
+            outputs = [(site, out) for site in self._attention(audit)
+                       if (out := self._block_output(audit, site)) is not None]
+        if not outputs or measured[0].id >= outputs[0][1].id:
+            return [], bool(adds)
+        start = measured[0]
+        ordered = sorted({out.id: (site, out) for site, out in outputs}.values(), key=lambda pair: pair[1].id)
+        return [(start, stats[start.id]["token_cos"])] + [(site, stats[out.id]["token_cos"]) for site, out in ordered], \
+            bool(adds)
+
+    @staticmethod
+    def _attention(audit: Audit) -> List[Op]:
+        return [op for op in audit.graph if op.kind == "attention"
+                or op.kind == "softmax" and attention_scores(audit, op) is not None]
+
+    @staticmethod
+    def _where(op: Op) -> str:
+        """The module to report: an attention op's own, or the block around an ``nn.Softmax``."""
+        module = op.module.rsplit(".", 1)[0] if op.kind == "softmax" and op.attrs.get("module_op") and "." in op.module \
+            else op.module
+        return module or "<model>"
+
+    @staticmethod
+    def _block_output(audit: Audit, op: Op, limit: int = 32) -> Optional[Op]:
+        """The first op at or after an attention op whose token similarity was measured."""
+        frontier, seen = [op], {op.id}
+        for _ in range(limit):
+            if not frontier:
+                return None
+            current = frontier.pop(0)
+            if "token_cos" in audit.probe.ops.get(current.id, {}):
+                return current
+            for user in audit.graph.consumers(current):
+                if user.id not in seen:
+                    seen.add(user.id)
+                    frontier.append(user)
+        return None

@@ -1,0 +1,114 @@
+"""IL012 residual-growth and IL013 token-collapse on hand-written and real transformers."""
+import logging
+
+import pytest
+import torch
+
+import initlint
+from initlint.rules import Audit
+from initlint.rules.base import measured, residual_adds
+from transformer_models import AttentionOnly, NanoGPT, ResidualAttention
+
+tf = pytest.importorskip("transformers")
+tf.logging.set_verbosity_error()
+logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def codes(report, code):
+    return {m for c, m in report.codes() if c == code}
+
+
+def ids(vocab, batch=2, length=64):
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(0))
+
+
+# ----------------------------------------------------------------------------- residual additions
+def test_residual_additions_are_found_with_their_stream_and_branch():
+    torch.manual_seed(0)
+    model = NanoGPT(dim=64, layers=3)
+    report = initlint.audit(model, ids(512, 2, 16), select=["IL012"])
+    adds = residual_adds(report.graph)
+    assert [r.layers[-1].module for r in adds] == [f"transformer.h.{i}.{part}.c_proj"
+                                                   for i in range(3) for part in ("attn", "mlp")]
+    audit = Audit(model=model, graph=report.graph, probe=report.probe)
+    first = adds[0]
+    # the stream of the first block is the embedding sum; its branch ends at the attention's c_proj
+    assert measured(audit, first.stream).kind == "add" and measured(audit, first.branch).module.endswith("attn.c_proj")
+    # x + pos_emb(x), rotary mixing and score + mask are not residual additions: no weight layer between
+    assert all(any(layer.kind == "linear" for layer in r.layers) for r in adds)
+
+
+# ----------------------------------------------------------------------------- IL012
+def test_post_norm_bert_with_output_projections_times_twenty():
+    torch.manual_seed(0)
+    model = tf.BertModel(tf.BertConfig(num_hidden_layers=3))
+    with torch.no_grad():
+        for layer in model.encoder.layer:
+            layer.attention.output.dense.weight.mul_(20)
+            layer.output.dense.weight.mul_(20)
+    report = initlint.audit(model, {"input_ids": ids(30522, 2, 32)}, select=["IL012"])
+    flagged = codes(report, "IL012")
+    assert {f"encoder.layer.{i}.output.dense" for i in range(3)} <= flagged
+    assert flagged <= {f"encoder.layer.{i}.{part}" for i in range(3) for part in ("output.dense", "attention.output.dense")}
+    assert all(f.fix.startswith("nn.init.normal_(model.encoder.layer[") for f in report.findings)
+
+
+def test_one_oversized_branch_is_located_at_its_block():
+    torch.manual_seed(0)
+    model = NanoGPT()
+    with torch.no_grad():
+        model.transformer.h[3].mlp.c_proj.weight.mul_(20)
+    assert codes(initlint.audit(model, ids(512), select=["IL012"]), "IL012") == {"transformer.h.3.mlp.c_proj"}
+
+
+def test_an_embedding_drowned_by_the_first_branch():
+    """The issue's nanoGPT-style model with every weight N(0, 1): the first attention branch adds a
+    signal ~180x the embedding's (c_attn and c_proj far above 1/sqrt(fan_in))."""
+    torch.manual_seed(0)
+    report = initlint.audit(NanoGPT(init="normal"), ids(512), select=["IL012"])
+    assert codes(report, "IL012") == {"transformer.h.0.attn.c_proj"}
+    assert report.findings[0].value > report.findings[0].threshold
+
+
+def test_default_nanogpt_is_clean():
+    torch.manual_seed(0)
+    report = initlint.audit(NanoGPT(), ids(512), select=["IL011", "IL012", "IL013"])
+    assert report.codes() == []
+
+
+# ----------------------------------------------------------------------------- IL013
+def test_attention_only_stack_collapses_and_the_residual_one_does_not():
+    torch.manual_seed(0)
+    x = torch.randn(2, 32, 256, generator=torch.Generator().manual_seed(0))
+    report = initlint.audit(AttentionOnly(), x, select=["IL013"])
+    assert codes(report, "IL013") == {"layers.1"}
+    assert report.findings[0].value > 0.95
+    assert "x = x + attn(" in report.findings[0].fix
+    torch.manual_seed(0)
+    assert codes(initlint.audit(ResidualAttention(), x, select=["IL013"]), "IL013") == set()
+
+
+def test_attention_only_stack_of_causal_sdpa_collapses():
+    from transformer_models import CausalSelfAttention
+
+    class SDPAOnly(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(256) for _ in range(8))
+            self.attn = torch.nn.ModuleList(CausalSelfAttention(256, 8) for _ in range(8))
+
+        def forward(self, x):
+            for norm, attn in zip(self.norms, self.attn):
+                x = attn(norm(x))
+            return x
+
+    torch.manual_seed(0)
+    report = initlint.audit(SDPAOnly(), torch.randn(2, 32, 256), select=["IL013"])
+    flagged = codes(report, "IL013")
+    assert len(flagged) == 1 and flagged.pop().startswith("attn.")
+
+
+def test_inputs_that_are_alike_from_the_start_are_not_a_collapse():
+    torch.manual_seed(0)
+    x = torch.randn(1, 1, 256).expand(2, 32, 256) + 0.01 * torch.randn(2, 32, 256)
+    assert codes(initlint.audit(AttentionOnly(), x, select=["IL013"]), "IL013") == set()
