@@ -103,6 +103,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
         codes = codes + [RULE_ERROR]  # a selected rule's crash stays visible unless IL000 is ignored
     rules = _instantiate(codes, options["rule_options"] or {})
     streamed = _streamed(user_model, options["device"], init)
+    sharded = not streamed and _sharded(user_model)
     dev = resolve_device(options["device"] or ("cpu" if streamed else None), user_model)
     report.device = str(dev)
     work = user_model
@@ -126,8 +127,15 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
         cap, probe = stream_probe(work, args, kwargs, device=dev, init=init, seed=int(options["seed"]),
                                   logits=bool(options["logits"]), backward="gradients" in needs, notes=report.notes,
                                   progress=progress)
+    elif sharded:
+        from .distributed import sharded_probe
+
+        cap, probe = sharded_probe(work, args, kwargs, device=dev, seed=int(options["seed"]),
+                                   logits=bool(options["logits"]), backward="gradients" in needs, notes=report.notes,
+                                   progress=progress)
     else:
         cap, probe = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report)
+    work = cap.model  # the streamed and sharded audits ran on a plain copy: the user's classes, global shapes
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
     cap.graph.module_locations = locate.module_locations(work)
     ctx = Audit(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))
@@ -138,11 +146,19 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     return report
 
 
+def _sharded(model: nn.Module) -> bool:
+    """A model with DTensor parameters (FSDP2, tensor parallelism) is audited across its ranks."""
+    from .distributed import is_sharded
+
+    return is_sharded(model)
+
+
 def _streamed(model: nn.Module, device: Optional[str], init: Any) -> bool:
     """A model on the meta device is audited block by block, unless the meta device itself is asked for."""
+    from .distributed import is_sharded
     from .stream import is_streamable
 
-    if not is_streamable(model):
+    if is_sharded(model) or not is_streamable(model):
         if init is not None:
             raise UsageError(f"init= is for a model on the meta device; this model's tensors are on "
                              f"{model_device(model)}")

@@ -649,7 +649,21 @@ class StreamProbe:
             return
         self.uses[name] -= 1
         if self.uses[name] <= 0 and name in self.pending:
-            summarise(self.c, "grads", [(name, self.pending.pop(name))], mean=True)
+            self._summarise_grad(name, self.pending.pop(name))
+
+    def _summarise_grad(self, name: str, g: torch.Tensor) -> None:
+        summarise(self.c, "grads", [(name, g)], mean=True)
+
+    def _observer(self) -> Observer:
+        return Observer(lambda: self.cap.graph, self.c)
+
+    def _cotangent(self, main: torch.Tensor) -> torch.Tensor:
+        """The backward probe's output direction, as :func:`initlint.probe.run_probe` draws it."""
+        gen = torch.Generator().manual_seed(0)
+        return torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
+
+    def _finish(self, result: ProbeResult) -> None:
+        self.c.finish(result)
 
     # -- backward
     def recompute(self, call: _Call, inputs: Sequence[torch.Tensor], grads: Sequence[Optional[torch.Tensor]],
@@ -697,7 +711,7 @@ class StreamProbe:
     # -- the run
     def run(self, args: Tuple[Any, ...], kwargs: Dict[str, Any], logits: bool) -> ProbeResult:
         result = ProbeResult()
-        observer = Observer(lambda: self.cap.graph, self.c)
+        observer = self._observer()
         named = dict(self.cap.model.named_parameters())
         grad_wanted = self.backward_wanted and any(p.requires_grad for p in named.values())
         self.backward_wanted = grad_wanted
@@ -720,7 +734,7 @@ class StreamProbe:
                 del out, main
         finally:
             self.uninstall(undo)
-        self.c.finish(result)
+        self._finish(result)
         return result
 
     def _backward(self, main: Optional[torch.Tensor], result: ProbeResult) -> None:
@@ -735,14 +749,13 @@ class StreamProbe:
         named = dict(self.cap.model.named_parameters())
         outside = [n for n in self._wanted() if id(named[n]) in self.mat.live
                    and (id(named[n]) in self.plan.kept or self.plan.unit_of.get(id(_holder(self.plan, named[n]))) is None)]
-        gen = torch.Generator().manual_seed(0)
-        cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
-        grads = torch.autograd.grad([main], [self.dummy] + [named[n] for n in outside], [cotangent],
+        grads = torch.autograd.grad([main], [self.dummy] + [named[n] for n in outside], [self._cotangent(main)],
                                     allow_unused=True)
         for name, g in zip(outside, grads[1:]):
             self._grad(name, g, True)
-        for name in list(self.pending):
-            summarise(self.c, "grads", [(name, self.pending.pop(name))], mean=True)
+        with torch._C.DisableTorchFunction():
+            for name in list(self.pending):
+                self._summarise_grad(name, self.pending.pop(name))
         result.backward_ran = True
 
 
