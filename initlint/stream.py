@@ -399,10 +399,15 @@ class Materialiser:
         if still:
             m, kind, name = self.plan.holders[id(still[0])][0]
             path = _path_of(self.plan.model, m)
-            what = f"{kind} '{_join(path, name)}' ({type(m).__name__})"
-            how = "init(module) leaves it unset and" if self.init is not None else "the default initialisation"
-            raise StreamError(f"{what} is on the meta device and {how} has no way to fill it "
-                              f"(no reset_parameters()); pass init= to initlint.audit with a function that sets it")
+            what = f"{'parameter' if kind == 'param' else 'buffer'} '{_join(path, name)}' ({type(m).__name__})"
+            own = self.plan.hf.get(id(m))
+            logic = (f"{type(own).__name__}._init_weights does not set it" if own is not None else
+                     f"{type(m).__name__} has no reset_parameters() to set it")
+            if self.init is not None:
+                raise StreamError(f"{what} is on the meta device, init leaves it unset and {logic}; "
+                                  f"make init set it")
+            raise StreamError(f"{what} is on the meta device and {logic}; pass init= to initlint.audit "
+                              f"with a function that sets it")
 
     def _own_logic(self, module: nn.Module, tensors: List[Tuple[str, str, torch.Tensor]], salt: int) -> None:
         """Fill unset tensors with the module's own logic, keeping what the init wrote."""
