@@ -346,8 +346,7 @@ class Materialiser:
         with torch.no_grad():
             for t in fresh:
                 _empty(t, self.device)
-                mark = _sentinel(t)
-                t.fill_(mark if mark is not None else False)
+                _mark(t)
                 self.live.add(id(t))
         if fresh or group.last not in self.states:
             self._run_steps(group, {id(t) for t in fresh})
@@ -458,6 +457,18 @@ def _default_init(plan: Plan, module: nn.Module) -> None:
         reset()
 
 
+def _mark(t: torch.Tensor) -> None:
+    """Write the sentinel where :func:`_unset` looks: both ends (filling whole tensors would add one
+    more write of the whole model; an init writes whole tensors)."""
+    mark = _sentinel(t)
+    flat = t.view(-1)
+    if mark is None or flat.numel() <= 2:
+        flat.fill_(mark if mark is not None else False)
+    else:
+        flat[0] = mark
+        flat[-1] = mark
+
+
 def _unset(tensors: Sequence[torch.Tensor]) -> List[torch.Tensor]:
     """Tensors still holding the sentinel at both ends (one host transfer for the lot)."""
     checked = [t for t in tensors if t.numel() and _sentinel(t) is not None]
@@ -561,7 +572,7 @@ class StreamProbe:
         self.progress = progress
         self.start = time.perf_counter()
         self.counts = {"forward": 0, "backward": 0}
-        self.totals = {"forward": 0, "backward": 0}
+        self.totals = {"forward": len(plan.units), "backward": 0}
         self.peak_block = max((g.nbytes for g in plan.units), default=0)
         mat.forget = self._forget
 
@@ -678,6 +689,7 @@ class StreamProbe:
                    if self.names.get(id(t)) in self._wanted() and id(t) not in self.plan.kept]
         kept = [(self.names[id(t)], t) for t in self._kept_in(group) if self.names.get(id(t)) in self._wanted()]
         if not any(needs) and not weights and not kept:
+            self._tick("backward", group)  # nothing to recompute: no gradient flows into or out of it
             return tuple(None for _ in inputs)
         self.enter(group)
         with torch.enable_grad(), DropoutOff():
