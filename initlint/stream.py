@@ -194,12 +194,13 @@ class Plan:
                 owner = model.get_submodule(key) if key else model
                 self.groups.append(_Group(key, owner, kind, index, index + 1))
             self.group_of[index] = self.groups[-1]
-        by_path = {g.path: g for g in self.groups if g.kind == "unit"}
-        if len(by_path) != sum(g.kind == "unit" for g in self.groups):
-            raise StreamError("the model's modules are not initialised block by block in module order")
-        self._assign_tensors(by_path)
+        blocks = [g.path for g in self.groups if g.kind == "unit"]
+        if len(set(blocks)) != len(blocks):  # a block's modules must be initialised one after another
+            raise StreamError(f"cannot audit {type(model).__name__} block by block: the modules of a block are "
+                              f"not consecutive in module order")
+        self._assign_tensors()
 
-    def _assign_tensors(self, by_path: Dict[str, _Group]) -> None:
+    def _assign_tensors(self) -> None:
         self.holders: Dict[int, List[Tuple[nn.Module, str, str]]] = {}
         groups_of: Dict[int, Set[int]] = {}
         for group in self.groups:
@@ -295,10 +296,8 @@ class Materialiser:
         self.frontier = 0  # steps before it have run once, so states[i] is known for i <= frontier
         self.live: Set[int] = set()  # ids of tensors that hold values
         self.live_groups: List[_Group] = []
-        self.on_materialised: Optional[Callable[[_Group], None]] = None
         self.forget: Callable[[torch.Tensor], None] = lambda t: None
         """Called before a tensor is released: drops the capture's weak references to it."""
-        self.draws = 0
 
     # -- public
     def ensure(self, group: _Group) -> None:
@@ -351,10 +350,6 @@ class Materialiser:
         if fresh or group.last not in self.states:
             self._run_steps(group, {id(t) for t in fresh})
             self._fill_unset(group, fresh)
-        if fresh:
-            self.draws += 1
-        if self.on_materialised is not None:
-            self.on_materialised(group)
 
     def _run_steps(self, group: _Group, fresh: Set[int]) -> None:
         outer = _rng_get(self.device)
@@ -363,7 +358,7 @@ class Materialiser:
             with torch.no_grad():
                 for index in range(group.first, group.last):
                     path, module = self.plan.steps[index]
-                    with self._protected(module, fresh):
+                    with _Scratch(module, fresh, self.live):
                         self._call(path, module)
             self.states.setdefault(group.last, _rng_get(self.device))
             self.frontier = max(self.frontier, group.last)
@@ -379,10 +374,6 @@ class Materialiser:
                                   f"{type(exc).__name__}: {exc}") from None
             return
         _default_init(self.plan, module)
-
-    def _protected(self, module: nn.Module, fresh: Set[int]) -> "_Scratch":
-        """Tensors this step must not overwrite: tied tensors that already hold their value."""
-        return _Scratch(module, fresh, self.live)
 
     def _fill_unset(self, group: _Group, fresh: List[torch.Tensor]) -> None:
         unset = _unset(fresh)
