@@ -97,6 +97,8 @@ def run_case(case: str, rank: int, world: int, mesh) -> dict:
     reference_model = copy.deepcopy(model)
     shard(case, model, mesh)
     local = inputs(case, rank if case.startswith("fsdp") else 0)
+    if case == "fsdp_mlp":
+        model(local)  # a model that already ran forward: FSDP has initialised its state lazily
     shards = {n: (p.to_local() if hasattr(p, "to_local") else p).detach().clone() for n, p in model.named_parameters()}
     sharded = initlint.audit(model, local)
     data = torch.cat([inputs(case, r) for r in range(world)]) if case.startswith("fsdp") else local

@@ -242,7 +242,7 @@ def test_meta_device_model_from_the_cli(tmp_path):
     result = run_cli("check", "meta.py", cwd=tmp_path)
     assert "Traceback" not in result.stderr
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "note: the model is on the meta device" in result.stdout
+    assert "note: the model is on the meta device: audited block by block" in result.stdout
 
 
 # ------------------------------------------------------------------ out of memory
