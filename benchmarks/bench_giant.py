@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=128256)
     parser.add_argument("--tokens", type=int, default=32)
     opts = parser.parse_args()
+    # Threads that lose their core wait passively instead of spinning at OpenMP barriers (a shared machine).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     import torch
     import transformers

@@ -39,9 +39,9 @@ from .stream import BlockProgress, Materialiser, Plan, StreamError, StreamProbe,
 _SUMMED = frozenset({"norm", "saturated_count"})
 _LOWEST = frozenset({"low"})
 _HIGHEST = frozenset({"high"})
-"""How a batch-dependent op statistic combines across data-parallel ranks; any other
-(a softmax's mean max-probability, entropy, share of one-hot rows) is averaged, which is
-exact for the equal local batches the audit requires."""
+"""How a batch-dependent op statistic combines across data-parallel ranks (counts, ``*count``,
+are summed too); any other (a softmax's mean max-probability, entropy, share of one-hot
+rows) is averaged, which is exact for the equal local batches the audit requires."""
 
 
 def _dtensor_type() -> Optional[type]:
@@ -189,8 +189,8 @@ class _DPCollector(_Collector):
         kinds = {"sum": [], "min": [], "max": [], "mean": []}
         for i in chosen:
             name = self.keys[i][2]
-            kinds["sum" if name in _SUMMED else "min" if name in _LOWEST else "max" if name in _HIGHEST
-                  else "mean"].append(i)
+            summed = name in _SUMMED or name.endswith("count")
+            kinds["sum" if summed else "min" if name in _LOWEST else "max" if name in _HIGHEST else "mean"].append(i)
         device = self.device or torch.device("cpu")
         for kind, items in kinds.items():
             if not items:
