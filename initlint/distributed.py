@@ -133,6 +133,7 @@ class _Gathered(Materialiser):
         return  # values come from the shards, not from a random stream
 
     def _materialise(self, group: Any) -> None:
+        self.spares.clear()  # the gathers bring their own storage
         with torch.no_grad():
             for t in group.tensors:  # the same order on every rank: the gathers are collectives
                 if id(t) in self.live:

@@ -267,21 +267,31 @@ def _swap(t: torch.Tensor, value: torch.Tensor) -> None:
     torch.utils.swap_tensors(t, new)
 
 
-def _empty(t: torch.Tensor, device: torch.device) -> None:
-    """Storage for ``t`` on ``device`` (its old storage, if it was emptied, else a new one)."""
-    if t.device.type == "meta":
-        _swap(t, torch.empty(t.shape, dtype=t.dtype, device=device))
-    else:
+def _empty(t: torch.Tensor, device: torch.device, spare: Optional[torch.Tensor] = None) -> None:
+    """Storage for ``t`` on ``device``: ``spare``'s (a released tensor of the same shape), its own old
+    storage if it was emptied, else a new one."""
+    if t.device.type != "meta":
         t.untyped_storage().resize_(t.numel() * t.element_size())
+    else:
+        _swap(t, spare if spare is not None else torch.empty(t.shape, dtype=t.dtype, device=device))
 
 
-def _drop(t: torch.Tensor) -> None:
-    """Back to the meta device; a tensor something still holds a weak reference to keeps its
-    object and device but gives its storage back (it is refilled before any further use)."""
+def _drop(t: torch.Tensor) -> Optional[torch.Tensor]:
+    """Back to the meta device; returns a plain tensor on the storage ``t`` gave up. A tensor
+    something still holds a weak reference to keeps its object and device but gives its
+    storage back (it is refilled before any further use)."""
     try:
-        _swap(t, torch.empty(t.shape, dtype=t.dtype, device="meta"))
+        holder = nn.Parameter(torch.empty(t.shape, dtype=t.dtype, device="meta"), requires_grad=t.requires_grad) \
+            if isinstance(t, nn.Parameter) else torch.empty(t.shape, dtype=t.dtype, device="meta")
+        torch.utils.swap_tensors(t, holder)
     except RuntimeError:
         t.untyped_storage().resize_(0)
+        return None
+    return holder.detach()
+
+
+def _key(t: torch.Tensor) -> Tuple[Any, ...]:
+    return tuple(t.shape), t.dtype
 
 
 class Materialiser:
@@ -296,6 +306,9 @@ class Materialiser:
         self.frontier = 0  # steps before it have run once, so states[i] is known for i <= frontier
         self.live: Set[int] = set()  # ids of tensors that hold values
         self.live_groups: List[_Group] = []
+        self.spares: Dict[Tuple[Any, ...], List[torch.Tensor]] = {}
+        """Storage the last released block gave up, by shape: the next block of the same shapes
+        (the next transformer layer) takes it over instead of faulting in fresh pages."""
         self.forget: Callable[[torch.Tensor], None] = lambda t: None
         """Called before a tensor is released: drops the capture's weak references to it."""
 
@@ -317,7 +330,9 @@ class Materialiser:
             if id(t) in self.plan.kept or id(t) not in self.live:
                 continue
             self.forget(t)
-            _drop(t)
+            spare = _drop(t)
+            if spare is not None:
+                self.spares.setdefault(_key(spare), []).append(spare)
             self.live.discard(id(t))
 
     def release_all(self) -> None:
@@ -329,8 +344,13 @@ class Materialiser:
                     self.forget(t)
                     _drop(t)
                     self.live.discard(id(t))
+        self.spares.clear()
 
     # -- internals
+    def _spare(self, t: torch.Tensor) -> Optional[torch.Tensor]:
+        spares = self.spares.get(_key(t)) if t.device.type == "meta" else None
+        return spares.pop() if spares else None
+
     def _skip_to(self, step: int) -> None:
         """Run the init steps before ``step`` that never ran, so its random state is known."""
         while self.frontier < step:
@@ -342,9 +362,11 @@ class Materialiser:
 
     def _materialise(self, group: _Group) -> None:
         fresh = [t for t in group.tensors if id(t) not in self.live]
+        reused = [self._spare(t) for t in fresh]
+        self.spares.clear()  # what no tensor of this block can use goes before new storage is taken
         with torch.no_grad():
-            for t in fresh:
-                _empty(t, self.device)
+            for t, spare in zip(fresh, reused):
+                _empty(t, self.device, spare)
                 _mark(t)
                 self.live.add(id(t))
         if fresh or group.last not in self.states:
@@ -430,7 +452,9 @@ class _Scratch:
     def __enter__(self) -> None:
         for table, name, t in self.swapped:
             scratch = torch.empty_like(t)
-            table[name] = nn.Parameter(scratch, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else scratch
+            if isinstance(t, nn.Parameter):
+                scratch = nn.Parameter(scratch, requires_grad=t.requires_grad)
+            table[name] = scratch
 
     def __exit__(self, *exc: Any) -> None:
         for table, name, t in self.swapped:
@@ -643,8 +667,8 @@ class StreamProbe:
     def _wanted(self) -> Set[str]:
         if self.wanted is None:
             named = dict(self.cap.model.named_parameters())
-            self.wanted = {n for op in self.cap.graph if op.kind in O.WEIGHT_KINDS
-                           for role, n in op.params.items() if role == "weight" and n in named and named[n].requires_grad}
+            self.wanted = {n for op in self.cap.graph if op.kind in O.WEIGHT_KINDS for role, n in op.params.items()
+                           if role == "weight" and n in named and named[n].requires_grad}
         return self.wanted
 
     def _grad(self, name: str, g: Optional[torch.Tensor], tied: bool) -> None:
@@ -755,8 +779,9 @@ class StreamProbe:
         if not self._wanted():
             return
         named = dict(self.cap.model.named_parameters())
-        outside = [n for n in self._wanted() if id(named[n]) in self.mat.live
-                   and (id(named[n]) in self.plan.kept or self.plan.unit_of.get(id(_holder(self.plan, named[n]))) is None)]
+        # weights that hold values outside any block call (tied or loose) take part in the outer graph
+        outside = [n for n in self._wanted() if id(named[n]) in self.mat.live and
+                   (id(named[n]) in self.plan.kept or id(_holder(self.plan, named[n])) not in self.plan.unit_of)]
         grads = torch.autograd.grad([main], [self.dummy] + [named[n] for n in outside], [self._cotangent(main)],
                                     allow_unused=True)
         for name, g in zip(outside, grads[1:]):
