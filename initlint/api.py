@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -74,7 +74,8 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
           logits: Optional[bool] = None, seed: int = 0, batch_size: Optional[int] = None,
           input_shapes: Optional[Sequence[Tuple[int, ...]]] = None,
           rule_options: Optional[Dict[str, Dict[str, Any]]] = None, name: Optional[str] = None,
-          target: str = "", **settings: Any) -> Report:
+          target: str = "", init: Optional[Callable[[nn.Module], None]] = None,
+          progress: Optional[Callable[[Any], None]] = None, **settings: Any) -> Report:
     """Audit ``model`` at initialisation and return a :class:`~initlint.report.Report`.
 
     ``example_inputs`` may be a tensor, a tuple of positional inputs or a dict of keyword
@@ -83,6 +84,11 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     :func:`initlint.guard.guarded`, so parameters, buffers and module attributes (the same
     objects, bits and version counters), training flags, gradients, hooks, the RNG states
     and the global modes are all as before when this returns, or raises.
+
+    A model on the ``meta`` device is audited block by block on ``device`` (default CPU; pass
+    ``device="meta"`` for the graph rules only), each block initialised by ``init(module)``
+    when given, else by the model's own init, and ``progress`` (a function of one
+    :class:`~initlint.stream.BlockProgress`) hears of every block; see :mod:`initlint.stream`.
     """
     from .config import apply_settings
 
@@ -96,7 +102,9 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     if RULE_ERROR not in codes and RULE_ERROR in select_rules(None, options["ignore"]):
         codes = codes + [RULE_ERROR]  # a selected rule's crash stays visible unless IL000 is ignored
     rules = _instantiate(codes, options["rule_options"] or {})
-    dev = resolve_device(options["device"], user_model)
+    streamed = _streamed(user_model, options["device"], init)
+    sharded = not streamed and _sharded(user_model)
+    dev = resolve_device(options["device"] or ("cpu" if streamed else None), user_model)
     report.device = str(dev)
     work = user_model
     if dev != model_device(user_model) and model_device(user_model).type != "meta":
@@ -107,13 +115,27 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     if isinstance(work, torch.jit.ScriptModule):
         report.notes.append("the model is a TorchScript module: its ops run outside Python, so initlint sees "
                             "only its inputs and outputs; audit the nn.Module before torch.jit.script")
-    is_meta = model_device(work).type == "meta"
+    is_meta = model_device(work).type == "meta" and not streamed
     args, kwargs = _probe_inputs(work, example_inputs, options["input_shapes"], options, is_meta)
     if not is_meta:
         args, kwargs = move_inputs(args, dev), move_inputs(kwargs, dev)
         check_finite(args, kwargs)
     needs = set().union(*(r.needs for r in rules)) if rules else set()
-    cap, probe = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report)
+    if streamed:
+        from .stream import stream_probe
+
+        cap, probe = stream_probe(work, args, kwargs, device=dev, init=init, seed=int(options["seed"]),
+                                  logits=options["logits"], backward="gradients" in needs, notes=report.notes,
+                                  progress=progress)
+    elif sharded:
+        from .distributed import sharded_probe
+
+        cap, probe = sharded_probe(work, args, kwargs, device=dev, seed=int(options["seed"]),
+                                   logits=options["logits"], backward="gradients" in needs, notes=report.notes,
+                                   progress=progress)
+    else:
+        cap, probe = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report)
+    work = cap.model  # the streamed and sharded audits ran on a plain copy: the user's classes, global shapes
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
     cap.graph.module_locations = locate.module_locations(work)
     ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))
@@ -122,6 +144,26 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     report.findings = group_runs(link_findings(findings, cap.graph))
     report.notes.extend(probe.notes)
     return report
+
+
+def _sharded(model: nn.Module) -> bool:
+    """A model with DTensor parameters (FSDP2, tensor parallelism) is audited across its ranks."""
+    from .distributed import is_sharded
+
+    return is_sharded(model)
+
+
+def _streamed(model: nn.Module, device: Optional[str], init: Any) -> bool:
+    """A model on the meta device is audited block by block, unless the meta device itself is asked for."""
+    from .distributed import is_sharded
+    from .stream import is_streamable
+
+    if is_sharded(model) or not is_streamable(model):
+        if init is not None:
+            raise UsageError(f"init= is for a model on the meta device; this model's tensors are on "
+                             f"{model_device(model)}")
+        return False
+    return device is None or str(device) != "meta"
 
 
 def _has_lazy_parameters(model: nn.Module) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 import torch.nn as nn
@@ -99,6 +99,8 @@ class _Collector:
 
         self.units: Dict[str, "Units"] = {}
         self.pending: List["_Pending"] = []
+        self.confirmed: Set[str] = set()
+        """Weights whose duplicate units were confirmed early (:func:`confirm_duplicates_now`)."""
 
     def skip(self, kind: str, what: str) -> None:
         names = self.skipped.setdefault(kind, [])
@@ -422,21 +424,33 @@ def confirm_duplicates(c: _Collector, result: ProbeResult, chunk: int = 4096) ->
     transfer, and only for weights that have candidates; the others get ``dup_rows = 0`` for free."""
     for item in c.pending:
         stats = result.params.get(item.name, {})
-        if not stats.pop("dup_candidates", 0):
-            stats["dup_rows"] = 0.0
-            continue
-        with torch.no_grad():
-            first = item.order[:-1][item.same]
-            second = item.order[1:][item.same]
-            copies = 0
-            for start in range(0, first.numel(), chunk):
-                a, b = first[start:start + chunk], second[start:start + chunk]
-                equal = (item.matrix[a] == item.matrix[b]).all(dim=1)
-                if item.bias is not None:
-                    equal &= item.bias[a] == item.bias[b]
-                copies += int(torch.count_nonzero(equal))
-        stats["dup_rows"] = float(copies)
+        stats["dup_rows"] = float(_copies(item, chunk)) if stats.pop("dup_candidates", 0) else 0.0
     c.pending = []
+
+
+def confirm_duplicates_now(c: _Collector, chunk: int = 4096) -> None:
+    """:func:`confirm_duplicates` for weights that are freed before the one transfer (a streamed
+    block): the candidates are counted and compared now, at one host sync per block."""
+    for item in c.pending:
+        copies = _copies(item, chunk) if int(torch.count_nonzero(item.same)) else 0
+        c.const("params", item.name, "dup_rows", float(copies))
+        c.confirmed.add(item.name)
+    c.pending = []
+
+
+def _copies(item: _Pending, chunk: int) -> int:
+    """Candidate pairs of ``item`` whose units are equal in full, weights and bias."""
+    with torch.no_grad():
+        first = item.order[:-1][item.same]
+        second = item.order[1:][item.same]
+        copies = 0
+        for start in range(0, first.numel(), chunk):
+            a, b = first[start:start + chunk], second[start:start + chunk]
+            equal = (item.matrix[a] == item.matrix[b]).all(dim=1)
+            if item.bias is not None:
+                equal &= item.bias[a] == item.bias[b]
+            copies += int(torch.count_nonzero(equal))
+    return copies
 
 
 def _derive(stats: Dict[str, float]) -> None:
@@ -544,7 +558,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
                 result.notes.append(f"the model output is a {unusual_kind(main)} tensor: the output statistics "
                                     f"and the backward probe were skipped")
                 main, grad_wanted = None, False
-            _put_logits(c, cap, out, main, logits, result)
+            put_logits(c, cap, out, main, logits, result)
             if grad_wanted:
                 _backward(cap, named, main, c, result)
             del out, main
@@ -603,7 +617,7 @@ def _tied_head(graph: Graph, op: Op) -> bool:
     return any(other.kind == "embedding" and other.params.get("weight") == weight for other in graph)
 
 
-def _put_logits(c: _Collector, cap: Capture, out: Any, main: Optional[torch.Tensor], logits: Optional[bool],
+def put_logits(c: _Collector, cap: Capture, out: Any, main: Optional[torch.Tensor], logits: Optional[bool],
                 result: ProbeResult) -> None:
     target = logits_output(out, main, cap, logits)
     if target is None:

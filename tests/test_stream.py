@@ -1,0 +1,253 @@
+"""Streaming audit of models on the meta device: block by block, equal to the materialised model's audit."""
+import functools
+
+import pytest
+import torch
+import torch.nn as nn
+
+import initlint
+from initlint.stream import BlockProgress
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+
+def owns_tensors(m: nn.Module) -> bool:
+    return any(True for _ in m.parameters(recurse=False)) or any(True for _ in m.buffers(recurse=False))
+
+
+def materialised(build, init, seed=0) -> nn.Module:
+    """The model built normally, then ``init`` applied to every module that owns tensors, in module
+    order, after ``torch.manual_seed(seed)``; a tied tensor keeps its first owner's values (as
+    Hugging Face's ``tie_weights`` does after initialising both sides)."""
+    torch.manual_seed(1234)  # construction draws: overwritten by init, or constant (norms, rotary tables)
+    model = build()
+    torch.manual_seed(seed)
+    done = set()
+    for m in model.modules():
+        if not owns_tensors(m):
+            continue
+        tied = {id(p): p.detach().clone() for p in m.parameters(recurse=False) if id(p) in done}
+        init(m)
+        with torch.no_grad():
+            for p in m.parameters(recurse=False):
+                if id(p) in tied:
+                    p.copy_(tied[id(p)])
+        done.update(id(p) for p in m.parameters(recurse=False))
+    return model
+
+
+def on_meta(build) -> nn.Module:
+    with torch.device("meta"):
+        return build()
+
+
+# ------------------------------------------------------------------ three architectures
+def bad_mlp():
+    layers = [nn.Linear(64, 256), nn.ReLU()]
+    for _ in range(4):
+        layers += [nn.Linear(256, 256), nn.ReLU()]
+    return nn.Sequential(*layers, nn.Linear(256, 10))
+
+
+def init_bad_mlp(m):
+    if isinstance(m, nn.Linear):
+        # He init, except the hidden 256x256 layers: std 1 where relu needs 0.088
+        std = 1.0 if m.in_features == m.out_features == 256 else (2.0 / m.in_features) ** 0.5
+        nn.init.normal_(m.weight, std=std)
+        nn.init.zeros_(m.bias)
+
+
+def small_llama():
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=512, attn_implementation="eager"))
+
+
+def small_gpt2():
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        n_embd=64, n_layer=3, n_head=4, vocab_size=512, n_positions=64, bos_token_id=0, eos_token_id=0,
+        attn_implementation="eager"))
+
+
+def init_loud(m):
+    """Every weight matrix drawn with std 1 (50x the usual 0.02): attention saturates."""
+    if isinstance(m, (nn.Linear, nn.Embedding)) or type(m).__name__ == "Conv1D":
+        nn.init.normal_(m.weight, std=1.0)
+        if getattr(m, "bias", None) is not None:
+            nn.init.zeros_(m.bias)
+
+
+IDS = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+CASES = {
+    "mlp": (bad_mlp, init_bad_mlp, torch.randn(16, 64, generator=torch.Generator().manual_seed(0))),
+    "llama": (small_llama, init_loud, IDS),
+    "gpt2": (small_gpt2, init_loud, IDS),  # lm_head tied to the token embedding
+}
+
+
+def assert_same_audit(streamed, reference):
+    assert streamed.codes() == reference.codes()
+    for a, b in zip(streamed.findings, reference.findings):
+        assert (a.message, a.fix, a.location, a.value, a.threshold) == (b.message, b.fix, b.location, b.value,
+                                                                       b.threshold)
+    assert streamed.probe.params == reference.probe.params
+    assert streamed.probe.ops == reference.probe.ops
+    assert streamed.probe.grads == reference.probe.grads
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_streamed_audit_equals_the_materialised_models(case):
+    build, init, inputs = CASES[case]
+    reference = initlint.audit(materialised(build, init), inputs)
+    assert reference.findings, "the seeded init is meant to be bad"
+    model = on_meta(build)
+    streamed = initlint.audit(model, inputs, init=init)
+    assert_same_audit(streamed, reference)
+    assert streamed.probe.backward_ran and streamed.device == "cpu"
+    assert any(note.startswith("the model is on the meta device: audited block by block") for note in streamed.notes)
+    assert {t.device.type for t in list(model.parameters()) + list(model.buffers())} == {"meta"}
+
+
+@pytest.mark.parametrize("build", [small_llama, small_gpt2])
+def test_hugging_face_default_init_streams_clean(build):
+    model = on_meta(build)
+    streamed = initlint.audit(model, IDS)
+    assert streamed.codes() == initlint.audit(build(), IDS).codes() == []
+    assert any(f"initialised with {type(model).__name__}._init_weights" in n for n in streamed.notes)
+
+
+def test_default_init_is_each_modules_reset_parameters():
+    def deep():
+        layers = []
+        for _ in range(8):
+            layers += [nn.Linear(128, 128), nn.ReLU()]
+        return nn.Sequential(*layers, nn.Linear(128, 10))
+
+    streamed = initlint.audit(on_meta(deep))  # the probe batch is inferred, as for any model
+    assert streamed.codes() == initlint.audit(deep()).codes()
+    assert ("IL006", "16") in streamed.codes()  # a gradient rule: the backward probe ran
+
+
+# ------------------------------------------------------------------ how blocks come and go
+class OutOfOrder(nn.Module):
+    """Defined head first and with a parameter of its own; runs input -> blocks -> head."""
+
+    def __init__(self, width=128, depth=4):
+        super().__init__()
+        self.head = nn.Linear(width, 10)
+        self.scale = nn.Parameter(torch.ones(width))
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(depth))
+        self.inp = nn.Linear(16, width)
+
+    def forward(self, x):
+        h = self.inp(x) * self.scale
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def init_out_of_order(m):
+    if isinstance(m, OutOfOrder):
+        nn.init.normal_(m.scale, 1.0, 0.1)
+    elif isinstance(m, nn.Linear):
+        nn.init.normal_(m.weight, std=1.0 if m.in_features == m.out_features else 0.1)
+        nn.init.normal_(m.bias, std=0.1)
+
+
+def test_blocks_out_of_module_order_and_a_models_own_parameter():
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+    reference = initlint.audit(materialised(OutOfOrder, init_out_of_order), x)
+    assert reference.findings
+    assert_same_audit(initlint.audit(on_meta(OutOfOrder), x, init=init_out_of_order), reference)
+
+
+LIVE = []
+
+
+def count_live(owner, module, args):
+    """Forward pre-hook: how many elements of the whole (audited copy of the) model hold values now."""
+    LIVE.append(sum(p.numel() for p in owner[0].parameters() if p.device.type != "meta"))
+
+
+def wide_stack(width=256, depth=6):
+    layers = [nn.Linear(16, width), nn.ReLU()]
+    for _ in range(depth):
+        layers += [nn.Linear(width, width), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(width, 10))
+    owner = [model]  # deep copies of the hooks point at the copy of the model
+    for m in model:
+        if isinstance(m, nn.Linear):
+            m.register_forward_pre_hook(functools.partial(count_live, owner))
+    return model
+
+
+def test_one_block_holds_values_at_a_time():
+    LIVE.clear()
+    events = []
+    width, depth = 256, 6
+    report = initlint.audit(on_meta(wide_stack), torch.randn(8, 16), progress=events.append)
+    assert report.probe.backward_ran
+    assert LIVE and max(LIVE) > 0
+    assert max(LIVE) <= width * width + width  # never more than the largest block
+    total = sum(p.numel() for p in wide_stack().parameters())
+    assert total > 5 * max(LIVE)
+    forward = [e.block for e in events if e.phase == "forward"]
+    backward = [e.block for e in events if e.phase == "backward"]
+    blocks = [str(i) for i in range(0, 2 * depth + 3, 2)]
+    assert forward == blocks and [e.index for e in events if e.phase == "forward"] == list(range(1, len(blocks) + 1))
+    assert backward == blocks[::-1][:len(backward)] and len(backward) >= depth + 1  # recomputed in reverse
+    assert all(isinstance(e, BlockProgress) and e.total >= e.index for e in events)
+
+
+def test_init_is_called_once_per_tensor_owner_in_module_order():
+    calls = []
+
+    def init(m):
+        calls.append((type(m).__name__, tuple(m.weight.shape)))
+        init_bad_mlp(m)
+
+    # no gradient rule selected: no recomputation, so each block is initialised exactly once
+    initlint.audit(on_meta(wide_stack), torch.randn(8, 16), init=init, select=["IL001", "IL003"])
+    assert calls == [(type(m).__name__, tuple(m.weight.shape)) for m in wide_stack().modules() if owns_tensors(m)]
+
+
+def test_the_users_model_and_random_state_are_untouched():
+    model = on_meta(small_llama)
+    before = {n: (t.shape, t.dtype, t.device) for n, t in list(model.named_parameters()) + list(model.named_buffers())}
+    state = torch.get_rng_state()
+    grad_mode = torch.is_grad_enabled()
+    initlint.audit(model, IDS, init=init_loud)
+    after = {n: (t.shape, t.dtype, t.device) for n, t in list(model.named_parameters()) + list(model.named_buffers())}
+    assert after == before
+    assert torch.equal(torch.get_rng_state(), state) and torch.is_grad_enabled() == grad_mode
+    assert all(p.grad is None for p in model.parameters())
+
+
+# ------------------------------------------------------------------ bad input
+def test_a_tensor_nothing_can_fill_is_one_clear_sentence():
+    message = r"parameter 'scale' \(OutOfOrder\) is on the meta device and OutOfOrder has no reset_parameters\(\)"
+    with pytest.raises(initlint.LoadError, match=message + r" to set it; pass init= to initlint.audit"):
+        initlint.audit(on_meta(OutOfOrder), torch.randn(8, 16))
+
+    def partial(m):
+        if isinstance(m, nn.Linear):
+            init_out_of_order(m)
+
+    with pytest.raises(initlint.LoadError, match=r"'scale' \(OutOfOrder\) is on the meta device, init leaves it unset"):
+        initlint.audit(on_meta(OutOfOrder), torch.randn(8, 16), init=partial)
+
+
+def test_an_init_that_raises_names_the_module():
+    def broken(m):
+        if isinstance(m, nn.Linear):
+            raise ValueError("no such scheme")
+        init_out_of_order(m)
+
+    with pytest.raises(initlint.LoadError, match=r"init\(head: Linear\) raised ValueError: no such scheme"):
+        initlint.audit(on_meta(OutOfOrder), torch.randn(8, 16), init=broken)
+
+
+def test_init_for_a_model_that_holds_values_is_refused():
+    with pytest.raises(initlint.UsageError, match="init= is for a model on the meta device"):
+        initlint.audit(nn.Linear(4, 4), torch.randn(2, 4), init=init_loud)
