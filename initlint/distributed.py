@@ -31,6 +31,7 @@ import torch.nn as nn
 
 from .capture import Capture, RuntimeCapture, capture
 from .graph import Graph
+from .attempts import ForwardFailed
 from .load import LoadError
 from .probe import Observer, ProbeResult, _Collector
 from .stream import BlockProgress, Materialiser, Plan, StreamError, StreamProbe, _fx_called, _seeded, _swap, \
@@ -295,7 +296,6 @@ def sharded_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any
 
     Returns the capture of a plain meta copy of the model and statistics equal on every rank.
     """
-    from .api import _ForwardFailed
     from .capture.runtime import _tensors
 
     if not dist.is_available() or not dist.is_initialized():
@@ -317,14 +317,14 @@ def sharded_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any
         except (LoadError, KeyboardInterrupt):
             raise
         except Exception as exc:  # every rank fails alike (same model, same code), so all fall back together
-            notes.append(f"the fx-traced graph failed to run ({_ForwardFailed(exc).reason}); used the runtime capture")
+            notes.append(f"the fx-traced graph failed to run ({ForwardFailed(exc, 'fx').reason}); used the runtime capture")
         cap = RuntimeCapture(work)
     try:
         return cap, _attempt(cap, args, kwargs, notes, **run)
     except (LoadError, KeyboardInterrupt):
         raise
     except Exception as exc:
-        raise _ForwardFailed(exc).as_load_error(args, kwargs) from None
+        raise ForwardFailed(exc, cap.name).as_load_error(model, args, kwargs) from None
 
 
 def _attempt(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], notes: List[str], *,

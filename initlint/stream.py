@@ -39,6 +39,7 @@ from torch.utils import _pytree as pytree
 from . import ops as O
 from .capture import Capture, RuntimeCapture, capture
 from .capture.base import DropoutOff
+from .attempts import ForwardFailed
 from .load import LoadError
 from .probe import (Observer, ProbeResult, _Collector, _param_stats, confirm_duplicates_now, primary_output, put_logits,
                     summarise, used_params, weight_units)
@@ -807,8 +808,6 @@ def stream_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]
 
     Returns the capture (whose model is a meta copy of ``model``) and the probe statistics.
     """
-    from .api import _ForwardFailed
-
     if init is not None and not callable(init):
         raise StreamError(f"init must be a function of one module, got {type(init).__name__}")
     work = copy.deepcopy(model)
@@ -821,14 +820,14 @@ def stream_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]
         except (LoadError, KeyboardInterrupt):
             raise
         except Exception as exc:
-            notes.append(f"the fx-traced graph failed to run ({_ForwardFailed(exc).reason}); used the runtime capture")
+            notes.append(f"the fx-traced graph failed to run ({ForwardFailed(exc, 'fx').reason}); used the runtime capture")
         cap = RuntimeCapture(work)
     try:
         return cap, _attempt(cap, args, kwargs, notes, **run)
     except (LoadError, KeyboardInterrupt):
         raise
     except Exception as exc:
-        raise _ForwardFailed(exc).as_load_error(args, kwargs) from None
+        raise ForwardFailed(exc, cap.name).as_load_error(model, args, kwargs) from None
 
 
 def _attempt(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], notes: List[str], *, device: torch.device,

@@ -17,6 +17,7 @@ import torch.nn as nn
 
 import initlint
 import initlint.api as api
+import initlint.attempts as attempts
 
 LINEAR_MODEL = """
 import torch.nn as nn
@@ -249,7 +250,7 @@ def test_meta_device_model_from_the_cli(tmp_path):
 # ------------------------------------------------------------------ out of memory
 def test_out_of_memory_on_the_first_probe_retries_with_a_smaller_batch(monkeypatch):
     calls = []
-    real = api.run_probe
+    real = attempts.run_probe
 
     def flaky(cap, args, kwargs, **options):
         calls.append(args[0].shape[0])
@@ -257,7 +258,7 @@ def test_out_of_memory_on_the_first_probe_retries_with_a_smaller_batch(monkeypat
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(cap, args, kwargs, **options)
 
-    monkeypatch.setattr(api, "run_probe", flaky)
+    monkeypatch.setattr(attempts, "run_probe", flaky)
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
     report = initlint.audit(model)
     assert calls == [16, 8]
