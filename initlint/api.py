@@ -129,6 +129,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     else:
         cap, probe = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report)
     work = cap.model  # the streamed and sharded audits ran on a plain copy: the user's classes, global shapes
+    probe.seal()
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
     cap.graph.module_locations = locate.module_locations(work)
     ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))

@@ -20,6 +20,7 @@ from . import ops as O
 from .capture import Capture
 from .capture.runtime import _tensors
 from .graph import Graph, Op
+from .stats import OpStats, ParamStats, SoftmaxStats, TensorStats
 
 SATURATION_MARGIN = 0.01
 """An output within 1% of the activation's range from a bound counts as saturated
@@ -58,28 +59,33 @@ _SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.s
 
 @dataclass
 class ProbeResult:
-    """Host-side statistics of one probe run."""
+    """Host-side statistics of one probe run: typed records (:mod:`initlint.stats`) once sealed."""
 
-    ops: Dict[int, Dict[str, float]] = field(default_factory=dict)
-    """Per op: ``rms`` (root mean square, the scale the variance analysis propagates) and
-    ``absmax`` of its output; ``dead``/``units`` (ReLU family);
-    ``saturated`` (bounded activations); ``maxprob``/``entropy`` (softmax)."""
-    params: Dict[str, Dict[str, float]] = field(default_factory=dict)
-    """Per weight of a Linear/Conv layer: ``rms``, ``low``, ``high``, ``absmax``, ``spread``,
-    ``dup_rows`` (units that are exact copies of another unit, weights and bias compared in full),
-    ``rows`` (units), ``groups`` (grouped convolutions) and ``mean`` when all its entries are equal;
-    per bias: ``mean``."""
-    grads: Dict[str, Dict[str, float]] = field(default_factory=dict)
-    """Per weight parameter: ``std``, ``absmax`` of its gradient under the backward probe."""
-    logits: Optional[Dict[str, float]] = None
-    """Softmax statistics of the model output when it is logits (declared, or certain from the
-    output: see :func:`logits_output`): ``maxprob``, ``entropy``, ``onehot_rows``, ``classes``,
-    ``xent`` (expected initial cross-entropy) and ``declared`` (1.0 when the caller said so)."""
+    ops: Dict[int, Any] = field(default_factory=dict)
+    """Per op: an :class:`~initlint.stats.OpStats` (scale and extremes of its output; dead units,
+    saturation, softmax rows, attention and token statistics where they apply)."""
+    params: Dict[str, Any] = field(default_factory=dict)
+    """Per weight of a Linear/Conv layer, and per bias: a :class:`~initlint.stats.ParamStats`."""
+    grads: Dict[str, Any] = field(default_factory=dict)
+    """Per weight parameter: a :class:`~initlint.stats.TensorStats` of its gradient under the backward probe."""
+    logits: Optional[Any] = None
+    """A :class:`~initlint.stats.SoftmaxStats` of the model output when it is logits (declared, or
+    certain from the output: see :func:`logits_output`)."""
     logits_op: Optional[int] = None
     """The op that produced the logits, when the capture knows it."""
     forward_ran: bool = False
     backward_ran: bool = False
     notes: List[str] = field(default_factory=list)
+
+    def seal(self) -> "ProbeResult":
+        """Turn the collected dictionaries into typed records (once; a no-op afterwards)."""
+        for table, record in ((self.ops, OpStats), (self.params, ParamStats), (self.grads, TensorStats)):
+            for key, stats in table.items():
+                if isinstance(stats, dict):
+                    table[key] = record.from_dict(stats)
+        if isinstance(self.logits, dict):
+            self.logits = SoftmaxStats.from_dict(self.logits)
+        return self
 
 
 class _Collector:
@@ -568,7 +574,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
     c.finish(result)
     confirm_duplicates(c, result)
     result.notes.extend(c.skip_notes())
-    return result
+    return result.seal()
 
 
 def _measurable(c: _Collector, name: str, t: torch.Tensor) -> bool:

@@ -13,6 +13,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..probe import ProbeResult
+from ..stats import OpStats
 from ..report import Finding
 
 
@@ -138,9 +139,9 @@ class AuditContext:
     def _params(self) -> Dict[str, nn.Parameter]:
         return dict(self.model.named_parameters())
 
-    def op_stats(self, op: Op) -> Dict[str, float]:
-        """Forward statistics of an op (empty when it was not measured)."""
-        return self.probe.ops.get(op.id, {})
+    def op_stats(self, op: Op) -> OpStats:
+        """Forward statistics of an op (every field ``None`` when it was not measured)."""
+        return self.probe.ops.get(op.id) or OpStats()
 
     def location(self, op: Op) -> Optional[Tuple[str, int]]:
         """Where to fix it: the module's construction line, else the op's call site."""

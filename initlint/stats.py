@@ -1,0 +1,141 @@
+"""Typed statistics of one probe run: what the probe measured per op, per parameter, per gradient.
+
+Each record is a dataclass whose fields are floats, or ``None`` where nothing was measured. A
+rule reads them by attribute (``stats.rms``) or by name (``stats.get("rms")``, ``"rms" in stats``,
+``stats["rms"]``); a name that is not a field raises, so a typo is an error, not a silent
+``None``. The probe collects plain dictionaries on the device side and turns them into these
+records once, when the run is over (:meth:`initlint.probe.ProbeResult.seal`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Dict, Iterator, Optional, Tuple, Type, TypeVar
+
+S = TypeVar("S", bound="Stats")
+
+
+class UnknownStatistic(KeyError):
+    """A statistic name that the record does not have."""
+
+
+@dataclass
+class Stats:
+    """Base of the records: lookups by name for rules that choose a statistic at run time."""
+
+    @classmethod
+    def names(cls) -> Tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_dict(cls: Type[S], values: Dict[str, float]) -> S:
+        unknown = sorted(set(values) - set(cls.names()))
+        if unknown:
+            raise UnknownStatistic(f"{cls.__name__} has no statistic {', '.join(unknown)}")
+        return cls(**values)
+
+    def _check(self, name: str) -> None:
+        if name not in self.names():
+            raise UnknownStatistic(f"{type(self).__name__} has no statistic '{name}'")
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of ``name``, or ``default`` when it was not measured."""
+        self._check(name)
+        value = getattr(self, name)
+        return default if value is None else value
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __getitem__(self, name: str) -> float:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __bool__(self) -> bool:
+        return any(getattr(self, n) is not None for n in self.names())
+
+    def keys(self) -> Iterator[str]:
+        """Names of the measured statistics."""
+        return (n for n in self.names() if getattr(self, n) is not None)
+
+    def items(self) -> Iterator[Tuple[str, float]]:
+        """``(name, value)`` of the measured statistics."""
+        return ((n, getattr(self, n)) for n in self.keys())
+
+    def __iter__(self) -> Iterator[str]:
+        return self.keys()
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.keys())
+
+
+@dataclass
+class TensorStats(Stats):
+    """Scale and extremes of a tensor (a weight's gradient under the backward probe)."""
+
+    rms: Optional[float] = None
+    """Root mean square: the scale the variance analysis propagates."""
+    std: Optional[float] = None
+    mean: Optional[float] = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+    absmax: Optional[float] = None
+    spread: Optional[float] = None
+    """``high - low``; zero for a constant tensor."""
+
+
+@dataclass
+class ParamStats(TensorStats):
+    """A weight of a Linear/Conv layer (scale, extremes, copies of units), or a bias (``mean``)."""
+
+    rows: Optional[float] = None
+    """Units (output features or channels)."""
+    dup_rows: Optional[float] = None
+    """Units that are exact copies of another unit, weights and bias compared in full."""
+    groups: Optional[float] = None
+    """Groups of a grouped convolution (copies are only counted within a group)."""
+    biased: Optional[float] = None
+    """1 when the layer's bias was compared with its weights."""
+
+
+@dataclass
+class SoftmaxStats(Stats):
+    """A probability distribution per row: a softmax, or the model's logits."""
+
+    maxprob: Optional[float] = None
+    """Mean largest probability of a row."""
+    entropy: Optional[float] = None
+    """Mean entropy of a row over ln(its admissible classes): 1 for a uniform row, 0 for one-hot."""
+    onehot_rows: Optional[float] = None
+    """Fraction of rows with a single admissible entry."""
+    classes: Optional[float] = None
+    xent: Optional[float] = None
+    """Expected cross-entropy of a uniformly drawn label (logits only)."""
+    declared: Optional[float] = None
+    """1 when the user declared the output to be logits, 0 when it was known from the output."""
+
+
+@dataclass
+class OpStats(TensorStats, SoftmaxStats):
+    """The output of one op of the graph."""
+
+    dead: Optional[float] = None
+    """ReLU family: units whose output is zero for the whole batch."""
+    units: Optional[float] = None
+    saturated: Optional[float] = None
+    """Bounded activations: fraction of outputs within 1% of a bound."""
+    token_cos: Optional[float] = None
+    """Mean pairwise cosine of the token vectors of a sequence (IL013)."""
+    head_dim: Optional[float] = None
+    """Attention: the width of a head."""
+    keys: Optional[float] = None
+    """Attention: mean number of keys a query may attend to."""
+    q_rms: Optional[float] = None
+    k_rms: Optional[float] = None
+    raw_rms: Optional[float] = None
+    """Attention: rms of the scores before the softmax scale."""
+    scale: Optional[float] = None
+    """Attention: the softmax scale used."""
+    default_scale: Optional[float] = None
+    """Attention: ``head_dim ** -0.5``."""
