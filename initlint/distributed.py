@@ -29,13 +29,12 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from .capture import Capture, RuntimeCapture, capture
+from .capture import Capture
 from .graph import Graph
-from .attempts import ForwardFailed
 from .load import LoadError
 from .probe import Observer, ProbeResult, _Collector
 from .stream import BlockProgress, Materialiser, Plan, StreamError, StreamProbe, _fx_called, _seeded, _swap, \
-    _terminal_progress
+    _terminal_progress, fx_then_runtime
 
 _SUMMED = frozenset({"norm", "saturated_count"})
 _LOWEST = frozenset({"low"})
@@ -310,21 +309,7 @@ def sharded_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any
         progress = _terminal_progress()
     run = dict(device=device, seed=seed, logits=logits, backward=backward, progress=progress, groups=groups,
                batch=batch, sources=sources)
-    cap = capture(work)
-    if cap.name == "fx":
-        try:
-            return cap, _attempt(cap, args, kwargs, notes, **run)
-        except (LoadError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # every rank fails alike (same model, same code), so all fall back together
-            notes.append(f"the fx-traced graph failed to run ({ForwardFailed(exc, 'fx').reason}); used the runtime capture")
-        cap = RuntimeCapture(work)
-    try:
-        return cap, _attempt(cap, args, kwargs, notes, **run)
-    except (LoadError, KeyboardInterrupt):
-        raise
-    except Exception as exc:
-        raise ForwardFailed(exc, cap.name).as_load_error(model, args, kwargs) from None
+    return fx_then_runtime(model, work, lambda cap: _attempt(cap, args, kwargs, notes, **run), args, kwargs, notes)
 
 
 def _attempt(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], notes: List[str], *,

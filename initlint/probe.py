@@ -634,13 +634,20 @@ def put_logits(c: _Collector, cap: Capture, out: Any, main: Optional[torch.Tenso
     result.logits_op = cap.producer_of(target, out)
 
 
-def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch.Tensor], c: _Collector,
-              result: ProbeResult) -> None:
+def backward_possible(main: Optional[torch.Tensor], result: ProbeResult) -> bool:
+    """Whether the model's output can carry the backward probe; a note says why not."""
     if main is None:
         result.notes.append("the backward probe was skipped: the model returns no floating-point tensor")
-        return
+        return False
     if not main.requires_grad:
         result.notes.append("the backward probe was skipped: the model output does not require grad")
+        return False
+    return True
+
+
+def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch.Tensor], c: _Collector,
+              result: ProbeResult) -> None:
+    if not backward_possible(main, result):
         return
     # Only the weights IL006 judges: embeddings' gradients are sparse and large, and not needed.
     weights = [(n, named[n]) for op in cap.graph if op.kind in O.WEIGHT_KINDS

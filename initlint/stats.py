@@ -55,19 +55,19 @@ class Stats:
     def __bool__(self) -> bool:
         return any(getattr(self, n) is not None for n in self.names())
 
-    def keys(self) -> Iterator[str]:
-        """Names of the measured statistics."""
+    def measured(self) -> Iterator[str]:
+        """Names of the measured statistics (iterating a record gives the same)."""
         return (n for n in self.names() if getattr(self, n) is not None)
 
     def items(self) -> Iterator[Tuple[str, float]]:
         """``(name, value)`` of the measured statistics."""
-        return ((n, getattr(self, n)) for n in self.keys())
+        return ((n, getattr(self, n)) for n in self.measured())
 
     def __iter__(self) -> Iterator[str]:
-        return self.keys()
+        return self.measured()
 
     def __len__(self) -> int:
-        return sum(1 for _ in self.keys())
+        return sum(1 for _ in self.measured())
 
 
 @dataclass

@@ -41,8 +41,8 @@ from .capture import Capture, RuntimeCapture, capture
 from .capture.base import DropoutOff
 from .attempts import ForwardFailed
 from .load import LoadError
-from .probe import (Observer, ProbeResult, _Collector, _param_stats, confirm_duplicates_now, primary_output, put_logits,
-                    summarise, used_params, weight_units)
+from .probe import (Observer, ProbeResult, _Collector, _param_stats, backward_possible, confirm_duplicates_now,
+                    primary_output, put_logits, summarise, used_params, weight_units)
 
 InitFn = Callable[[nn.Module], None]
 
@@ -774,13 +774,7 @@ class StreamProbe:
         return result
 
     def _backward(self, main: Optional[torch.Tensor], result: ProbeResult) -> None:
-        if main is None:
-            result.notes.append("the backward probe was skipped: the model returns no floating-point tensor")
-            return
-        if not main.requires_grad:
-            result.notes.append("the backward probe was skipped: the model output does not require grad")
-            return
-        if not self._wanted():
+        if not backward_possible(main, result) or not self._wanted():
             return
         named = dict(self.cap.model.named_parameters())
         # weights that hold values outside any block call (tied or loose) take part in the outer graph
@@ -813,17 +807,25 @@ def stream_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]
     work = copy.deepcopy(model)
     progress = progress if progress is not None else _terminal_progress()
     run = dict(device=device, init=init, seed=seed, logits=logits, backward=backward, progress=progress)
+    return fx_then_runtime(model, work, lambda cap: _attempt(cap, args, kwargs, notes, **run), args, kwargs, notes)
+
+
+def fx_then_runtime(model: nn.Module, work: nn.Module, attempt: Callable[[Capture], ProbeResult],
+                    args: Tuple[Any, ...], kwargs: Dict[str, Any], notes: List[str]) -> Tuple[Capture, ProbeResult]:
+    """``attempt`` on the fx capture of ``work``, else on its runtime capture; one sentence if both fail.
+
+    In a distributed job every rank fails alike (same model, same code), so all fall back together."""
     cap = capture(work)
     if cap.name == "fx":
         try:
-            return cap, _attempt(cap, args, kwargs, notes, **run)
+            return cap, attempt(cap)
         except (LoadError, KeyboardInterrupt):
             raise
         except Exception as exc:
             notes.append(f"the fx-traced graph failed to run ({ForwardFailed(exc, 'fx').reason}); used the runtime capture")
         cap = RuntimeCapture(work)
     try:
-        return cap, _attempt(cap, args, kwargs, notes, **run)
+        return cap, attempt(cap)
     except (LoadError, KeyboardInterrupt):
         raise
     except Exception as exc:

@@ -1,14 +1,15 @@
 """IL013 token-collapse."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 import torch.nn as nn
 
-from ..graph import Op
+from .. import ops as O
+from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Rule, attention_scores, fmt, residual_adds
+from .base import Audit, Example, Residual, Rule, attention_scores, fmt, projection_of, residual_adds
 
 
 
@@ -65,7 +66,11 @@ class TokenCollapse(Rule):
 
     Healthy transformers drift towards it slowly at init (near-uniform attention adds the
     same vector to every token): GPT-2 (12 layers) ends near 0.6, Llama (32 layers) near 0.8,
-    the T5 decoder near 0.85; attention-only stacks reach 0.99 within a few layers. The
+    the T5 decoder near 0.85; attention-only stacks reach 0.99 within a few layers. A stream
+    that attends to another sequence (a decoder's cross-attention to the encoder output) is
+    not judged from that block on: near-uniform cross-attention adds the same summary of the
+    other sequence to every token by design (``nn.Transformer``'s post-norm decoder reaches
+    0.98 at its default init and trains). The
     similarity is measured on 2 sequences of the probe batch, 64 tokens each (2016 pairs per
     sequence), cheap next to the layer itself.
 
@@ -125,7 +130,7 @@ class TokenCollapse(Rule):
         measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
         if not measured:
             return [], False
-        adds = residual_adds(audit.graph)
+        adds = self_attending(audit, residual_adds(audit.graph))
         if adds:
             outputs = [(r.add, r.add) for r in adds if "token_cos" in stats.get(r.add.id, {})]
         else:
@@ -165,3 +170,52 @@ class TokenCollapse(Rule):
                     seen.add(user.id)
                     frontier.append(user)
         return None
+
+
+def self_attending(audit: Audit, adds: List[Residual]) -> List[Residual]:
+    """The residual additions of streams that only attend to themselves.
+
+    A block that attends to another sequence (a decoder's cross-attention to the encoder output)
+    adds the same summary of that sequence to every token by design: its stream, and every
+    stream that continues it, is conditioned, not collapsing."""
+    graph = audit.graph
+    by_add = {r.add.id: r for r in adds}
+    conditioned: Set[int] = set()
+    for r in adds:
+        if _attends_elsewhere(graph, r) or _stream_add(graph, r.stream, by_add) in conditioned:
+            conditioned.add(r.add.id)
+    return [r for r in adds if r.add.id not in conditioned]
+
+
+def _attends_elsewhere(graph: Graph, r: Residual) -> bool:
+    """An attention op of the block reads keys computed from an op older than the block's stream."""
+    for op in graph:
+        if op.kind != "attention" or not r.stream.id < op.id < r.add.id:
+            continue
+        key = op.attrs.get("k_input", op.inputs[1] if len(op.inputs) > 1 else None)
+        proj = projection_of(graph, key)
+        source = _origin(graph, proj.inputs[0] if proj is not None and proj.inputs else key)
+        if source is not None and source < r.stream.id:
+            return True
+    return False
+
+
+def _origin(graph: Graph, op_id: Optional[int], limit: int = 16) -> Optional[int]:
+    """The op a value comes from, through views, dropout and identities."""
+    for _ in range(limit):
+        if op_id is None or graph[op_id].kind not in O.PASS_KINDS or not graph[op_id].inputs:
+            return op_id
+        op_id = graph[op_id].inputs[0]
+    return op_id
+
+
+def _stream_add(graph: Graph, op: Op, by_add: Dict[int, Residual], limit: int = 16) -> Optional[int]:
+    """The residual addition a stream value comes from (through norms and views), if any."""
+    current: Optional[Op] = op
+    for _ in range(limit):
+        if current is None:
+            return None
+        if current.id in by_add:
+            return current.id
+        current = graph[current.inputs[0]] if current.inputs else None
+    return None
