@@ -21,6 +21,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's initlint
 
 import _common as C  # noqa: E402
 
@@ -38,6 +39,7 @@ def main() -> None:
     import initlint
 
     print(f"machine: {C.machine()}")
+    print(f"initlint from: {os.path.dirname(initlint.__file__)}")
     print(f"code: {C.revision()}")
     rows, ratios = [], []
     for name in [n for n in opts.models.split(",") if n]:

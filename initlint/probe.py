@@ -510,7 +510,8 @@ def weight_units(graph: Graph, model: nn.Module, named: Dict[str, torch.Tensor])
             modules = dict(model.named_modules()) if modules is None else modules
             groups = _conv_groups(graph, op, modules.get(op.module), named[name])
         bias = named.get(op.params.get("bias", ""))
-        bias = bias if bias is not None else _added_bias(graph, op, named)
+        if bias is None and op.kind == "linear":  # a conv's separate bias would broadcast over a spatial axis
+            bias = _added_bias(graph, op, named)
         out[name] = Units(op.attrs.get("layout", "out_in"), bias, groups)
     return out
 

@@ -165,9 +165,12 @@ def test_recurrent_and_attention_blocks_are_captured_with_their_weights(name):
     assert ("IL001", "head") in initlint.audit(wrapped, torch.randn(4, 8, 16 if name != "mha" else 64)).codes()
 
 
-def test_encoder_decoder_without_decoder_inputs_gets_a_clear_error():
+def test_encoder_decoder_without_decoder_inputs_is_audited_from_its_config():
     model, _ = build("t5")
-    with pytest.raises(initlint.LoadError, match="decoder"):
+    report = initlint.audit(model)  # decoder_input_ids start with T5's pad token
+    assert report.error is None and report.clean
+    model.config.pad_token_id = None  # no start token left to build them from: a clear error
+    with pytest.raises(initlint.LoadError, match="decoder_input_ids"):
         initlint.audit(model)
 
 
