@@ -40,6 +40,9 @@ LSUV_TARGET = 1.0
 SPAN_TOLERANCE = 2.0
 """A layer of a drifting span that no finding names is rescaled only when its output rms is
 further than this factor from the target."""
+PREFERRED_GAIN = {"selu": 1.0}
+"""Where IL001 accepts a band of gains, the fix draws the band's low end (LeCun's 1 for tanh and sigmoid),
+except for these activations (SELU is self-normalising with LeCun's 1, the high end)."""
 NAMED_GAINS = {"relu": math.sqrt(2.0), "linear": 1.0, "tanh": 5.0 / 3.0, "selu": 0.75}
 """Gains that ``nn.init.kaiming_*_`` knows by name: a redraw with one of them is written that way."""
 
@@ -559,8 +562,9 @@ def _init_scale(plan: Planner, finding: Finding, module: str) -> None:
     if judged is None or op is None:
         return
     fan = plan.ctx.fan_in(op) or 1
-    why = (f"weight std {fmt(judged.value)} -> {fmt(judged.threshold)}, the scale the next activation needs "
-           f"(gain {fmt(judged.threshold * math.sqrt(fan))} / sqrt(fan_in {fan}))")
+    std = _target_std(plan, op, judged.threshold)
+    why = (f"weight std {fmt(judged.value)} -> {fmt(std)}, the scale the next activation needs "
+           f"(gain {fmt(std * math.sqrt(fan))} / sqrt(fan_in {fan}))")
     if module in plan.fixer.acted:  # repaired in the first round and still flagged
         if plan.method == "analytic":
             plan.note(f"IL001 {module}: still flagged after the analytic init; method auto or lsuv measures it")
@@ -570,8 +574,21 @@ def _init_scale(plan: Planner, finding: Finding, module: str) -> None:
         _large_bias(plan, op, LSUV_TARGET)
         plan.lsuv(op, "IL001", why)
     else:
-        plan.redraw(op, judged.threshold, "IL001", why)
-        _large_bias(plan, op, judged.threshold * math.sqrt(fan))
+        plan.redraw(op, std, "IL001", why)
+        _large_bias(plan, op, std * math.sqrt(fan))
+
+
+def _target_std(plan: Planner, op: Op, edge: float) -> float:
+    """The std to draw: the activation's preferred gain when IL001 accepts a band (tanh: LeCun's 1 rather
+    than the 5/3 edge it names when the weights are too large), else the rule's target ``edge``."""
+    act = next((t for t in downstream(plan.graph, op) if t.kind in O.ACTIVATIONS), None)
+    if act is None:
+        return edge
+    fan = math.sqrt(plan.ctx.fan_in(op) or 1)
+    lo, hi = O.ACTIVATIONS[act.kind].band(act.attrs)
+    if not any(abs(edge * fan - g) <= 1e-6 * g for g in (lo, hi)):
+        return edge  # the rule judged another activation than the one found here: follow the rule
+    return PREFERRED_GAIN.get(act.kind, lo) / fan
 
 
 def _large_bias(plan: Planner, op: Op, gain: float) -> None:
