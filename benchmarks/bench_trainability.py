@@ -1,6 +1,6 @@
 """Do the inits initlint flags train worse, and does ``initlint.fix`` repair that?
 
-    python benchmarks/bench_trainability.py              # ~4 min on 2 idle cores (one torch thread)
+    python benchmarks/bench_trainability.py              # ~4 min on 2 idle cores (2 processes x 1 thread)
     python benchmarks/bench_trainability.py --steps 400 --seeds 5 --rows naive,hot
 
 Every seed model is trained on one fixed synthetic task, five ways: as it is, after
@@ -208,29 +208,51 @@ def cell(values: List[float]) -> str:
     return f"{med:.3g}{spread}{nans}" if math.isfinite(med) else f"nan ({len(finite)}/{len(values)} finite{spread})"
 
 
-def run_row(row: Row, seeds: int, steps: int, batch: int, skip: Dict[str, Optional[str]]) -> Dict[str, Any]:
-    results: Dict[str, List[float]] = {c: [] for c in COLUMNS if not skip.get(c)}
-    info: Dict[str, Any] = {}
-    for seed in range(seeds):
-        torch.manual_seed(seed)
-        base = row.build()
-        if seed == 0:
-            info["findings"] = _codes(initlint.audit(base, logits=row.task == "logits"))
-        d_out = _output_dim(base, row)
-        task = Task(row, d_out)
-        for column in results:
-            model = copy.deepcopy(base)
-            torch.manual_seed(10_000 + seed)  # what the peers draw does not depend on the column order
-            try:
-                got = initialise(column, model, row, seed)
-            except Exception as exc:  # a peer that cannot handle the model: its cell says so
-                info.setdefault("errors", {})[column] = f"{type(exc).__name__}: {exc}"
-                results[column].append(float("nan"))
-                continue
-            if seed == 0 and got:
-                info["fix"] = got
-            results[column].append(train(model, task, seed, steps, batch))
-    return {"results": results, **info}
+def run_seed(key: str, seed: int, steps: int, batch: int, columns: List[str], threads: int) -> Dict[str, Any]:
+    """Train one row's model at one seed, every column; runs in a worker process."""
+    torch.set_num_threads(threads)
+    row = next(r for r in ROWS if r.key == key)
+    torch.manual_seed(seed)
+    base = row.build()
+    out: Dict[str, Any] = {"losses": {}, "errors": {}}
+    if seed == 0:
+        out["findings"] = _codes(initlint.audit(base, logits=row.task == "logits"))
+    task = Task(row, _output_dim(base, row))
+    for column in columns:
+        model = copy.deepcopy(base)
+        torch.manual_seed(10_000 + seed)  # what a peer draws does not depend on the column order
+        try:
+            got = initialise(column, model, row, seed)
+        except Exception as exc:  # a peer that cannot handle the model: its cell says so
+            out["errors"][column] = f"{type(exc).__name__}: {exc}"
+            out["losses"][column] = float("nan")
+            continue
+        if got:
+            out.setdefault("fix", {})[seed] = got
+        out["losses"][column] = train(model, task, seed, steps, batch)
+    return out
+
+
+def run_rows(rows: List[Row], seeds: int, steps: int, batch: int, columns: List[str], jobs: int,
+             threads: int) -> Dict[str, Dict[str, Any]]:
+    """Every (row, seed) on ``jobs`` worker processes; results gathered per row."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+
+    work = [(row.key, seed) for row in rows for seed in range(seeds)]
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {item: pool.submit(run_seed, item[0], item[1], steps, batch, columns, threads) for item in work}
+        done = {item: f.result() for item, f in futures.items()}
+    out: Dict[str, Dict[str, Any]] = {}
+    for row in rows:
+        parts = [done[(row.key, seed)] for seed in range(seeds)]
+        out[row.key] = {
+            "results": {c: [p["losses"][c] for p in parts] for c in columns},
+            "findings": parts[0].get("findings", "?"),
+            "fix": [p["fix"][s] for s, p in enumerate(parts) if s in p.get("fix", {})],
+            "errors": {c: e for p in parts for c, e in p["errors"].items()},
+        }
+    return out
 
 
 def _output_dim(model: nn.Module, row: Row) -> int:
@@ -257,7 +279,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--rows", default=",".join(r.key for r in ROWS), help="comma-separated row keys")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes (one per core)")
     parser.add_argument("--no-cost", action="store_true", help="skip the measurement of fix's cost")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -268,18 +291,20 @@ def main() -> None:
     wanted = [r for r in ROWS if r.key in args.rows.split(",")]
     start = time.perf_counter()
     print(f"Adam lr 1e-3, batch {args.batch}, {args.steps} steps, seeds 0..{args.seeds - 1}, "
-          f"torch {torch.__version__}, {args.threads} thread(s); held-out loss, median (min-max)\n")
+          f"torch {torch.__version__}, {args.jobs} process(es) x {args.threads} thread(s); "
+          f"held-out loss, median (min-max)\n")
     cols = [c for c in COLUMNS if not skip.get(c)]
+    results = run_rows(wanted, args.seeds, args.steps, args.batch, cols, args.jobs, args.threads)
     print("| seed model | findings (unfixed) | " + " | ".join(cols) + " | after fix |")
     print("|---|---|" + "---|" * len(cols) + "---|")
     notes = []
     for row in wanted:
-        out = run_row(row, args.seeds, args.steps, args.batch, skip)
-        fixinfo = out.get("fix", {})
+        out = results[row.key]
+        after = sorted({f["after"] for f in out["fix"]}) or ["?"]
         print(f"| {row.label} | {out['findings']} | " + " | ".join(cell(out["results"][c]) for c in cols)
-              + f" | {fixinfo.get('after', '?')} |", flush=True)
+              + f" | {'; '.join(after)} |")
         notes.append(f"- {row.label}: {verdict(out['results'])}")
-        for column, error in out.get("errors", {}).items():
+        for column, error in out["errors"].items():
             notes.append(f"  - {column} failed: {error}")
     print("\n" + "\n".join(notes))
     if not args.no_cost:

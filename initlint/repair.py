@@ -19,6 +19,7 @@ audits run: before, after the causes, after the symptoms.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
@@ -102,8 +103,28 @@ class Step:
             return f"{ref}.mul_({self.kwargs['factor']!r})"
         if self.call == "zeros_":
             return f"nn.init.zeros_({ref})"
+        with_gen = f", generator={gen})" if gen else ")"
+        if self.call.startswith("."):  # a tensor method: nn.init of this torch takes no generator
+            args = ", ".join(repr(v) for v in self.kwargs.values())
+            return f"{ref}{self.call}({args}" + with_gen
         args = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
-        return f"nn.init.{self.call}({ref}{args}" + (f", generator={gen})" if gen else ")")
+        return f"nn.init.{self.call}({ref}{args}" + with_gen
+
+    def apply(self, param: torch.Tensor, generator: Optional[torch.Generator]) -> None:
+        """Perform the step in place, exactly as :meth:`source` writes it."""
+        if self.call == "mul_":
+            param.mul_(self.kwargs["factor"])
+        elif self.call == "zeros_":
+            nn.init.zeros_(param)
+        elif self.call.startswith("."):
+            getattr(param, self.call[1:])(*self.kwargs.values(), generator=generator)
+        else:
+            getattr(nn.init, self.call)(param, **self.kwargs, generator=generator)
+
+    @property
+    def draws(self) -> bool:
+        """Consumes the generator."""
+        return self.call not in ("mul_", "zeros_")
 
 
 @dataclass
@@ -221,12 +242,7 @@ class _Fixer:
         if step.param not in self._before_std:
             self._before_std[step.param] = _std(param)
         with torch.no_grad():
-            if step.call == "mul_":
-                param.mul_(step.kwargs["factor"])
-            elif step.call == "zeros_":
-                nn.init.zeros_(param)
-            else:
-                getattr(nn.init, step.call)(param, **step.kwargs, generator=self.generator(param.device))
+            step.apply(param, self.generator(param.device) if step.draws else None)
         self.steps.append(step)
         self.acted.add(step.module)
 
@@ -460,8 +476,16 @@ def family(param: Optional[torch.Tensor]) -> str:
     return "uniform" if float((x ** 4).mean() / (m2 * m2)) < 2.4 else "normal"
 
 
+NN_INIT_TAKES_GENERATOR = "generator" in inspect.signature(nn.init.normal_).parameters
+"""Only recent torch releases give ``nn.init`` functions a ``generator``; with an older one the draws are written
+as the tensor methods ``normal_``/``uniform_``, which have always taken one."""
+
+
 def init_call(kind: str, std: float, fan_in: int, param: Optional[torch.Tensor]) -> Tuple[str, Dict[str, Any]]:
     """The ``nn.init`` call that draws ``std`` in ``kind``'s family, by gain name when ``nn.init`` knows it."""
+    if not NN_INIT_TAKES_GENERATOR:
+        bound = math.sqrt(3.0) * std
+        return (".uniform_", {"a": -bound, "b": bound}) if kind == "uniform" else (".normal_", {"mean": 0.0, "std": std})
     gain = std * math.sqrt(fan_in)
     torch_fan = nn.init._calculate_fan_in_and_fan_out(param)[0] if param is not None and param.dim() >= 2 else None
     for name, g in NAMED_GAINS.items():
@@ -729,7 +753,7 @@ def render_code(rep: FixReport) -> str:
     body: List[str] = []
     if rep.steps:
         body.append("p = model.get_parameter")
-        drawn = next((s for s in rep.steps if s.call not in ("mul_", "zeros_")), None)
+        drawn = next((s for s in rep.steps if s.draws), None)
         if drawn is not None:
             body.append(f"gen = torch.Generator(device=p({drawn.param!r}).device).manual_seed({rep.seed})")
         body.append("with torch.no_grad():")
