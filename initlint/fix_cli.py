@@ -20,6 +20,11 @@ class FixError(Exception):
 
 def run_fix(target: str, opts: Dict[str, Any]) -> int:
     """Repair the model named by ``target``; return the exit code."""
+    try:
+        _check_cheap(opts, target)  # before torch is imported: a typo answers at once
+    except FixError as exc:
+        click.echo(f"initlint: error: {exc}", err=True)
+        return EXIT_ERROR
     from .api import UsageError
     from .config import ConfigError
     from .load import LoadError
@@ -27,7 +32,6 @@ def run_fix(target: str, opts: Dict[str, Any]) -> int:
 
     try:
         settings, shapes = _settings(target, opts)
-        _check_output(opts.get("output"), target)
         name, origin, model = _build(target, int(settings.get("seed") or 0))
         rep = _repair(model, settings, shapes, name, origin)
     except (FixError, LoadError, UnknownCode, ConfigError, UsageError) as exc:
@@ -51,7 +55,6 @@ def run_fix(target: str, opts: Dict[str, Any]) -> int:
 def _settings(target: str, opts: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[int, ...]]]:
     from .config import load_config, merge_cli
     from .load import parse_shape
-    from .repair import METHODS
     from .rules import select_rules
 
     config = load_config(opts.get("config_path"), target)
@@ -65,10 +68,19 @@ def _settings(target: str, opts: Dict[str, Any]) -> Tuple[Dict[str, Any], List[T
     if seed is not None and not 0 <= seed < 2**63:
         raise FixError(f"--seed must be an integer from 0 to 2**63 - 1, not {seed}")
     settings["method"] = opts.get("method") or "auto"
-    if settings["method"] not in METHODS:
-        raise FixError(f"unknown --method '{settings['method']}' (choose from {', '.join(METHODS)})")
     select_rules(settings.get("select"), settings.get("ignore"))
     return settings, [parse_shape(s) for s in settings.get("input_shapes") or []]
+
+
+METHODS = ("auto", "analytic", "lsuv")
+"""The methods of :func:`initlint.repair.fix`, here so that a wrong one is reported without importing torch."""
+
+
+def _check_cheap(opts: Dict[str, Any], target: str) -> None:
+    method = opts.get("method")
+    if method is not None and method not in METHODS:
+        raise FixError(f"unknown --method '{method}' (choose from {', '.join(METHODS)})")
+    _check_output(opts.get("output"), target)
 
 
 def _check_output(output: Optional[str], target: str) -> None:

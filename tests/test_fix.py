@@ -83,6 +83,14 @@ def test_fix_repairs_the_seed_models_and_its_code_reproduces_the_repair(name):
     assert warnings_of(initlint.audit(fresh, **options)) == warnings_of(rep.after) == set()
 
 
+def test_the_new_seed_models_have_the_findings_the_readme_lists():
+    found = {b: warnings_of(initlint.audit(build(b))) for b in (DeadConvNet, DefaultReluMLP, HotSoftmaxHead)}
+    assert {c for c, _ in found[DeadConvNet]} == {"IL003", "IL005"} and ("IL003", "") in found[DeadConvNet]
+    assert {c for c, _ in found[DefaultReluMLP]} == {"IL001", "IL006"}
+    assert {m for c, m in found[DefaultReluMLP] if c == "IL001"} == {f"layers.{i}" for i in range(0, 40, 2)} | {"head"}
+    assert found[HotSoftmaxHead] == {("IL004", "head")}
+
+
 def test_changes_report_measured_stds_and_the_init_call():
     model = build(NaiveMLP)
     rep = initlint.fix(model, logits=True)
@@ -319,6 +327,9 @@ def test_cli_exits_1_when_a_repairable_finding_remains(tmp_path):
     (["examples/missing.py"], "missing.py"),
 ])
 def test_cli_errors_exit_2_with_one_sentence(args, message):
+    from initlint import fix_cli, repair
+
+    assert fix_cli.METHODS == repair.METHODS
     out = cli(*args)
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
