@@ -44,8 +44,8 @@ MAX_ROUNDS = 2
 LSUV_TARGET = 1.0
 """Root mean square a data-driven rescale gives a layer's output (LSUV's unit variance)."""
 SPAN_TOLERANCE = 2.0
-"""A layer of a drifting span that no finding names is rescaled only when its output rms is
-further than this factor from the target."""
+"""A layer of a drifting span that no finding names is rescaled only when its own gain (output
+rms over input rms on the probe batch) is further than this factor from 1."""
 PREFERRED_GAIN = {"selu": 1.0}
 """Where IL001 accepts a band of gains, the fix draws the band's low end (LeCun's 1 for tanh and sigmoid),
 except for these activations (SELU is self-normalising with LeCun's 1, the high end)."""
@@ -567,21 +567,31 @@ def _lsuv_hook(req: LsuvRequest, module: nn.Module, factors: Dict[int, torch.Ten
         z = out - bias if bias is not None else out
         factor = factors.get(req.op.id)
         if factor is None:
-            factor = factors[req.op.id] = _factor(z, req)
+            x = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
+            factor = factors[req.op.id] = _factor(z, x, req)
         scaled = z * factor.to(z.dtype)
         return scaled + bias if bias is not None else scaled
     return hook
 
 
-def _factor(z: torch.Tensor, req: LsuvRequest) -> torch.Tensor:
-    """The weight's factor as a float32 scalar (what ``mul_`` with its printed value applies)."""
-    rms = torch.linalg.vector_norm(z.detach().float()) / math.sqrt(max(z.numel(), 1))
+def _rms(t: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.vector_norm(t.detach().float()) / math.sqrt(max(t.numel(), 1))
+
+
+def _factor(z: torch.Tensor, x: Optional[torch.Tensor], req: LsuvRequest) -> torch.Tensor:
+    """The weight's factor as a float32 scalar (what ``mul_`` with its printed value applies).
+
+    With a tolerance, a layer is left alone unless its own gain (output rms over input rms)
+    is further than the tolerance from 1: a layer of a drifting stretch that passes on the
+    scale it receives is not to blame."""
+    rms = _rms(z)
     factor = (LSUV_TARGET / rms).float()
     if req.shrink_only:
         factor = factor.clamp(max=1.0)
     ok = torch.isfinite(factor) & (factor > 0)
     if req.tolerance > 1.0:
-        ok = ok & (factor.log().abs() > math.log(req.tolerance))
+        own = rms / _rms(x) if x is not None and x.is_floating_point() else rms / LSUV_TARGET
+        ok = ok & (own.log().abs() > math.log(req.tolerance))
     return torch.where(ok, factor, torch.ones_like(factor))
 
 

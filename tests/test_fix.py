@@ -203,6 +203,38 @@ def test_auto_measures_where_the_gain_is_unknown_and_computes_where_it_is_known(
     assert same_state(apply_code(rep.code(), build(SineNet)), model)
 
 
+class RandnBranches(nn.Module):
+    """Residual branches whose last layer has randn weights: only the backward probe sees the harm (IL006)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(64, 64)
+        self.up = nn.ModuleList(nn.Linear(64, 64) for _ in range(4))
+        self.down = nn.ModuleList(nn.Linear(64, 64) for _ in range(4))
+        self.head = nn.Linear(64, 10)
+        for layer in self.down:
+            nn.init.normal_(layer.weight)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for up, down in zip(self.up, self.down):
+            x = x + down(torch.relu(up(x)))
+        return self.head(x)
+
+
+def test_a_symptom_without_an_init_cause_is_measured_and_only_off_layers_change():
+    model = build(RandnBranches)
+    reference = build(RandnBranches)
+    rep = initlint.fix(model)
+    assert {c for c, _ in warnings_of(rep.before)} == {"IL006"} and warnings_of(rep.after) == set()
+    changed = {c.module for c in rep.changes}
+    assert {f"down.{i}" for i in range(4)} <= changed <= {f"down.{i}" for i in range(4)} | {"head"}
+    assert all(".mul_(" in c.init for c in rep.changes)
+    for i in range(4):  # layers that pass on the scale they receive are not touched
+        assert torch.equal(model.up[i].weight, reference.up[i].weight)
+    assert same_state(apply_code(rep.code(), build(RandnBranches)), model)
+
+
 @pytest.mark.parametrize("method", ["analytic", "lsuv"])
 def test_methods(method):
     model = build(NaiveMLP)
