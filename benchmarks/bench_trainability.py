@@ -7,9 +7,9 @@ Every seed model is trained on one fixed synthetic task, five ways: as it is, af
 ``initlint.fix``, after ``lsuv`` (Mishkin & Matas's LSUV, the ``lsuv`` package), after
 ``anyinit`` (analytic mode) and with the textbook init (He for layers feeding a ReLU,
 LeCun for tanh and for the output layer, zero biases, in the seed's own distribution
-family: uniform for seed 004 and PyTorch's default init, normal for the ``randn`` seeds). Same optimiser (Adam, lr 1e-3),
-batch (32), number of steps (200) and data order for every column; the model's own draw,
-the data order and the fix's seed change with the seed. Reported: the loss on a fixed
+family: uniform for seed 004 and PyTorch's default init, normal for the ``randn`` seeds).
+Same optimiser (Adam, lr 1e-3), batch (32), number of steps (200) and data order for every
+column; the model's own draw, the data order and the fix's seed change with the seed. Reported: the loss on a fixed
 held-out batch of 1024 after the last step, median over the seeds (min-max in brackets).
 
 The task: inputs N(0, 1) of the model's input shape; targets from a fixed random teacher

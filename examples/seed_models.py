@@ -21,8 +21,8 @@ import torch.nn as nn
 
 
 class DeadConvNet(nn.Module):
-    """Two 3x3 convs, 8x8 average pooling and a linear head, at PyTorch's default init, except that the second conv's bias is -4:
-    its ReLU units are dead for every input."""
+    """Two 3x3 convs, 8x8 average pooling and a linear head at PyTorch's default init, except that
+    the second conv's bias is -4: its ReLU units are dead for every input."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -85,7 +85,7 @@ def check(targets: Tuple[str, ...], **opts: Any) -> None:
 @click.option("--logits/--no-logits", default=None, help="The model output is logits: check its softmax (IL004).")
 @click.option("--select", multiple=True, help="Codes or prefixes to run and repair (comma-separated).")
 @click.option("--ignore", multiple=True, help="Codes or prefixes to skip (comma-separated).")
-@click.option("--seed", default=None, type=int, help="Seed of the model build, the fresh draws and the probe (default 0).")
+@click.option("--seed", default=None, type=int, help="Seed of the build, the fresh draws and the probe (default 0).")
 @click.option("--batch-size", default=None, type=int, help="Probe batch size when it is inferred (default 16).")
 @click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False),
               help="A pyproject.toml to read [tool.initlint] from.")

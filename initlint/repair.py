@@ -493,7 +493,9 @@ def init_call(kind: str, std: float, fan_in: int, param: Optional[torch.Tensor])
     """The ``nn.init`` call that draws ``std`` in ``kind``'s family, by gain name when ``nn.init`` knows it."""
     if not NN_INIT_TAKES_GENERATOR:
         bound = math.sqrt(3.0) * std
-        return (".uniform_", {"a": -bound, "b": bound}) if kind == "uniform" else (".normal_", {"mean": 0.0, "std": std})
+        if kind == "uniform":
+            return ".uniform_", {"a": -bound, "b": bound}
+        return ".normal_", {"mean": 0.0, "std": std}
     gain = std * math.sqrt(fan_in)
     torch_fan = nn.init._calculate_fan_in_and_fan_out(param)[0] if param is not None and param.dim() >= 2 else None
     for name, g in NAMED_GAINS.items():
@@ -550,7 +552,7 @@ def measure_lsuv(model: nn.Module, inputs: Tuple[Tuple[Any, ...], Dict[str, Any]
     steps = []
     for req, factor in zip(measured, values):
         if factor != 1.0 and math.isfinite(factor) and factor > 0:
-            why = req.why + f"; x{fmt(factor)} brings its output rms (bias aside) to {fmt(LSUV_TARGET)} on the probe batch"
+            why = f"{req.why}; x{fmt(factor)} brings its output rms (bias aside) to {fmt(LSUV_TARGET)} on the probe"
             steps.append(Step(req.op.params["weight"], "mul_", {"factor": factor}, req.rule, req.op.module, why))
     return steps
 

@@ -43,7 +43,7 @@ def build(builder, seed=0):
 
 
 def warnings_of(report):
-    return {(c, m) for f in report.findings if f.severity != "info" for c, m in [(f.code, x) for x in f.members or [f.module]]}
+    return {(f.code, m) for f in report.findings if f.severity != "info" for m in f.members or [f.module]}
 
 
 def blamed(report):
