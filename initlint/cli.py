@@ -1,4 +1,4 @@
-"""Command line: ``initlint check``, ``initlint rules``, ``initlint explain``.
+"""Command line: ``initlint check``, ``initlint fix``, ``initlint rules``, ``initlint explain``.
 
 Exit codes: 0 clean, 1 findings at or above ``--fail-on``, 2 usage or load error, 130 interrupted.
 torch is imported only once a target is known to define a model.
@@ -76,11 +76,17 @@ def main() -> None:
               help="Skip files that define no torch nn.Module subclass or do not parse, and excluded paths (for pre-commit).")
 def check(targets: Tuple[str, ...], **opts: Any) -> None:
     """Audit the models in TARGETS (FOLDER, FILE.py, FILE.py:NAME or package.module:NAME)."""
+    _one_answer(_check, targets, opts)
+
+
+def _one_answer(command: Any, *args: Any) -> None:
+    """Run a command's body: Ctrl-C exits 130 in one line; an error nothing else explained is one
+    sentence saying it is a bug in initlint, never a traceback."""
     try:
-        _check(targets, opts)
+        command(*args)
     except KeyboardInterrupt:
         _interrupted()
-    except Exception as exc:  # the promise is one sentence, never a traceback
+    except Exception as exc:
         if os.environ.get("INITLINT_TRACEBACK"):
             raise
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
@@ -107,6 +113,27 @@ def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
 
     code = run_check(found.targets, opts, progress=progress, implicit=found.implicit)
     sys.exit(code)
+
+
+@main.command("fix")
+@click.argument("target")
+@click.option("--method", default=None, help="auto (default), analytic (fans and gains) or lsuv (measured scales).")
+@click.option("--output", "output", default=None, type=click.Path(dir_okay=False),
+              help="Write the code of the repair to FILE (never the target's own file).")
+@click.option("--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default auto).")
+@click.option("--input-shape", "input_shapes", multiple=True, help="Probe input shape such as 8,3,32,32; repeatable.")
+@click.option("--logits/--no-logits", default=None, help="The model output is logits: check its softmax (IL004).")
+@click.option("--select", multiple=True, help="Codes or prefixes to run and repair (comma-separated).")
+@click.option("--ignore", multiple=True, help="Codes or prefixes to skip (comma-separated).")
+@click.option("--seed", default=None, type=int, help="Seed of the build, the fresh draws and the probe (default 0).")
+@click.option("--batch-size", default=None, type=int, help="Probe batch size when it is inferred (default 16).")
+@click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False),
+              help="A pyproject.toml to read [tool.initlint] from.")
+def fix(target: str, **opts: Any) -> None:
+    """Re-initialise what the findings blame in the model TARGET and print the code of the repair."""
+    from .fix_cli import run_fix
+
+    _one_answer(lambda: sys.exit(run_fix(target, opts)))
 
 
 @main.command("rules")

@@ -850,7 +850,7 @@ def _attempt(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], notes:
 
 @contextmanager
 def _seeded(model: nn.Module, seed: int, device: torch.device) -> Iterator[None]:
-    """The probe's random state and train mode, as :func:`initlint.probe.preserved` sets them; the
+    """The probe's random state and train mode, as :func:`initlint.guard.guarded` sets them; the
     working copy is thrown away afterwards, so only the random state and grad mode are restored."""
     saved = _rng_get(device)
     grad_mode = torch.is_grad_enabled()

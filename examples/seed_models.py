@@ -1,0 +1,90 @@
+"""The bad inits of the trainability benchmark (``benchmarks/bench_trainability.py``).
+
+Each is a model whose init initlint flags; ``initlint fix`` repairs it:
+    initlint fix examples/seed_models.py:DeadConvNet
+
+- ``DeadConvNet``: a conv net whose second conv has a bias of -4 (IL003, dead units).
+- ``DefaultReluMLP``: 20 Linear+ReLU layers at PyTorch's default init (IL001, IL005, IL006).
+- ``HotSoftmaxHead``: a softmax classifier whose head weights are scaled x30 (IL004).
+- ``narrow_pyramid(depth, activation, init)``: seed 004's contracting pyramid, narrower
+  (from 320 units instead of 1000, down to 5 after 100 layers) so that training it takes
+  seconds; the inits are those of ``pyramid.py``.
+
+The other seed models are ``NaiveMLP`` (``naive_mlp.py``) and ``RandnStack``
+(``linear_stack.py``).
+"""
+import math
+from typing import List
+
+import torch
+import torch.nn as nn
+
+
+class DeadConvNet(nn.Module):
+    """Two 3x3 convs, 8x8 average pooling and a linear head at PyTorch's default init, except that
+    the second conv's bias is -4: its ReLU units are dead for every input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(8)
+        self.head = nn.Linear(32 * 8 * 8, 10)
+        nn.init.constant_(self.conv2.bias, -4.0)  # default-init weights: pre-activations ~N(-4, 0.6^2), all negative
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.conv1(x))
+        x = torch.relu(self.conv2(x))
+        return self.head(torch.flatten(self.pool(x), 1))
+
+
+class DefaultReluMLP(nn.Module):
+    """20 Linear(256, 256)+ReLU layers and a Linear(256, 10) head, left at PyTorch's default init
+    (std 1/sqrt(3 fan_in): the signal's second moment shrinks 6x per layer)."""
+
+    def __init__(self, depth: int = 20, width: int = 256) -> None:
+        super().__init__()
+        layers: List[nn.Module] = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        self.layers = nn.Sequential(*layers)
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.layers(x))
+
+
+class HotSoftmaxHead(nn.Module):
+    """A softmax classifier at default init, except that its head weights are multiplied by 30."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU())
+        self.head = nn.Linear(256, 10)
+        with torch.no_grad():
+            self.head.weight.mul_(30.0)
+        self.softmax = nn.Softmax(dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.softmax(self.head(self.body(x)))
+
+
+def narrow_pyramid(depth: int, activation: str, init: str, start: int = 320, ratio: float = 0.96) -> nn.Sequential:
+    """Seed 004's pyramid with widths ``round(start * ratio**k)`` (320 -> 5 over 100 layers),
+    a final ``Linear(width, 1)``, uniform inits (naive, lecun, glorot, he) and zero biases."""
+    act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+    widths = [max(1, round(start * ratio ** k)) for k in range(depth + 1)]
+    layers: List[nn.Module] = []
+    for fan_in, fan_out in zip(widths, widths[1:]):
+        layers += [nn.Linear(fan_in, fan_out), act()]
+    layers.append(nn.Linear(widths[-1], 1))
+    model = nn.Sequential(*layers)
+    for m in model:
+        if isinstance(m, nn.Linear):
+            fan_out, fan_in = m.weight.shape
+            limit = {"naive": 1.0, "lecun": math.sqrt(3 / fan_in), "glorot": math.sqrt(6 / (fan_in + fan_out)),
+                     "he": math.sqrt(6 / fan_in)}[init]
+            with torch.no_grad():
+                nn.init.uniform_(m.weight, -limit, limit)
+                nn.init.zeros_(m.bias)
+    return model

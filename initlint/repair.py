@@ -1,0 +1,824 @@
+"""``initlint.fix``: re-initialise what the findings blame, re-audit, and hand the repair back as code.
+
+The repair is planned per finding by a *handler* registered for its code with
+:func:`handles`; a new rule (an attention-scale rule, say) becomes repairable by adding one
+handler function. A handler reads the finding and the audit (graph, probe statistics) and
+asks the :class:`Planner` for steps on parameters:
+
+- ``redraw``: a fresh ``nn.init`` draw with the std the rule computed, in the parameter's
+  own distribution family (normal or uniform), from a generator seeded with ``seed``;
+- ``zero``: ``nn.init.zeros_`` (a bias that kills units, a ``randn`` bias);
+- ``lsuv`` and ``scale``: a factor measured on the probe batch.
+
+``method`` decides how a layer's scale is repaired: ``analytic`` from its fans and the gain
+of its activation (IL001's own target), ``lsuv`` from measurements, ``auto`` analytic where
+the gain is known and measured where it is not (custom activations, residual branches).
+
+Every step is applied in place under ``torch.no_grad`` and written into
+:meth:`FixReport.code` in the same order, so the code applied to an identical fresh
+instance gives the same weights bit for bit. Root causes (IL001, IL008, a bias behind
+IL003) are repaired first; symptoms (IL004-IL007, IL009) that the causes explain are left
+to the re-audit, and repaired from measurements only if they remain. At most three audits
+run: before, after the causes, after the symptoms. Findings no init repairs (IL002) stay,
+with their code change.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+import torch
+import torch.nn as nn
+
+from . import ops as O
+from .graph import Op
+from .report import Finding, Report
+from .rules.base import Audit, downstream, fmt, py_path, upstream_weight
+from .version import __version__
+
+METHODS = ("auto", "analytic", "lsuv")
+MAX_ROUNDS = 2
+"""Repair rounds; each is followed by an audit, so ``fix`` runs at most ``MAX_ROUNDS + 1`` audits."""
+LSUV_TARGET = 1.0
+"""Root mean square a data-driven rescale gives a layer's output (LSUV's unit variance)."""
+SPAN_TOLERANCE = 2.0
+"""A layer of a drifting span that no finding names is rescaled only when its own gain (output
+rms over input rms on the probe batch) is further than this factor from 1."""
+PREFERRED_GAIN = {"selu": 1.0}
+"""Where IL001 accepts a band of gains, the fix draws the band's low end (LeCun's 1 for tanh and sigmoid),
+except for these activations (SELU is self-normalising with LeCun's 1, the high end)."""
+NAMED_GAINS = {"relu": math.sqrt(2.0), "linear": 1.0, "tanh": 5.0 / 3.0, "selu": 0.75}
+"""Gains that ``nn.init.kaiming_*_`` knows by name: a redraw with one of them is written that way."""
+
+Handler = Callable[["Planner", Finding, str], None]
+HANDLERS: Dict[str, Handler] = {}
+SYMPTOMS: Set[str] = set()
+
+
+def handles(code: str, *, symptom: bool = False) -> Callable[[Handler], Handler]:
+    """Register ``fn(planner, finding, module)`` as the repair of ``code``'s findings.
+
+    A symptom handler runs only in a round in which no root cause was repaired (or in the
+    last round): a repaired cause usually removes the symptom, and the re-audit tells.
+    """
+    def register(fn: Handler) -> Handler:
+        HANDLERS[code] = fn
+        if symptom:
+            SYMPTOMS.add(code)
+        return fn
+    return register
+
+
+# ------------------------------------------------------------------------------------ results
+@dataclass
+class Change:
+    """One parameter that ``fix`` changed."""
+
+    name: str
+    """Qualified parameter name (``layers.3.weight``)."""
+    rule: str
+    """The code(s) of the finding(s) that asked for it (``IL001``; ``IL001, IL004`` when two did)."""
+    module: str
+    before_std: float
+    """Measured std of the parameter before the fix."""
+    after_std: float
+    """Measured std after it."""
+    init: str
+    """The call(s) used, as written in :meth:`FixReport.code` (``; ``-separated when several)."""
+    reason: str
+
+
+@dataclass
+class Step:
+    """One in-place operation on one parameter; rendered into the code exactly as applied."""
+
+    param: str
+    call: str
+    """``mul_`` (scale factor), ``zeros_`` or an ``nn.init`` function drawing from the generator."""
+    kwargs: Dict[str, Any]
+    rule: str
+    module: str
+    why: str
+
+    def source(self, ref: str, gen: str = "gen") -> str:
+        """The line of Python that performs this step on the parameter expression ``ref``."""
+        if self.call == "mul_":
+            return f"{ref}.mul_({self.kwargs['factor']!r})"
+        if self.call == "zeros_":
+            return f"nn.init.zeros_({ref})"
+        with_gen = f", generator={gen})" if gen else ")"
+        if self.call.startswith("."):  # a tensor method: nn.init of this torch takes no generator
+            args = ", ".join(repr(v) for v in self.kwargs.values())
+            return f"{ref}{self.call}({args}" + with_gen
+        args = "".join(f", {k}={v!r}" for k, v in self.kwargs.items())
+        return f"nn.init.{self.call}({ref}{args}" + with_gen
+
+    def apply(self, param: torch.Tensor, generator: Optional[torch.Generator]) -> None:
+        """Perform the step in place, exactly as :meth:`source` writes it."""
+        if self.call == "mul_":
+            param.mul_(self.kwargs["factor"])
+        elif self.call == "zeros_":
+            nn.init.zeros_(param)
+        elif self.call.startswith("."):
+            getattr(param, self.call[1:])(*self.kwargs.values(), generator=generator)
+        else:
+            getattr(nn.init, self.call)(param, **self.kwargs, generator=generator)
+
+    @property
+    def draws(self) -> bool:
+        """Consumes the generator."""
+        return self.call not in ("mul_", "zeros_")
+
+
+@dataclass
+class FixReport:
+    """What :func:`fix` did: the audits before and after, the changed parameters, the code."""
+
+    model: str
+    before: Report
+    after: Report
+    changes: List[Change] = field(default_factory=list)
+    method: str = "auto"
+    seed: int = 0
+    audits: int = 1
+    """Audits run (at most 3)."""
+    notes: List[str] = field(default_factory=list)
+    steps: List[Step] = field(default_factory=list)
+
+    @property
+    def remaining(self) -> List[Finding]:
+        """Warnings and errors left after the fix that a repair handler exists for."""
+        return [f for f in self.after.findings if f.severity != "info" and f.code in HANDLERS]
+
+    @property
+    def unrepairable(self) -> List[Finding]:
+        """Warnings and errors no init can repair (IL002 bias before a norm): the code change is in ``fix``."""
+        return [f for f in self.after.findings if f.severity != "info" and f.code not in HANDLERS]
+
+    @property
+    def fixed(self) -> bool:
+        """No repairable finding remains."""
+        return not self.remaining and not self.after.error
+
+    def code(self) -> str:
+        """Self-contained Python source defining ``apply_initlint_fixes(model)``."""
+        return render_code(self)
+
+    def summary(self) -> str:
+        """The before/after summary ``initlint fix`` prints."""
+        return render_summary(self)
+
+
+# ------------------------------------------------------------------------------------ the API
+def fix(model: nn.Module, example_inputs: Any = None, *, method: str = "auto", select: Optional[Iterable[str]] = None,
+        ignore: Optional[Iterable[str]] = None, seed: int = 0, **audit_options: Any) -> FixReport:
+    """Audit ``model``, re-initialise in place only what the findings blame, and re-audit.
+
+    ``method``: ``analytic`` (fans and gains: the std IL001 computes), ``lsuv`` (scale
+    factors measured on the probe batch, layer after layer) or ``auto`` (analytic where the
+    gain of the next activation is known, LSUV for custom activations and residual
+    branches). ``seed`` seeds the generator of fresh draws and the probe. Other keywords
+    (``device``, ``logits``, ``input_shapes``, ``rule_options``, ...) go to
+    :func:`initlint.audit`. A model with nothing to repair is left bit for bit as it was.
+    """
+    from .api import UsageError, audit, unwrap
+
+    if method not in METHODS:
+        raise UsageError(f"unknown fix method '{method}'; use {', '.join(METHODS)}")
+    if not isinstance(model, nn.Module) and not hasattr(model, "_orig_mod"):
+        raise UsageError(f"initlint.fix expects an nn.Module, got {type(model).__name__}")
+    target = unwrap(model)
+    if any(p.device.type == "meta" for p in target.parameters()):
+        raise UsageError("the model is on the meta device (its tensors hold no values); materialise it with "
+                         "model.to_empty(device='cpu') and initialise it before fixing")
+    options = dict(audit_options, select=select, ignore=ignore, seed=seed)
+
+    def run_audit() -> Report:
+        return audit(target, example_inputs, **options)
+
+    return _Fixer(target, example_inputs, method, seed, options, run_audit).run()
+
+
+class _Fixer:
+    """The rounds of one :func:`fix` call."""
+
+    def __init__(self, model: nn.Module, example_inputs: Any, method: str, seed: int, options: Dict[str, Any],
+                 run_audit: Callable[[], Report]) -> None:
+        self.model, self.example_inputs, self.method, self.seed = model, example_inputs, method, seed
+        self.options, self.run_audit = options, run_audit
+        self.steps: List[Step] = []
+        self.acted: Set[str] = set()  # modules repaired so far (a symptom linked to one is handled through it)
+        self.notes: List[str] = []
+        self._gen: Optional[torch.Generator] = None
+        self._before_std: Dict[str, float] = {}
+
+    def run(self) -> FixReport:
+        before = report = self.run_audit()
+        audits = 1
+        for round_no in range(1, MAX_ROUNDS + 1):
+            if not _repairable(report):
+                break
+            planner = Planner(self, report, last=round_no == MAX_ROUNDS)
+            planner.plan()
+            if not self.execute(planner):
+                break
+            report = self.run_audit()
+            audits += 1
+        name = self.options.get("name") or type(self.model).__name__
+        return FixReport(model=name, before=before, after=report, changes=self.changes(), method=self.method,
+                         seed=self.seed, audits=audits, notes=self.notes, steps=list(self.steps))
+
+    # -------------------------------------------------------------------- applying steps
+    def execute(self, planner: "Planner") -> bool:
+        """Apply the planner's direct steps, then measure and apply its LSUV requests; False if nothing changed."""
+        count = len(self.steps)
+        for step in planner.ordered(planner.steps):
+            self.apply(step)
+        if planner.requests:
+            for step in measure_lsuv(self.model, self.probe_inputs(), planner.ordered_requests(), self.seed):
+                self.apply(step)
+        self.notes.extend(n for n in planner.notes if n not in self.notes)
+        return len(self.steps) > count
+
+    def apply(self, step: Step) -> None:
+        param = self.model.get_parameter(step.param)
+        if step.param not in self._before_std:
+            self._before_std[step.param] = _std(param)
+        with torch.no_grad():
+            step.apply(param, self.generator(param.device) if step.draws else None)
+        self.steps.append(step)
+        self.acted.add(step.module)
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        """One generator for every fresh draw, on the device of the first parameter drawn (as in the code)."""
+        if self._gen is None:
+            self._gen = torch.Generator(device=device).manual_seed(self.seed)
+        return self._gen
+
+    def probe_inputs(self) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+        """The probe batch the audit uses, on the model's device."""
+        from .api import model_device
+        from .load import DEFAULT_BATCH, infer_inputs, move_inputs, normalise_inputs, shaped_inputs
+
+        if self.example_inputs is not None:
+            args, kwargs = normalise_inputs(self.example_inputs)
+        elif self.options.get("input_shapes"):
+            args, kwargs = shaped_inputs(self.options["input_shapes"], self.model, self.seed), {}
+        else:
+            args, kwargs = infer_inputs(self.model, int(self.options.get("batch_size") or DEFAULT_BATCH), self.seed)
+        dev = model_device(self.model)
+        return move_inputs(args, dev), move_inputs(kwargs, dev)
+
+    def changes(self) -> List[Change]:
+        by_param: Dict[str, List[Step]] = {}
+        for step in self.steps:
+            by_param.setdefault(step.param, []).append(step)
+        out = []
+        for name, steps in by_param.items():
+            rules = ", ".join(dict.fromkeys(s.rule for s in steps))
+            out.append(Change(name=name, rule=rules, module=steps[0].module, before_std=self._before_std[name],
+                              after_std=_std(self.model.get_parameter(name)),
+                              init="; ".join(s.source(py_path(name), gen="") for s in steps),
+                              reason="; ".join(dict.fromkeys(s.why for s in steps))))
+        return out
+
+
+def _std(t: torch.Tensor) -> float:
+    return float(t.detach().float().std(unbiased=False)) if t.numel() else 0.0
+
+
+def _repairable(report: Report) -> bool:
+    return any(f.severity != "info" and f.code in HANDLERS for f in report.findings)
+
+
+# ------------------------------------------------------------------------------------ planning
+@dataclass
+class LsuvRequest:
+    """Rescale a weight layer so that its output (bias excluded) has rms ``target`` on the probe batch."""
+
+    op: Op
+    rule: str
+    why: str
+    shrink_only: bool = False
+    tolerance: float = 1.0
+    """Leave the layer alone when its factor is within this ratio of 1 (1: always rescale)."""
+
+
+class Planner:
+    """What one round repairs: handlers add steps and LSUV requests through it."""
+
+    def __init__(self, fixer: _Fixer, report: Report, last: bool) -> None:
+        self.fixer, self.report, self.last = fixer, report, last
+        self.method = fixer.method
+        self.graph = report.graph
+        self.ctx = Audit(model=fixer.model, graph=report.graph, probe=report.probe,
+                         logits=bool(fixer.options.get("logits")))
+        self.steps: List[Step] = []
+        self.requests: List[LsuvRequest] = []
+        self.notes: List[str] = []
+        self._planned: Set[str] = set()
+        self._il001: Optional[Dict[str, Finding]] = None
+
+    def plan(self) -> None:
+        findings = [f for f in self.report.findings if f.severity != "info" and f.code in HANDLERS]
+        for f in findings:
+            if f.code not in SYMPTOMS:
+                self._handle(f)
+        if (self.steps or self.requests) and not self.last:
+            return  # the re-audit judges the symptoms once their causes are repaired
+        for f in findings:
+            if f.code in SYMPTOMS and not self.through_cause(f):
+                self._handle(f)
+
+    def _handle(self, finding: Finding) -> None:
+        for module in finding.members or [finding.module]:
+            HANDLERS[finding.code](self, finding, module)
+
+    # -------------------------------------------------------------------- what handlers read
+    def through_cause(self, finding: Finding) -> bool:
+        """True when a cause the finding links to (``caused_by``) was repaired in this or an earlier round."""
+        touched = self.fixer.acted | self._planned
+        return any(ref.split(" ", 1)[1] in touched for ref in finding.caused_by if " " in ref)
+
+    def weight_op(self, module: str) -> Optional[Op]:
+        """The first weight layer (Linear, Conv) of ``module``."""
+        return next((op for op in self.graph if op.module == module and op.kind in O.WEIGHT_KINDS
+                     and "weight" in op.params), None)
+
+    def ops_of(self, module: str, kinds: Iterable[str]) -> List[Op]:
+        kinds = set(kinds)
+        return [op for op in self.graph if op.module == module and op.kind in kinds]
+
+    def il001_targets(self) -> Dict[str, Finding]:
+        """IL001's own judgement per module, before grouping: ``threshold`` is the std the layer needs."""
+        if self._il001 is None:
+            from .rules.il001_init_scale import InitScale
+
+            self._il001 = {f.module: f for f in InitScale(**rule_options(self.fixer.options, InitScale)).check(
+                Audit(model=self.ctx.model, graph=self.graph, probe=self.ctx.probe, logits=self.ctx.logits))}
+        return self._il001
+
+    def data_driven(self, op: Op) -> bool:
+        """Whether ``method`` asks for a measured (LSUV) rescale of ``op`` rather than fans and gains."""
+        if self.method != "auto":
+            return self.method == "lsuv"
+        return not gain_known(self.graph, op) or residual_branch(self.graph, op)
+
+    # -------------------------------------------------------------------- what handlers ask for
+    def redraw(self, op: Op, std: float, rule: str, why: str) -> None:
+        """A fresh draw of ``op``'s weight with ``std``, in its distribution family."""
+        name = op.params["weight"]
+        if not self._claim(name, op.module):
+            return
+        param = self.ctx.param(name)
+        call, kwargs = init_call(family(param), std, self.ctx.fan_in(op) or 1, param)
+        self.steps.append(Step(name, call, kwargs, rule, op.module, why))
+
+    def zero(self, name: str, module: str, rule: str, why: str) -> None:
+        if self._claim(name, module):
+            self.steps.append(Step(name, "zeros_", {}, rule, module, why))
+
+    def scale(self, op: Op, factor: float, rule: str, why: str) -> None:
+        """A measured factor on ``op``'s weight."""
+        name = op.params["weight"]
+        if factor != 1.0 and math.isfinite(factor) and factor > 0 and self._claim(name, op.module):
+            self.steps.append(Step(name, "mul_", {"factor": float(factor)}, rule, op.module, why))
+
+    def lsuv(self, op: Op, rule: str, why: str, *, shrink_only: bool = False, tolerance: float = 1.0) -> None:
+        """Rescale ``op`` from its output measured on the probe batch (its module must be a Linear/Conv)."""
+        if not lsuv_possible(self.ctx.model, op):
+            target = self.il001_targets().get(op.module)
+            if target is not None and not shrink_only:
+                self.redraw(op, _target_std(self, op, target.threshold), rule, why)
+            else:
+                self.note(f"{rule} {op.module or '<model>'}: its weight is not a Linear/Conv module's own, so it "
+                          f"cannot be rescaled from measurements")
+            return
+        if self._claim(op.params["weight"], op.module):
+            self.requests.append(LsuvRequest(op, rule, why, shrink_only, tolerance))
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def _claim(self, name: str, module: str) -> bool:
+        """One step per parameter and round; the first handler to ask wins."""
+        if name in {s.param for s in self.steps} or name in {r.op.params["weight"] for r in self.requests}:
+            return False
+        self._planned.add(module)
+        return True
+
+    def ordered(self, steps: Sequence[Step]) -> List[Step]:
+        """In execution order of the graph (the order the generator is consumed in)."""
+        first = {}
+        for op in self.graph:
+            for name in op.params.values():
+                first.setdefault(name, op.id)
+        return sorted(steps, key=lambda s: first.get(s.param, len(self.graph)))
+
+    def ordered_requests(self) -> List[LsuvRequest]:
+        return sorted(self.requests, key=lambda r: r.op.id)
+
+
+def rule_options(options: Dict[str, Any], rule: Any) -> Dict[str, Any]:
+    """The options the user gave ``rule`` (by name or code)."""
+    given = options.get("rule_options") or {}
+    return {**given.get(rule.name, {}), **given.get(rule.code, {})}
+
+
+# ------------------------------------------------------------------------------------ graph facts
+def gain_known(graph: Any, op: Op) -> bool:
+    """The signal after ``op`` reaches a known activation, a norm, a weight layer, a softmax or the output."""
+    for t in downstream(graph, op):
+        known = (t.kind in O.ACTIVATIONS or t.kind in O.WEIGHT_KINDS or t.kind in O.NORM_KINDS
+                 or t.kind in ("softmax", "log_softmax") or not graph.consumers(t))
+        if not known:
+            return False
+    return True
+
+
+def residual_branch(graph: Any, op: Op) -> bool:
+    """``op``'s output is added to another signal (the end of a residual branch) before any computing op."""
+    frontier, seen = [op], {op.id}
+    while frontier:
+        for user in graph.consumers(frontier.pop()):
+            if user.id in seen:
+                continue
+            seen.add(user.id)
+            if user.kind == "add" and len(user.inputs) > 1:
+                return True
+            if user.kind in O.PASS_KINDS:
+                frontier.append(user)
+    return False
+
+
+def activation_gain(graph: Any, op: Op) -> float:
+    """Gain of the activation after ``op`` (the low end of its band; 1 when none follows)."""
+    act = next((t for t in downstream(graph, op) if t.kind in O.ACTIVATIONS), None)
+    return O.ACTIVATIONS[act.kind].band(act.attrs)[0] if act is not None else 1.0
+
+
+def segment_ops(graph: Any, op: Op) -> List[Op]:
+    """Weight layers in the normalisation-free stretch of the network that holds ``op``, in order."""
+    start: Dict[int, int] = {}
+    for o in graph:
+        start[o.id] = o.id if (o.kind in O.NORM_KINDS or not o.inputs) else start.get(o.inputs[0], o.inputs[0])
+    return [o for o in graph if start[o.id] == start[op.id] and o.kind in O.WEIGHT_KINDS and "weight" in o.params]
+
+
+# ------------------------------------------------------------------------------------ draws
+def family(param: Optional[torch.Tensor]) -> str:
+    """``uniform`` or ``normal``: the kurtosis of the weights (1.8 uniform, 3 normal); normal when unclear.
+
+    Read from at most 2**16 evenly spaced entries (the estimate's error is then about 0.02)."""
+    if param is None or param.numel() < 16:
+        return "normal"
+    flat = param.detach().reshape(-1)
+    x = flat[::max(1, flat.numel() // 2**16)].float()
+    x = x - x.mean()
+    x2 = x * x
+    m2, m4 = x2.mean(), (x2 * x2).mean()
+    kurtosis = (m4 / (m2 * m2)).item() if float(m2) > 0 else 3.0
+    return "uniform" if kurtosis < 2.4 else "normal"
+
+
+NN_INIT_TAKES_GENERATOR = "generator" in inspect.signature(nn.init.normal_).parameters
+"""Only recent torch releases give ``nn.init`` functions a ``generator``; with an older one the draws are written
+as the tensor methods ``normal_``/``uniform_``, which have always taken one."""
+
+
+def init_call(kind: str, std: float, fan_in: int, param: Optional[torch.Tensor]) -> Tuple[str, Dict[str, Any]]:
+    """The ``nn.init`` call that draws ``std`` in ``kind``'s family, by gain name when ``nn.init`` knows it."""
+    if not NN_INIT_TAKES_GENERATOR:
+        bound = math.sqrt(3.0) * std
+        if kind == "uniform":
+            return ".uniform_", {"a": -bound, "b": bound}
+        return ".normal_", {"mean": 0.0, "std": std}
+    gain = std * math.sqrt(fan_in)
+    torch_fan = nn.init._calculate_fan_in_and_fan_out(param)[0] if param is not None and param.dim() >= 2 else None
+    for name, g in NAMED_GAINS.items():
+        if torch_fan == fan_in and abs(gain - g) <= 1e-9 * g:
+            return f"kaiming_{kind}_", {"nonlinearity": name}
+    if kind == "uniform":
+        bound = math.sqrt(3.0) * std
+        return "uniform_", {"a": -bound, "b": bound}
+    return "normal_", {"std": std}
+
+
+# ------------------------------------------------------------------------------------ LSUV
+def lsuv_possible(model: nn.Module, op: Op) -> bool:
+    """The op is a Linear/Conv module's own call, whose output a forward hook sees as ``W x + b``."""
+    if not op.attrs.get("module_op") or op.kind not in O.WEIGHT_KINDS:
+        return False
+    try:
+        module = model.get_submodule(op.module)
+    except AttributeError:
+        return False
+    own = f"{op.module}.weight" if op.module else "weight"
+    return isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) and op.params.get("weight") == own \
+        and not isinstance(module, nn.modules.conv._ConvTransposeNd)
+
+
+def measure_lsuv(model: nn.Module, inputs: Tuple[Tuple[Any, ...], Dict[str, Any]], requests: List[LsuvRequest],
+                 seed: int) -> List[Step]:
+    """Layer-sequential unit-variance factors in one forward pass.
+
+    A hook on each requested layer measures the rms of its output without the bias, picks the
+    factor that brings it to :data:`LSUV_TARGET`, and passes the rescaled output on, so every
+    later layer is measured as it will be once the factors are applied. Nothing of the model
+    changes here; one transfer brings the factors to the host at the end.
+    """
+    from .guard import guarded
+
+    factors: Dict[int, torch.Tensor] = {}
+    hooks = []
+    for req in requests:
+        module = model.get_submodule(req.op.module)
+        hooks.append(module.register_forward_hook(_lsuv_hook(req, module, factors)))
+    args, kwargs = inputs
+    try:
+        with guarded(model, seed, (args, kwargs)), torch.no_grad():
+            for m in model.modules():
+                if isinstance(m, nn.modules.dropout._DropoutNd):
+                    m.eval()  # the probe runs without dropout; guarded() restores the flags
+            model(*args, **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    measured = [r for r in requests if r.op.id in factors]
+    values = torch.stack([factors[r.op.id].double().cpu() for r in measured]).tolist() if measured else []
+    steps = []
+    for req, factor in zip(measured, values):
+        if factor != 1.0 and math.isfinite(factor) and factor > 0:
+            why = f"{req.why}; x{fmt(factor)} brings its output rms (bias aside) to {fmt(LSUV_TARGET)} on the probe"
+            steps.append(Step(req.op.params["weight"], "mul_", {"factor": factor}, req.rule, req.op.module, why))
+    return steps
+
+
+def _lsuv_hook(req: LsuvRequest, module: nn.Module, factors: Dict[int, torch.Tensor]) -> Callable[..., Any]:
+    def hook(mod: nn.Module, inputs: Any, out: Any) -> Any:
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            return None
+        bias = mod.bias
+        if bias is not None:
+            shape = [1] * out.dim()
+            shape[1 if isinstance(mod, nn.modules.conv._ConvNd) else -1] = -1
+            bias = bias.view(shape)
+        z = out - bias if bias is not None else out
+        factor = factors.get(req.op.id)
+        if factor is None:
+            x = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
+            factor = factors[req.op.id] = _factor(z, x, req)
+        scaled = z * factor.to(z.dtype)
+        return scaled + bias if bias is not None else scaled
+    return hook
+
+
+def _rms(t: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.vector_norm(t.detach().float()) / math.sqrt(max(t.numel(), 1))
+
+
+def _factor(z: torch.Tensor, x: Optional[torch.Tensor], req: LsuvRequest) -> torch.Tensor:
+    """The weight's factor as a float32 scalar (what ``mul_`` with its printed value applies).
+
+    With a tolerance, a layer is left alone unless its own gain (output rms over input rms)
+    is further than the tolerance from 1: a layer of a drifting stretch that passes on the
+    scale it receives is not to blame."""
+    rms = _rms(z)
+    factor = (LSUV_TARGET / rms).float()
+    if req.shrink_only:
+        factor = factor.clamp(max=1.0)
+    ok = torch.isfinite(factor) & (factor > 0)
+    if req.tolerance > 1.0:
+        own = rms / _rms(x) if x is not None and x.is_floating_point() else rms / LSUV_TARGET
+        ok = ok & (own.log().abs() > math.log(req.tolerance))
+    return torch.where(ok, factor, torch.ones_like(factor))
+
+
+# ------------------------------------------------------------------------------------ handlers
+@handles("IL001")
+def _init_scale(plan: Planner, finding: Finding, module: str) -> None:
+    """IL001: the std the next activation needs (the rule's own target), or LSUV where the gain is unknown."""
+    judged = plan.il001_targets().get(module)
+    op = plan.weight_op(module)
+    if judged is None or op is None:
+        return
+    fan = plan.ctx.fan_in(op) or 1
+    std = _target_std(plan, op, judged.threshold)
+    why = (f"weight std {fmt(judged.value)} -> {fmt(std)}, the scale the next activation needs "
+           f"(gain {fmt(std * math.sqrt(fan))} / sqrt(fan_in {fan}))")
+    if module in plan.fixer.acted:  # repaired in the first round and still flagged
+        if plan.method == "analytic":
+            plan.note(f"IL001 {module}: still flagged after the analytic init; method auto or lsuv measures it")
+        else:
+            plan.lsuv(op, "IL001", why)
+    elif plan.data_driven(op):
+        _large_bias(plan, op, LSUV_TARGET)
+        plan.lsuv(op, "IL001", why)
+    else:
+        plan.redraw(op, std, "IL001", why)
+        _large_bias(plan, op, std * math.sqrt(fan))
+
+
+def _target_std(plan: Planner, op: Op, edge: float) -> float:
+    """The std to draw: the activation's preferred gain when IL001 accepts a band (tanh: LeCun's 1 rather
+    than the 5/3 edge it names when the weights are too large), else the rule's target ``edge``."""
+    act = next((t for t in downstream(plan.graph, op) if t.kind in O.ACTIVATIONS), None)
+    if act is None:
+        return edge
+    fan = math.sqrt(plan.ctx.fan_in(op) or 1)
+    lo, hi = O.ACTIVATIONS[act.kind].band(act.attrs)
+    if not any(abs(edge * fan - g) <= 1e-6 * g for g in (lo, hi)):
+        return edge  # the rule judged another activation than the one found here: follow the rule
+    return PREFERRED_GAIN.get(act.kind, lo) / fan
+
+
+def _large_bias(plan: Planner, op: Op, gain: float) -> None:
+    """Reset the bias of a rescaled layer when it, not the weights, would set the pre-activation's scale:
+    rms above half the scale ``gain`` that the new weights give a unit-scale input (``randn`` biases)."""
+    name = op.params.get("bias")
+    bias = plan.ctx.param(name) if name else None
+    if bias is None or bias.numel() == 0:
+        return
+    rms = float(bias.detach().float().pow(2).mean().sqrt())
+    if rms > 0.5 * gain:
+        plan.zero(name, op.module, "IL001", f"bias rms {fmt(rms)} would outweigh the new weights "
+                  f"(pre-activation scale {fmt(gain)} for a unit-scale input)")
+
+
+@handles("IL008")
+def _symmetric(plan: Planner, finding: Finding, module: str) -> None:
+    """IL008: a fresh random draw; the scale is IL001's target, else the layer's own, else the activation's."""
+    op = plan.weight_op(module)
+    if op is None:
+        return
+    judged = plan.il001_targets().get(module)
+    stats = plan.ctx.probe.params.get(op.params["weight"], {})
+    if judged is not None:
+        std = judged.threshold
+    elif stats.get("spread", 0.0) > 0 and stats.get("rms", 0.0) > 0:
+        std = stats["rms"]  # duplicated rows in a layer of the right scale: keep the scale
+    else:
+        std = activation_gain(plan.graph, op) / math.sqrt(plan.ctx.fan_in(op) or 1)
+    plan.redraw(op, std, "IL008", "weights that cannot break symmetry: a fresh random draw")
+
+
+@handles("IL003")
+def _dead_units(plan: Planner, finding: Finding, module: str) -> None:
+    """IL003: reset the bias that keeps the pre-activations negative; a vanished signal is IL001's to repair."""
+    from .rules.il003_dead_relu import DeadRelu
+
+    if plan.through_cause(finding):
+        return
+    rule = DeadRelu(**rule_options(plan.fixer.options, DeadRelu))
+    for op in plan.ops_of(module, O.DYING_KINDS):
+        stats, units = plan.ctx.op_stats(op), op.attrs.get("units")
+        if not units or "dead" not in stats or stats["dead"] / units <= rule.limit(units):
+            continue
+        src = upstream_weight(plan.graph, op)
+        bias = src.params.get("bias") if src is not None else None
+        mean = plan.ctx.probe.params.get(bias or "", {}).get("mean", 0.0)
+        pre_rms = plan.ctx.op_stats(src).get("rms", 0.0) if src is not None else 0.0
+        # the rule's diagnosis: a bias below -0.5x the pre-activation scale holds the units under zero
+        if bias and mean < 0 and abs(mean) > 0.5 * pre_rms:
+            plan.zero(bias, src.module, "IL003", f"bias {fmt(mean)} on average kills "
+                      f"{fmt(100 * stats['dead'] / units)}% of the units")
+
+
+@handles("IL004", symptom=True)
+def _saturated_softmax(plan: Planner, finding: Finding, module: str) -> None:
+    """IL004: shrink the layer that produces the scores so that their rms is at most 1."""
+    op = plan.weight_op(module)
+    if op is None:
+        return
+    why = f"softmax near one-hot (entropy {fmt(finding.value)} x ln(C))"
+    scores = _scores_of(plan, op)
+    if scores is None or _feeds_directly(plan.graph, op, scores):
+        plan.lsuv(op, "IL004", why, shrink_only=True)
+        return
+    rms = plan.ctx.op_stats(scores).get("rms")
+    if rms and math.isfinite(rms) and rms > LSUV_TARGET:
+        plan.scale(op, LSUV_TARGET / rms, "IL004", why + f"; scores rms {fmt(rms)} -> {fmt(LSUV_TARGET)}")
+
+
+def _scores_of(plan: Planner, op: Op) -> Optional[Op]:
+    """The op whose output the saturated softmax reads (the model output for declared logits)."""
+    for sm in plan.graph.of_kind("softmax", "log_softmax"):
+        if sm.inputs and upstream_weight(plan.graph, sm) is op:
+            return plan.graph[sm.inputs[0]]
+    outputs = [plan.graph[i] for i in plan.graph.outputs]
+    return outputs[0] if outputs else None
+
+
+def _feeds_directly(graph: Any, op: Op, scores: Op) -> bool:
+    current: Optional[Op] = scores
+    while current is not None and current.id != op.id:
+        if current.kind not in O.PASS_KINDS:
+            return False
+        current = graph[current.inputs[0]] if current.inputs else None
+    return current is not None
+
+
+@handles("IL005", symptom=True)
+def _signal_drift(plan: Planner, finding: Finding, module: str) -> None:
+    """IL005 with no repaired cause: LSUV from the first drifting layer to the end of its stretch."""
+    op = plan.weight_op(module)
+    if op is None:
+        return
+    for layer in segment_ops(plan.graph, op):
+        if layer.id >= op.id:
+            plan.lsuv(layer, "IL005", "the signal drifts through this stretch",
+                      tolerance=1.0 if layer.id == op.id else SPAN_TOLERANCE)
+
+
+@handles("IL006", symptom=True)
+def _gradient_drift(plan: Planner, finding: Finding, module: str) -> None:
+    """IL006 with no repaired cause: LSUV on the layers of the stretch whose output scale is off."""
+    op = plan.weight_op(module)
+    if op is None:
+        return
+    for layer in segment_ops(plan.graph, op):
+        plan.lsuv(layer, "IL006", "weight gradients drift through this stretch", tolerance=SPAN_TOLERANCE)
+
+
+@handles("IL007", symptom=True)
+def _saturated_activation(plan: Planner, finding: Finding, module: str) -> None:
+    """IL007: rescale the layer feeding the activation to unit pre-activation rms."""
+    acts = [op for op in plan.graph if op.module == module and op.kind in O.ACTIVATIONS
+            and O.ACTIVATIONS[op.kind].bounds is not None]
+    feeding = [upstream_weight(plan.graph, a) for a in acts] or [plan.weight_op(module)]
+    for op in feeding:
+        if op is not None:
+            plan.lsuv(op, "IL007", f"{fmt(100 * (finding.value or 0))}% of the activation's outputs saturated")
+
+
+@handles("IL009", symptom=True)
+def _non_finite(plan: Planner, finding: Finding, module: str) -> None:
+    """IL009: an overflow is repaired through the init findings upstream of it; on its own it is left to the user."""
+    plan.note(f"IL009 {module or '<model>'}: non-finite values that no init finding explains are not repaired")
+
+
+# ------------------------------------------------------------------------------------ output
+def render_code(rep: FixReport) -> str:
+    """``apply_initlint_fixes(model)`` as a self-contained module."""
+    head = [f'"""Init fixes from `initlint fix` (initlint {__version__}, method {rep.method}, seed {rep.seed}) '
+            f'for {rep.model}.', "", "Apply them to the model right after building it, before training."]
+    if any(s.draws for s in rep.steps):
+        head.append(f"Fresh draws come from their own generator (seed {rep.seed}): the global RNG is left alone.")
+    if any(s.call == "mul_" for s in rep.steps):
+        head.append("Scale factors were measured on initlint's probe batch: on a model built with the same seed")
+        head.append("they give exactly the weights `initlint fix` made, on another draw weights of the same scale.")
+    head += ['"""', "import torch", "import torch.nn as nn", "", "",
+             "def apply_initlint_fixes(model: nn.Module) -> nn.Module:"]
+    body: List[str] = []
+    if rep.steps:
+        body.append("p = model.get_parameter")
+        drawn = next((s for s in rep.steps if s.draws), None)
+        if drawn is not None:
+            body.append(f"gen = torch.Generator(device=p({drawn.param!r}).device).manual_seed({rep.seed})")
+        body.append("with torch.no_grad():")
+        for step in rep.steps:
+            body.append(f"    # {step.rule} {step.module or '<model>'}: {step.why}")
+            body.append("    " + step.source(f"p({step.param!r})"))
+    else:
+        body.append(f"# initlint found nothing to repair in {rep.model}")
+    for f in rep.unrepairable:
+        body.append(f"# not repairable by init: {f.code} {f.module or '<model>'}: {f.fix}")
+    for f in rep.remaining:
+        body.append(f"# still flagged after the fix: {f.code} {f.module or '<model>'}: {f.fix}")
+    body.append("return model")
+    return "\n".join(head + ["    " + line for line in body]) + "\n"
+
+
+def render_summary(rep: FixReport) -> str:
+    """Before/after in a few lines, and a table of the changed parameters."""
+    from tabulate import tabulate
+
+    lines = [f"{rep.model}: initlint fix (method {rep.method}, seed {rep.seed}, {rep.audits} audit(s))",
+             f"before: {_codes(rep.before)}"]
+    if rep.changes:
+        rows = [[c.name, c.rule, fmt(c.before_std), fmt(c.after_std), c.init] for c in rep.changes]
+        lines.append(f"changed {len(rep.changes)} parameter(s):")
+        lines.append(tabulate(rows, headers=["parameter", "rule", "std before", "std after", "init"],
+                              tablefmt="simple", maxcolwidths=[None, None, None, None, 70]))
+    else:
+        lines.append("changed nothing")
+    lines.append(f"after: {_codes(rep.after)}")
+    for f in rep.unrepairable:
+        lines.append(f"not repairable by init: {f.code} {f.module or '<model>'}: {f.fix}")
+    for f in rep.remaining:
+        lines.append(f"still flagged: {f.code} {f.module or '<model>'}: {f.message}")
+    lines.extend(f"note: {n}" for n in rep.notes)
+    return "\n".join(lines)
+
+
+def _codes(report: Report) -> str:
+    bad = [f for f in report.findings if f.severity != "info"]
+    if not bad:
+        return "clean"
+    counts: Dict[str, int] = {}
+    for code, _ in [(c, m) for f in bad for c, m in [(f.code, x) for x in f.members or [f.module]]]:
+        counts[code] = counts.get(code, 0) + 1
+    return f"{len(bad)} finding(s): " + ", ".join(f"{code} x{n}" if n > 1 else code for code, n in counts.items())
