@@ -126,7 +126,8 @@ class DeadRelu(Rule):
         """The first ReLU whose every unit is dead and that every path from the input to the output
         passes through: its output is exactly zero, so the model's output is constant for the batch."""
         for op in self._judged(audit):
-            if audit.op_stats(op)["dead"] == op.attrs["units"] and _dominates(audit.graph, op):
+            if audit.op_stats(op)["dead"] == op.attrs["units"] and _dominates(audit.graph, op) \
+                    and _no_gradient_before(audit, op):
                 return op
         return None
 
@@ -198,3 +199,20 @@ def _descendants(graph: Graph, op: Op) -> Set[int]:
             found.add(current)
             frontier.extend(graph[current].users)
     return found
+
+
+def _no_gradient_before(audit: Audit, op: Op) -> bool:
+    """The backward probe (when it ran) agrees: every weight layer before ``op`` got an exactly zero gradient."""
+    graph = audit.graph
+    frontier, seen = list(op.inputs), set(op.inputs)
+    while frontier:
+        current = graph[frontier.pop()]
+        if current.kind in O.WEIGHT_KINDS:
+            grad = audit.probe.grads.get(current.params.get("weight", ""), {})
+            if grad.get("absmax", 0.0) != 0.0:
+                return False
+        for i in current.inputs:
+            if i not in seen:
+                seen.add(i)
+                frontier.append(i)
+    return True
