@@ -196,8 +196,6 @@ class Observer:
         first = graph[graph.inputs[0]].shape if graph.inputs else None
         batch = first[0] if first else None
         batch_first = not (y.shape[1] == batch and y.shape[0] != batch)
-        if op.attrs.get("batch_first") is not None:
-            batch_first = bool(op.attrs["batch_first"])
         put_token_cosine(self.c, op.id, y, batch_first)
 
     def _dead(self, op: Op, y: torch.Tensor) -> None:
