@@ -253,8 +253,6 @@ class Observer:
         first = graph[graph.inputs[0]].shape if graph.inputs else None
         batch = first[0] if first else None
         batch_first = not (y.shape[1] == batch and y.shape[0] != batch)
-        if op.attrs.get("batch_first") is not None:
-            batch_first = bool(op.attrs["batch_first"])
         put_token_cosine(self.c, op.id, y, batch_first)
 
     def _dead(self, op: Op, y: torch.Tensor) -> None:
@@ -290,13 +288,13 @@ def put_softmax(c: _Collector, scope: str, key: Any, y: torch.Tensor, dim: int, 
         return
     y = sample_rows(y, dim).float()
     logp = y if log else y.clamp_min(1e-30).log()
-    p = logp.exp()
+    p = logp.exp() if log else y
     # An entry with probability exactly 0 is masked (causal attention, padding: -inf, finfo.min,
     # -1e4 and -9e15 all underflow to 0) or underflowed. Entropy is taken over the admissible
     # entries of each row, normalised by ln(count); rows with a single admissible entry are
     # counted apart as one-hot rows: a few of them are masks (the first position of causal
     # attention), most of them mean saturation.
-    admissible = (logp > -1e20).sum(-1) if log else (p > 0).sum(-1)
+    admissible = (logp > -1e20).sum(-1) if log else (y > 0).sum(-1)
     rows = (admissible >= 2).float()
     count = rows.sum().clamp_min(1.0)
     entropy = -torch.special.xlogy(p, p).sum(-1) / admissible.clamp_min(2).float().log()

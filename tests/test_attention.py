@@ -235,3 +235,29 @@ def test_a_large_unnormalised_input_is_named_as_the_cause():
     assert codes(report, "IL011") == {"c_attn"}
     assert "the input of the q/k projection c_attn has scale (rms) 29.9" in report.findings[0].message
     assert report.findings[0].fix.startswith("normalise the input of c_attn")
+
+
+@pytest.mark.parametrize("mask_value", [float("-inf"), -torch.finfo(torch.float32).max, -1e4])
+def test_explicit_causal_softmax_is_judged_against_the_keys_each_query_sees(mask_value):
+    class Causal(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qk = nn.Linear(64, 128)
+
+        def forward(self, x):
+            q, k = (t.unflatten(-1, (4, 16)).transpose(1, 2) for t in self.qk(x).chunk(2, -1))
+            sim = torch.einsum("bhid,bhjd->bhij", q, k) * 16 ** -0.5
+            causal = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1)
+            return sim.masked_fill(causal, mask_value).softmax(dim=-1)
+
+    torch.manual_seed(0)
+    model, x = Causal(), torch.randn(2, 24, 64)
+    report = initlint.audit(model, x, select=["IL011", "IL004"])
+    softmax = next(op for op in report.graph if op.kind == "softmax")
+    with torch.no_grad():
+        p = model(x)
+    allowed = p > 0
+    n = allowed.sum(-1).float()
+    expected = (-(torch.special.xlogy(p, p)).sum(-1)[..., 1:] / n[..., 1:].log()).mean()
+    assert report.probe.ops[softmax.id]["entropy"] == pytest.approx(float(expected), abs=1e-4)
+    assert float(expected) > 0.9 and report.codes() == []

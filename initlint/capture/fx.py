@@ -93,7 +93,6 @@ class FxCapture(Capture):
         interp = _Observed(self.model, self, observe)
         return interp.run(*positional)
 
-
     def producer_of(self, tensor: Any, out: Any) -> Optional[int]:
         # the traced output node lists the returned values in the order _tensors finds them
         from .runtime import _tensors
