@@ -37,7 +37,12 @@ def pyramid(n_layers: int, activation: str, init: str, hidden_start: int = 1000,
         layers += [nn.Linear(width, nxt), act()]
         width = nxt
     layers.append(nn.Linear(width, 1))
-    model = nn.Sequential(*layers)
+    return uniform_init(nn.Sequential(*layers), init)
+
+
+def uniform_init(model: nn.Sequential, init: str) -> nn.Sequential:
+    """The seed's uniform inits, in place: ``naive`` U(-1, 1), ``lecun`` sqrt(3 / fan_in), ``glorot``
+    sqrt(6 / (fan_in + fan_out)), ``he`` sqrt(6 / fan_in); zero biases."""
     for m in model:
         if isinstance(m, nn.Linear):
             fan_out, fan_in = m.weight.shape

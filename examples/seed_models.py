@@ -13,11 +13,12 @@ Each is a model whose init initlint flags; ``initlint fix`` repairs it:
 The other seed models are ``NaiveMLP`` (``naive_mlp.py``) and ``RandnStack``
 (``linear_stack.py``).
 """
-import math
 from typing import List
 
 import torch
 import torch.nn as nn
+
+from pyramid import uniform_init  # the seed's uniform inits, shared with pyramid.py
 
 
 class DeadConvNet(nn.Module):
@@ -78,13 +79,4 @@ def narrow_pyramid(depth: int, activation: str, init: str, start: int = 320, rat
     for fan_in, fan_out in zip(widths, widths[1:]):
         layers += [nn.Linear(fan_in, fan_out), act()]
     layers.append(nn.Linear(widths[-1], 1))
-    model = nn.Sequential(*layers)
-    for m in model:
-        if isinstance(m, nn.Linear):
-            fan_out, fan_in = m.weight.shape
-            limit = {"naive": 1.0, "lecun": math.sqrt(3 / fan_in), "glorot": math.sqrt(6 / (fan_in + fan_out)),
-                     "he": math.sqrt(6 / fan_in)}[init]
-            with torch.no_grad():
-                nn.init.uniform_(m.weight, -limit, limit)
-                nn.init.zeros_(m.bias)
-    return model
+    return uniform_init(nn.Sequential(*layers), init)
