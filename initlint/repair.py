@@ -477,6 +477,8 @@ def family(param: Optional[torch.Tensor]) -> str:
         return "normal"
     flat = param.detach().reshape(-1)
     x = flat[::max(1, flat.numel() // 2**16)].float()
+    if bool(x.amin() == x.amax()):
+        return "normal"  # constant weights have no family; rounding must not make one up
     x = x - x.mean()
     x2 = x * x
     m2, m4 = x2.mean(), (x2 * x2).mean()
@@ -657,7 +659,7 @@ def _symmetric(plan: Planner, finding: Finding, module: str) -> None:
     judged = plan.il001_targets().get(module)
     stats = plan.ctx.probe.params.get(op.params["weight"], {})
     if judged is not None:
-        std = judged.threshold
+        std = _target_std(plan, op, judged.threshold)
     elif stats.get("spread", 0.0) > 0 and stats.get("rms", 0.0) > 0:
         std = stats["rms"]  # duplicated rows in a layer of the right scale: keep the scale
     else:

@@ -252,6 +252,30 @@ def test_methods(method):
     assert same_state(apply_code(rep.code(), build(NaiveMLP)), model)
 
 
+class ConstantHidden(nn.Module):
+    """A hidden layer with every weight equal: its units stay clones (IL008)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = nn.Linear(64, 64)
+        self.out = nn.Linear(64, 10)
+        nn.init.constant_(self.hidden.weight, 0.1)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.hidden(x)))
+
+
+def test_constant_weights_get_a_fresh_draw():
+    model = build(ConstantHidden)
+    rep = initlint.fix(model)
+    assert ("IL008", "hidden") in warnings_of(rep.before) and warnings_of(rep.after) == set()
+    assert [(c.name, c.rule) for c in rep.changes] == [("hidden.weight", "IL008")]
+    assert torch.unique(model.hidden.weight, dim=0).shape[0] == 64  # 64 distinct units
+    assert "kaiming_normal_" in rep.changes[0].init  # a constant has no family: normal, He for the ReLU
+    assert model.hidden.weight.std().item() == pytest.approx((2 / 64) ** 0.5, rel=0.1)
+    assert same_state(apply_code(rep.code(), build(ConstantHidden)), model)
+
+
 def test_draws_without_a_generator_in_nn_init(monkeypatch):
     """On a torch whose nn.init takes no generator, draws are written as tensor methods, still reproducible."""
     from initlint import repair
