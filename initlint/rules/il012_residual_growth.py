@@ -7,7 +7,7 @@ from typing import Iterator, Optional, Set
 from .. import ops as O
 from ..graph import Op
 from ..report import Finding
-from .base import Audit, Rule, fmt, measured, py_path, residual_adds
+from .base import Audit, Rule, fmt, measured, py_path, residuals_of
 
 
 class ResidualGrowth(Rule):
@@ -81,7 +81,7 @@ class ResidualGrowth(Rule):
     options = {"max-post-norm-ratio": 1.0, "max-branch-ratio": 4.0, "max-embedding-ratio": 100.0}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
-        adds = residual_adds(audit.graph)
+        adds = residuals_of(audit)
         streams: Set[int] = {r.add.id for r in adds}
         seen: Set[str] = set()
         for res in adds:

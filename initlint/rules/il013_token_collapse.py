@@ -5,7 +5,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from ..graph import Op
 from ..report import Finding
-from .base import Audit, Rule, attention_scores, fmt, residual_adds
+from .base import Audit, Rule, attention_scores, fmt, residuals_of
 
 
 class TokenCollapse(Rule):
@@ -101,7 +101,7 @@ class TokenCollapse(Rule):
         measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
         if not measured:
             return [], False
-        adds = residual_adds(audit.graph)
+        adds = residuals_of(audit)
         if adds:
             outputs = [(r.add, r.add) for r in adds if "token_cos" in stats.get(r.add.id, {})]
         else:
