@@ -47,9 +47,8 @@ def test_post_norm_bert_with_output_projections_times_twenty():
             layer.attention.output.dense.weight.mul_(20)
             layer.output.dense.weight.mul_(20)
     report = initlint.audit(model, {"input_ids": ids(30522, 2, 32)}, select=["IL012"])
-    flagged = codes(report, "IL012")
-    assert {f"encoder.layer.{i}.output.dense" for i in range(3)} <= flagged
-    assert flagged <= {f"encoder.layer.{i}.{part}" for i in range(3) for part in ("output.dense", "attention.output.dense")}
+    assert codes(report, "IL012") == {f"encoder.layer.{i}.{part}" for i in range(3)
+                                      for part in ("output.dense", "attention.output.dense")}
     assert all(f.fix.startswith("nn.init.normal_(model.encoder.layer[") for f in report.findings)
 
 
@@ -68,6 +67,21 @@ def test_an_embedding_drowned_by_the_first_branch():
     report = initlint.audit(NanoGPT(init="normal"), ids(512), select=["IL012"])
     assert codes(report, "IL012") == {"transformer.h.0.attn.c_proj"}
     assert report.findings[0].value > report.findings[0].threshold
+    # pre-norm stacks trained unharmed with the embedding drowned 193x (benchmarks/residual_training.py)
+    assert report.findings[0].severity == "info"
+
+
+def test_post_norm_limit_and_a_normalised_stream_at_default_init():
+    """nn.TransformerEncoder (post-norm): 0.26 at default init; its feed-forward output x10 crosses 1."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(512, 8, 2048, batch_first=True)
+    model = torch.nn.TransformerEncoder(layer, 3, enable_nested_tensor=False)
+    x = torch.randn(2, 32, 512)
+    assert codes(initlint.audit(model, x, select=["IL012"]), "IL012") == set()
+    with torch.no_grad():
+        for block in model.layers:
+            block.linear2.weight.mul_(10)
+    assert codes(initlint.audit(model, x, select=["IL012"]), "IL012") == {f"layers.{i}.linear2" for i in range(3)}
 
 
 def test_default_nanogpt_is_clean():

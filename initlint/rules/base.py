@@ -495,3 +495,11 @@ def shared_by(graph: Graph, name: str) -> List[Op]:
         if name in op.params.values() and op.module not in users:
             users[op.module] = op
     return list(users.values())
+
+
+def residuals_of(audit: "Audit") -> List[Residual]:
+    """:func:`residual_adds` of the audited graph, computed once per audit (IL012 and IL013 share it)."""
+    cached = audit.memo.get("residual_adds")
+    if cached is None:
+        cached = audit.memo["residual_adds"] = residual_adds(audit.graph)
+    return cached

@@ -9,7 +9,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Residual, Rule, attention_scores, fmt, projection_of, residual_adds
+from .base import Audit, Example, Residual, Rule, attention_scores, fmt, projection_of, residuals_of
 
 
 
@@ -130,7 +130,7 @@ class TokenCollapse(Rule):
         measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
         if not measured:
             return [], False
-        adds = self_attending(audit, residual_adds(audit.graph))
+        adds = self_attending(audit, residuals_of(audit))
         if adds:
             outputs = [(r.add, r.add) for r in adds if "token_cos" in stats.get(r.add.id, {})]
         else:
