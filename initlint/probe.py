@@ -26,7 +26,8 @@ SATURATION_MARGIN = 0.01
 """An output within 1% of the activation's range from a bound counts as saturated
 (|tanh| > 0.98, sigmoid < 0.01 or > 0.99)."""
 
-_NO_STATS = frozenset({"view", "dropout", "identity"})
+_NO_STATS = frozenset({"view", "dropout", "identity", "empty"})
+"""Ops whose output says nothing about the signal (an ``empty`` tensor holds whatever was in memory)."""
 TOKEN_KINDS = O.NORM_KINDS | {"add", "attention", "linear", "embedding", "input"}
 """Ops whose token vectors IL013 may compare: the residual stream (adds), norms, attention and
 projections; :func:`put_token_cosine` runs on their 3-D outputs."""

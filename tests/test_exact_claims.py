@@ -49,3 +49,24 @@ def test_il001_states_its_compounded_factor_as_a_prediction_and_the_weight_scale
     assert math.isclose(f.value, w.pow(2).mean().sqrt().item(), rel_tol=1e-5)
     assert f.message.startswith(f"weight rms {f.value:.3g} ")
     assert "predicted from the weight scales of the 2 mismatched layer(s)" in f.message  # 2 and the He-scaled head
+
+
+def test_uninitialised_memory_is_not_measured():
+    """``new_empty`` holds whatever was in memory (NaN at times): IL009 must never judge it."""
+    import initlint as il
+    import torch.nn as tnn
+
+    class Scratch(tnn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = tnn.Linear(8, 8)
+
+        def forward(self, x):
+            scratch = x.new_empty(x.shape)  # may hold NaN until written
+            scratch.copy_(x)
+            return self.fc(scratch)
+
+    report = il.audit(Scratch(), torch.randn(4, 8))
+    empties = [op for op in report.graph if op.kind == "empty"]
+    assert empties and all(op.id not in report.probe.ops or "rms" not in report.probe.ops[op.id] for op in empties)
+    assert "IL009" not in {code for code, _ in report.codes()}
