@@ -7,7 +7,6 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import torch
 import torch.nn as nn
 
-from . import locate
 from .capture import BACKENDS, CaptureError, capture
 from .errors import LoadError, UsageError
 from .link import link_findings
@@ -131,7 +130,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     work = cap.model  # the streamed and sharded audits ran on a plain copy: the user's classes, global shapes
     probe.seal()
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
-    cap.graph.module_locations = locate.module_locations(work)
+    cap.finish()  # already done by the probe's forward pass, unless it raised before
     ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))
     findings = _run_rules(rules, ctx, probe, is_meta, codes)
     findings = apply_suppressions(findings, work, options.get("per_module_ignores"), codes)

@@ -149,12 +149,12 @@ class _Gathered(Materialiser):
 
 
 # ----------------------------------------------------------------------------- reductions
-def batch_dependent(graph: Graph, batch: int) -> Set[int]:
+def batch_dependent(graph: Graph, batch: int, shapes: Dict[int, Tuple[int, ...]]) -> Set[int]:
     """Ops whose output depends on the probe batch: reachable from an input whose first axis is the batch."""
     found: Set[int] = set()
     for op in graph:
         if op.kind == "input":
-            shape = op.shape
+            shape = shapes.get(op.id, op.shape)
             if shape and shape[0] == batch:
                 found.add(op.id)
         elif any(i in found for i in op.inputs):
@@ -183,7 +183,7 @@ class _DPCollector(_Collector):
         super().finish(result)
 
     def _reduce(self) -> None:
-        self.dependent = batch_dependent(self.graph_of(), self.batch)
+        self.dependent = batch_dependent(self.graph_of(), self.batch, self.shapes)
         self._check_same_keys()
         chosen = [i for i, (scope, key, _) in enumerate(self.keys)
                   if scope == "logits" or (scope == "ops" and key in self.dependent)]
@@ -244,7 +244,7 @@ class _DPObserver(Observer):
 
     def _dead(self, op: Any, y: torch.Tensor) -> None:
         super()._dead(op, y)
-        axis = op.attrs["unit_axis"]
+        axis = self.graph_of().unit_axis(op) % y.dim()
         self.c.peaks[op.id] = y.amax(dim=[d for d in range(y.dim()) if d != axis]).float()
 
 
@@ -282,9 +282,9 @@ class ShardedProbe(StreamProbe):
 
     def _finish(self, result: ProbeResult) -> None:
         super()._finish(result)
-        for op in self.cap.graph:  # shapes of the global batch
-            if op.id in self.c.dependent and op.shape:
-                op.attrs["shape"] = (op.shape[0] * self.c.ranks,) + tuple(op.shape[1:])
+        for op_id, shape in result.shapes.items():  # shapes of the global batch
+            if op_id in self.c.dependent and shape:
+                result.shapes[op_id] = (shape[0] * self.c.ranks,) + tuple(shape[1:])
 
 
 # ----------------------------------------------------------------------------- entry point

@@ -8,7 +8,13 @@ Rules never see torch.fx nodes or hook objects, only this.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Collection, Dict, Iterator, List, Optional, Tuple
+
+from . import ops as O
+
+
+class FrozenGraph(TypeError):
+    """A write to the graph after its capture ended: statistics belong in the probe's result."""
 
 
 @dataclass
@@ -32,9 +38,25 @@ class Op:
     """Source file and line that created the module (module ops) or made the call (functional ops)."""
     users: List[int] = field(default_factory=list)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("_frozen"):
+            raise FrozenGraph(f"op {self.id} ({self.kind}) is read-only after capture: cannot set '{name}'")
+        object.__setattr__(self, name, value)
+
+    def freeze(self) -> None:
+        """Make the op read-only: its fields, ``attrs``, ``params``, ``inputs`` and ``users``."""
+        if self.__dict__.get("_frozen"):
+            return
+        self.attrs = _FrozenDict(self.attrs)
+        self.params = _FrozenDict(self.params)
+        self.inputs = _FrozenList(self.inputs)
+        self.users = _FrozenList(self.users)
+        object.__setattr__(self, "_frozen", True)
+
     @property
     def shape(self) -> Optional[Tuple[int, ...]]:
-        """Shape of the op's (first) output tensor, when the capture knows it."""
+        """Shape of the op's output as the capture recorded it (graph inputs of the runtime capture);
+        the shapes the probe measured are :meth:`initlint.rules.base.AuditContext.shape`."""
         return self.attrs.get("shape")
 
     def describe(self) -> str:
@@ -43,8 +65,35 @@ class Op:
         return f"{self.target} in {where}"
 
 
+def _refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+    raise FrozenGraph("the graph is read-only after capture")
+
+
+class _FrozenList(list):
+    """A list that refuses changes; it still compares equal to a plain list, copies and pickles."""
+
+    append = extend = insert = remove = pop = clear = sort = reverse = _refuse
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> Any:
+        return type(self), (list(self),)
+
+
+class _FrozenDict(dict):
+    """A dict that refuses changes; it still compares equal to a plain dict, copies and pickles."""
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+    __ior__ = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> Any:
+        return type(self), (dict(self),)
+
+
 class Graph:
-    """Ops in execution order plus the edges between them."""
+    """Ops in execution order plus the edges between them.
+
+    The capture builds it; once the capture's forward pass is over it is frozen (:meth:`freeze`)
+    and read-only: what the probe measures (output shapes, units) lives in its result, not here."""
 
     def __init__(self) -> None:
         self.ops: List[Op] = []
@@ -52,9 +101,31 @@ class Graph:
         self.outputs: List[int] = []
         self.module_types: Dict[str, str] = {}
         self.module_locations: Dict[str, Tuple[str, int]] = {}
+        self.frozen = False
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if self.__dict__.get("frozen"):
+            raise FrozenGraph(f"the graph is read-only after capture: cannot set '{name}'")
+        object.__setattr__(self, name, value)
+
+    def freeze(self) -> "Graph":
+        """End the capture: every op, the op list, inputs, outputs and module tables become read-only."""
+        if self.frozen:
+            return self
+        for op in self.ops:
+            op.freeze()
+        self.ops = _FrozenList(self.ops)
+        self.inputs = _FrozenList(self.inputs)
+        self.outputs = _FrozenList(self.outputs)
+        self.module_types = _FrozenDict(self.module_types)
+        self.module_locations = _FrozenDict(self.module_locations)
+        self.frozen = True
+        return self
 
     def add(self, kind: str, target: str, module: str, inputs: List[int], **extra: Any) -> Op:
         """Append an op and wire the user edges of its inputs."""
+        if self.frozen:
+            raise FrozenGraph("the graph is read-only after capture: cannot add an op")
         op = Op(id=len(self.ops), kind=kind, target=target, module=module, inputs=list(inputs), **extra)
         self.ops.append(op)
         for i in op.inputs:
@@ -78,6 +149,29 @@ class Graph:
     def consumers(self, op: Op) -> List[Op]:
         """Ops that read ``op``'s output."""
         return [self.ops[i] for i in op.users]
+
+    def back(self, op: Op, through: Optional[Collection[str]] = None, limit: Optional[int] = None) -> Iterator[Op]:
+        """``op``, then the producer of its first input, and so on: the main path of the signal back
+        towards an input, nearest first. With ``through``, the walk ends after the first op whose
+        kind is not in it; with ``limit``, after that many ops. Every walk back along first inputs
+        is this one."""
+        current: Optional[Op] = op
+        count = 0
+        while current is not None and (limit is None or count < limit):
+            yield current
+            count += 1
+            if not current.inputs or (through is not None and current.kind not in through):
+                return
+            current = self.ops[current.inputs[0]]
+
+    def unit_axis(self, op: Op) -> int:
+        """Axis indexing the units (features, channels) of ``op``'s output: the one fixed by the nearest
+        op on its main path whose kind fixes it (a conv: 1; a linear or layer norm: -1); -1 if none."""
+        for current in self.back(op, limit=64):
+            axis = O.unit_axis(current.kind)
+            if axis is not None:
+                return axis
+        return -1
 
     def of_kind(self, *kinds: str) -> List[Op]:
         """Every op whose kind is one of ``kinds``."""

@@ -286,6 +286,16 @@ def fan_in(weight: torch.Tensor, kind: str, layout: str = "out_in") -> int:
     return int(weight.shape[1]) * int(math.prod(weight.shape[2:]))
 
 
+ENDPOINT_KINDS = NORM_KINDS | {"softmax", "log_softmax", "attention", "rnn", "other", "reduce", "matmul",
+                               "embedding", "conv_transpose"}
+"""Ops where the variance analysis of a stretch of weight layers ends: a normalisation resets the
+scale, a softmax or attention judges it on its own terms, and the rest have no known gain (IL001,
+IL005)."""
+EXTREMA_KINDS = WEIGHT_KINDS | NORM_KINDS | frozenset(ACTIVATIONS) | {
+    "softmax", "log_softmax", "attention", "rnn", "embedding", "conv_transpose", "input"}
+"""Ops whose largest magnitude is measured: where an Inf is never on purpose (IL009)."""
+
+
 def unit_axis(kind: str) -> Optional[int]:
     """Axis that indexes units (features, channels) of a kind's output, if the kind fixes it."""
     if kind in ("conv", "conv_transpose", "batch_norm", "instance_norm", "group_norm"):

@@ -94,7 +94,7 @@ def signal_series(report: Any) -> Dict[str, Series]:
         stats = report.probe.ops[op.id]
         hit = op.module in flagged
         out["weight layers" if op.kind in O.WEIGHT_KINDS else "activations"].add(depth, stats["rms"], op.module, hit)
-        units = op.attrs.get("units")
+        units = stats.get("units")
         if "dead" in stats and units:
             out["relu"].add(depth, stats["dead"] / units, op.module, hit)
         if "saturated" in stats:

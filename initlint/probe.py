@@ -31,9 +31,6 @@ _NO_STATS = frozenset({"view", "dropout", "identity", "empty"})
 TOKEN_KINDS = O.NORM_KINDS | {"add", "attention", "linear", "embedding", "input"}
 """Ops whose token vectors IL013 may compare: the residual stream (adds), norms, attention and
 projections; :func:`put_token_cosine` runs on their 3-D outputs."""
-EXTREMA_KINDS = O.WEIGHT_KINDS | O.NORM_KINDS | frozenset(O.ACTIVATIONS) | {
-    "softmax", "log_softmax", "attention", "rnn", "embedding", "conv_transpose", "input"}
-"""Ops whose largest magnitude is measured: where an Inf is never on purpose (IL009)."""
 
 
 def unusual_kind(t: torch.Tensor) -> Optional[str]:
@@ -74,6 +71,8 @@ class ProbeResult:
     certain from the output: see :func:`logits_output`)."""
     logits_op: Optional[int] = None
     """The op that produced the logits, when the capture knows it."""
+    shapes: Dict[int, Tuple[int, ...]] = field(default_factory=dict)
+    """Per op: the shape of its (first) output tensor in the probe's forward pass."""
     forward_ran: bool = False
     backward_ran: bool = False
     notes: List[str] = field(default_factory=list)
@@ -104,6 +103,8 @@ class _Collector:
         self.skipped: Dict[str, List[str]] = {}
         """Kind of tensor -> the ops and parameters not measured because of it (for one note per kind)."""
 
+        self.shapes: Dict[int, Tuple[int, ...]] = {}
+        """Op id -> shape of its (first) output tensor."""
         self.units: Dict[str, "Units"] = {}
         self.pending: List["_Pending"] = []
         self.confirmed: Set[str] = set()
@@ -161,6 +162,7 @@ class _Collector:
         return current[:size]
 
     def finish(self, result: ProbeResult) -> None:
+        result.shapes.update(self.shapes)
         tables = {"ops": result.ops, "params": result.params, "grads": result.grads}
         for scope, key, name, value in self.consts:
             if scope == "logits":
@@ -188,19 +190,6 @@ class _Collector:
                 _derive(stats)
 
 
-def unit_axis(graph: Graph, op: Op) -> int:
-    """Axis indexing units (features/channels) of ``op``'s output, from its nearest producer that fixes it."""
-    seen = 0
-    current: Optional[Op] = op
-    while current is not None and seen < 64:
-        axis = O.unit_axis(current.kind)
-        if axis is not None:
-            return axis
-        current = graph[current.inputs[0]] if current.inputs else None
-        seen += 1
-    return -1
-
-
 class Observer:
     """Computes per-op statistics during the forward pass (called by the capture)."""
 
@@ -216,11 +205,11 @@ class Observer:
         unusual = unusual_kind(t)
         if unusual is not None:
             if unusual in ("sparse", "quantized", "complex"):
-                op.attrs["shape"] = tuple(t.shape)
+                self.c.shapes[op.id] = tuple(t.shape)
             if op.kind not in _NO_STATS and op.kind != "input":
                 self.c.skip(unusual, _op_label(op))
             return
-        op.attrs["shape"] = tuple(t.shape)
+        self.c.shapes[op.id] = tuple(t.shape)
         if op.kind in _NO_STATS or not t.is_floating_point() or t.numel() == 0:
             return
         y = t.detach()
@@ -230,7 +219,7 @@ class Observer:
         self.c.const("ops", op.id, "numel", float(y.numel()))
         if op.kind in O.DYING_KINDS and y.dim() >= 2:
             self._dead(op, y)  # also measures the largest value
-        elif op.kind in EXTREMA_KINDS:  # elsewhere a NaN still shows in the norm, and an Inf may be a mask
+        elif op.kind in O.EXTREMA_KINDS:  # elsewhere a NaN still shows in the norm, and an Inf may be a mask
             # NaN propagates through amin/amax, so non-finite outputs show up here
             low, high = torch.aminmax(y)
             self.c.put("ops", op.id, "low", low)
@@ -251,18 +240,17 @@ class Observer:
         """Token similarity of a ``(batch, tokens, features)`` output; the batch axis is the one whose
         size is the probe batch's (axis 0 when both are)."""
         graph = self.graph_of()
-        first = graph[graph.inputs[0]].shape if graph.inputs else None
+        first = self.c.shapes.get(graph.inputs[0]) if graph.inputs else None
         batch = first[0] if first else None
         batch_first = not (y.shape[1] == batch and y.shape[0] != batch)
         put_token_cosine(self.c, op.id, y, batch_first)
 
     def _dead(self, op: Op, y: torch.Tensor) -> None:
         """ReLU-family outputs are >= 0: a unit is dead when its largest output over the batch is 0."""
-        axis = unit_axis(self.graph_of(), op) % y.dim()
+        axis = self.graph_of().unit_axis(op) % y.dim()
         units = y.shape[axis]
         peaks = y.amax(dim=[d for d in range(y.dim()) if d != axis])  # NaN stays NaN: counted alive
-        op.attrs["units"] = units
-        op.attrs["unit_axis"] = axis
+        self.c.const("ops", op.id, "unit_axis", float(axis))
         self.c.put("ops", op.id, "alive", torch.count_nonzero(peaks))
         self.c.const("ops", op.id, "units", float(units))
         self.c.put("ops", op.id, "high", peaks.amax())
@@ -465,7 +453,7 @@ def _derive(stats: Dict[str, float]) -> None:
     if "norm" in stats:
         stats["rms"] = stats.pop("norm") / math.sqrt(numel)
     if "alive" in stats:
-        stats["dead"] = stats.pop("units") - stats.pop("alive")
+        stats["dead"] = stats["units"] - stats.pop("alive")
     if "saturated_count" in stats:
         stats["saturated"] = stats.pop("saturated_count") / numel
     stats.pop("numel", None)
@@ -496,7 +484,8 @@ def _param_stats(c: _Collector, params: List[Tuple[str, torch.Tensor]],
         c.put_many("params", [n for n, _ in items], "mean", stack.mean(dim=1, dtype=_acc(stack)))
 
 
-def weight_units(graph: Graph, model: nn.Module, named: Dict[str, torch.Tensor]) -> Dict[str, Units]:
+def weight_units(graph: Graph, model: nn.Module, named: Dict[str, torch.Tensor],
+                 shapes: Dict[int, Tuple[int, ...]]) -> Dict[str, Units]:
     """Per weight of a Linear/Conv op: its layout, its bias and its convolution groups."""
     out: Dict[str, Units] = {}
     modules: Optional[Dict[str, nn.Module]] = None
@@ -507,7 +496,7 @@ def weight_units(graph: Graph, model: nn.Module, named: Dict[str, torch.Tensor])
         groups = 1
         if op.kind == "conv":
             modules = dict(model.named_modules()) if modules is None else modules
-            groups = _conv_groups(graph, op, modules.get(op.module), named[name])
+            groups = _conv_groups(op, modules.get(op.module), named[name], shapes)
         bias = named.get(op.params.get("bias", ""))
         if bias is None and op.kind == "linear":  # a conv's separate bias would broadcast over a spatial axis
             bias = _added_bias(graph, op, named)
@@ -526,11 +515,11 @@ def _added_bias(graph: Graph, op: Op, named: Dict[str, torch.Tensor]) -> Optiona
     return None
 
 
-def _conv_groups(graph: Graph, op: Op, module: Optional[nn.Module], w: torch.Tensor) -> int:
+def _conv_groups(op: Op, module: Optional[nn.Module], w: torch.Tensor, shapes: Dict[int, Tuple[int, ...]]) -> int:
     """The module's ``groups``, else input channels / the weight's channels per group (a functional conv)."""
     if isinstance(module, nn.modules.conv._ConvNd) and module.weight is w:
         return int(module.groups)
-    shape = graph[op.inputs[0]].attrs.get("shape") if op.inputs else None
+    shape = shapes.get(op.inputs[0]) if op.inputs else None
     if not shape or len(shape) < w.dim() - 1:
         return 1
     channels = shape[1] if len(shape) == w.dim() else shape[0]  # batched (N, C, ...) or unbatched (C, ...)
@@ -558,6 +547,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
         grad_wanted = backward and any(p.requires_grad for p in named.values())
         with torch.set_grad_enabled(grad_wanted):
             out = cap.run(args, kwargs, observer)
+            cap.finish()  # the graph is complete: read-only from here on
             result.forward_ran = True
             main = primary_output(out)
             if main is not None and unusual_kind(main) is not None:
@@ -568,9 +558,10 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
             if grad_wanted:
                 _backward(cap, named, main, c, result)
             del out, main
+    cap.finish()
     params = [(n, named[n]) for n in used_params(cap.graph) if n in named]
     params = [(n, p) for n, p in params if _measurable(c, n, p) and p.numel() > 0 and p.device.type != "meta"]
-    _param_stats(c, params, weight_units(cap.graph, cap.model, named))
+    _param_stats(c, params, weight_units(cap.graph, cap.model, named, c.shapes))
     c.finish(result)
     confirm_duplicates(c, result)
     result.notes.extend(c.skip_notes())

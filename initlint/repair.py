@@ -676,7 +676,8 @@ def _dead_units(plan: Planner, finding: Finding, module: str) -> None:
         return
     rule = DeadRelu(**rule_options(plan.fixer.options, DeadRelu))
     for op in plan.ops_of(module, O.DYING_KINDS):
-        stats, units = plan.ctx.op_stats(op), op.attrs.get("units")
+        stats = plan.ctx.op_stats(op)
+        units = int(stats.get("units", 0))
         if not units or "dead" not in stats or stats["dead"] / units <= rule.limit(units):
             continue
         src = upstream_weight(plan.graph, op)
@@ -715,12 +716,12 @@ def _scores_of(plan: Planner, op: Op) -> Optional[Op]:
 
 
 def _feeds_directly(graph: Any, op: Op, scores: Op) -> bool:
-    current: Optional[Op] = scores
-    while current is not None and current.id != op.id:
+    for current in graph.back(scores):
+        if current.id == op.id:
+            return True
         if current.kind not in O.PASS_KINDS:
             return False
-        current = graph[current.inputs[0]] if current.inputs else None
-    return current is not None
+    return False
 
 
 @handles("IL005", symptom=True)

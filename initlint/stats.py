@@ -123,6 +123,9 @@ class OpStats(TensorStats, SoftmaxStats):
     dead: Optional[float] = None
     """ReLU family: units whose output is zero for the whole batch."""
     units: Optional[float] = None
+    """ReLU family: the units of the output (its size along :attr:`unit_axis`)."""
+    unit_axis: Optional[float] = None
+    """ReLU family: the axis of the output that indexes units (features, channels)."""
     saturated: Optional[float] = None
     """Bounded activations: fraction of outputs within 1% of a bound."""
     token_cos: Optional[float] = None

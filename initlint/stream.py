@@ -663,7 +663,7 @@ class StreamProbe:
         todo = [(n, by_name[n]) for n in used if n in by_name and n not in self.stats_done]
         todo = [(n, p) for n, p in todo if p.is_floating_point() and p.numel() > 0]
         if todo:
-            _param_stats(self.c, todo, weight_units(self.cap.graph, self.cap.model, dict(todo)))
+            _param_stats(self.c, todo, weight_units(self.cap.graph, self.cap.model, dict(todo), self.c.shapes))
             confirm_duplicates_now(self.c)  # the block's weights are freed before the one transfer
             self.stats_done.update(n for n, _ in todo)
 
@@ -760,6 +760,7 @@ class StreamProbe:
         try:
             with torch.set_grad_enabled(grad_wanted):
                 out = self.cap.run(args, kwargs, observer)
+                self.cap.finish()  # the graph is complete: read-only from here on
                 result.forward_ran = True
                 self.totals["backward"] = self.counts["forward"]
                 main = primary_output(out)

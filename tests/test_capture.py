@@ -163,7 +163,7 @@ def test_untraceable_model_still_gets_graph_rules_and_inplace_relu_is_measured()
     dead = initlint.audit(Untraceable(dead_bias=-10.0))
     assert ("IL003", "") in dead.codes()  # the z.relu_() call in the model's own forward
     relu = next(op for op in dead.graph if op.kind == "relu" and op.target == "Tensor.relu_")
-    assert dead.probe.ops[relu.id]["dead"] == relu.attrs["units"] == 64
+    assert dead.probe.ops[relu.id]["dead"] == dead.probe.ops[relu.id]["units"] == 64
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])

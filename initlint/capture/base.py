@@ -37,6 +37,14 @@ class Capture:
         """Execute the model on the probe inputs, calling ``observe`` after each op."""
         raise NotImplementedError
 
+    def finish(self) -> Graph:
+        """End the capture: record where each module was constructed, then make the graph read-only."""
+        from ..locate import module_locations
+
+        if not self.graph.frozen:
+            self.graph.module_locations = module_locations(self.model)
+        return self.graph.freeze()
+
     def producer_of(self, tensor: torch.Tensor, out: Any) -> Optional[int]:
         """The op that produced ``tensor``, one of the tensors in the model output ``out``."""
         return None

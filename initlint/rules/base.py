@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import textwrap
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -143,6 +144,10 @@ class AuditContext:
         """Forward statistics of an op (every field ``None`` when it was not measured)."""
         return self.probe.ops.get(op.id) or OpStats()
 
+    def shape(self, op: Op) -> Optional[Tuple[int, ...]]:
+        """Shape of ``op``'s output in the probe's forward pass (None when it made no tensor)."""
+        return self.probe.shapes.get(op.id, op.shape)
+
     def location(self, op: Op) -> Optional[Tuple[str, int]]:
         """Where to fix it: the module's construction line, else the op's call site."""
         if op.attrs.get("module_op") or op.kind in O.WEIGHT_KINDS or op.kind in O.NORM_KINDS:
@@ -209,14 +214,34 @@ def downstream(graph: Graph, op: Op, limit: int = 64) -> List[Op]:
     return found
 
 
+_KAIMING = {"relu": "relu", "relu6": "relu", "leaky_relu": "leaky_relu", "prelu": "leaky_relu",
+            "rrelu": "leaky_relu", "tanh": "tanh", "hardtanh": "tanh", "softsign": "tanh", "sigmoid": "sigmoid",
+            "hardsigmoid": "sigmoid", "selu": "linear", "identity": "linear"}
+
+
+def init_fix(audit: Audit, op: Op, activation: str, fan_in: int) -> str:
+    """The ``nn.init`` call that gives ``op``'s weight the scale ``activation`` needs."""
+    weight = py_path(op.params["weight"])
+    nonlinearity = _KAIMING.get(activation)
+    if nonlinearity is not None and op.attrs.get("layout") != "in_out":
+        if nonlinearity == "leaky_relu":
+            return f'nn.init.kaiming_normal_({weight}, a={fmt(_slope(audit, op))}, nonlinearity="leaky_relu")'
+        return f'nn.init.kaiming_normal_({weight}, nonlinearity="{nonlinearity}")'
+    lo, _ = O.ACTIVATIONS.get(activation, O.IDENTITY).band({})
+    return f"nn.init.normal_({weight}, std={fmt(lo / math.sqrt(fan_in))})  # gain {fmt(lo)} / sqrt(fan_in {fan_in})"
+
+
+def _slope(audit: Audit, op: Op) -> float:
+    for t in downstream(audit.graph, op):
+        if "negative_slope" in t.attrs:
+            return float(t.attrs["negative_slope"])
+    return 0.01
+
+
 def upstream_weight(graph: Graph, op: Op, limit: int = 32) -> Optional[Op]:
     """Nearest weight op (linear/conv) feeding ``op`` through its first inputs."""
-    current = op
-    for _ in range(limit):
-        if not current.inputs:
-            return None
-        current = graph[current.inputs[0]]
-        if current.kind in O.WEIGHT_KINDS and "weight" in current.params:
+    for current in graph.back(op, limit=limit + 1):
+        if current is not op and current.kind in O.WEIGHT_KINDS and "weight" in current.params:
             return current
     return None
 
@@ -261,14 +286,10 @@ _LOOK_THROUGH = frozenset({"view", "dropout", "identity"})
 
 def measured_rms(audit: Audit, op: Op, limit: int = 64) -> Optional[float]:
     """The rms of ``op``'s output, read through views, dropout and identities (which carry no statistics)."""
-    current = op
-    for _ in range(limit):
+    for current in audit.graph.back(op, through=_LOOK_THROUGH, limit=limit):
         rms = audit.op_stats(current).get("rms")
         if rms is not None:
             return rms
-        if current.kind not in _LOOK_THROUGH or not current.inputs:
-            return None
-        current = audit.graph[current.inputs[0]]
     return None
 
 
@@ -321,15 +342,9 @@ def gated_ops(audit: Audit) -> Dict[int, bool]:
 def measured(audit: "Audit", op: Op, limit: int = 16) -> Optional[Op]:
     """``op``, or the nearest op before it through first inputs whose output scale was measured
     (views and dropout carry no statistics of their own)."""
-    current: Optional[Op] = op
-    for _ in range(limit):
-        if current is None:
-            return None
+    for current in audit.graph.back(op, through=O.PASS_KINDS, limit=limit):
         if "rms" in audit.op_stats(current):
             return current
-        if current.kind not in O.PASS_KINDS or not current.inputs:
-            return None
-        current = audit.graph[current.inputs[0]]
     return None
 
 
@@ -429,7 +444,8 @@ def attention_scores(audit: "Audit", softmax: Op) -> Optional[Scores]:
 def _scores(audit: "Audit", softmax: Op, matmul: Op, chain: List[Op]) -> Optional[Scores]:
     graph = audit.graph
     q, k = graph[matmul.inputs[-2]], graph[matmul.inputs[-1]]
-    head_dim = q.shape[-1] if q.shape else None
+    q_shape = audit.shape(q)
+    head_dim = q_shape[-1] if q_shape else None
     if not head_dim or head_dim < 2:
         return None
     post = 1.0
@@ -458,16 +474,17 @@ def _factor(audit: "Audit", op: Op) -> float:
 def _constant_factors(graph: Graph, op: Op, limit: int = 8) -> float:
     """Constants multiplied into q or k between their projection and the matmul (``q * scale``)."""
     factor = 1.0
-    current: Optional[Op] = op
-    for _ in range(limit):
-        if current is None or current.kind in O.WEIGHT_KINDS or not current.inputs:
+    for current in graph.back(op, through=_SCALED_VIEW, limit=limit):
+        if current.kind in O.WEIGHT_KINDS or not current.inputs:
             break
-        if current.kind in ("mul", "div") and "scalar" in current.attrs:
+        if current.kind in ("mul", "div"):
+            if "scalar" not in current.attrs:
+                break
             factor *= float(current.attrs["scalar"])
-        elif current.kind not in ("view", "dropout", "identity"):
-            break
-        current = graph[current.inputs[0]]
     return factor
+
+
+_SCALED_VIEW = frozenset({"view", "dropout", "identity", "mul", "div"})
 
 
 _PROJECTION_PATH = frozenset({"view", "dropout", "identity", "mul", "div", "add", "cat", "pad", "other"})
@@ -476,15 +493,11 @@ _PROJECTION_PATH = frozenset({"view", "dropout", "identity", "mul", "div", "add"
 def projection_of(graph: Graph, op_id: Optional[int], limit: int = 24) -> Optional[Op]:
     """The weight layer that produced the queries or keys held by op ``op_id``, through views,
     head splits and rotary embeddings (``q * cos + rotate_half(q) * sin``); None past a norm."""
-    current = graph[op_id] if op_id is not None else None
-    for _ in range(limit):
-        if current is None:
-            return None
+    if op_id is None:
+        return None
+    for current in graph.back(graph[op_id], through=_PROJECTION_PATH, limit=limit):
         if current.kind in O.WEIGHT_KINDS and "weight" in current.params:
             return current
-        if current.kind not in _PROJECTION_PATH or not current.inputs:
-            return None
-        current = graph[current.inputs[0]]
     return None
 
 

@@ -10,10 +10,8 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Op
 from ..report import Finding
-from .base import Audit, Example, Rule, downstream, fmt, py_path
+from .base import Audit, Example, Rule, downstream, fmt, init_fix
 
-ENDPOINT_KINDS = O.NORM_KINDS | {"softmax", "log_softmax", "attention", "rnn", "other", "reduce", "matmul",
-                                  "embedding", "conv_transpose"}
 
 
 @dataclass
@@ -188,7 +186,7 @@ class InitScale(Rule):
                 total, chain = ins[0]
                 d = judged[op.id].drift
                 drift[op.id] = (total + d, chain + ((op.id,) if d else ()))
-            elif op.kind in ENDPOINT_KINDS:
+            elif op.kind in O.ENDPOINT_KINDS:
                 for total, chain in ins:
                     yield op, total, chain
                 drift[op.id] = zero
@@ -217,27 +215,3 @@ class InitScale(Rule):
         )
         return self.finding(audit, j.op, message, init_fix(audit, j.op, j.activation, j.fan_in),
                             value=j.std, threshold=target)
-
-
-_KAIMING = {"relu": "relu", "relu6": "relu", "leaky_relu": "leaky_relu", "prelu": "leaky_relu",
-            "rrelu": "leaky_relu", "tanh": "tanh", "hardtanh": "tanh", "softsign": "tanh", "sigmoid": "sigmoid",
-            "hardsigmoid": "sigmoid", "selu": "linear", "identity": "linear"}
-
-
-def init_fix(audit: Audit, op: Op, activation: str, fan_in: int) -> str:
-    """The ``nn.init`` call that gives ``op``'s weight the scale ``activation`` needs."""
-    weight = py_path(op.params["weight"])
-    nonlinearity = _KAIMING.get(activation)
-    if nonlinearity is not None and op.attrs.get("layout") != "in_out":
-        if nonlinearity == "leaky_relu":
-            return f'nn.init.kaiming_normal_({weight}, a={fmt(_slope(audit, op))}, nonlinearity="leaky_relu")'
-        return f'nn.init.kaiming_normal_({weight}, nonlinearity="{nonlinearity}")'
-    lo, _ = O.ACTIVATIONS.get(activation, O.IDENTITY).band({})
-    return f"nn.init.normal_({weight}, std={fmt(lo / math.sqrt(fan_in))})  # gain {fmt(lo)} / sqrt(fan_in {fan_in})"
-
-
-def _slope(audit: Audit, op: Op) -> float:
-    for t in downstream(audit.graph, op):
-        if "negative_slope" in t.attrs:
-            return float(t.attrs["negative_slope"])
-    return 0.01

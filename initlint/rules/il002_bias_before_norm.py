@@ -1,14 +1,16 @@
 """IL002 bias-before-norm."""
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
 import torch.nn as nn
 
 from .. import ops as O
-from ..graph import Graph, Op
+from ..graph import Op
 from ..report import Finding
 from .base import Audit, Example, Rule
+
+Shape = Tuple[int, ...]
 
 _SHAPE_KEEPING = frozenset({"dropout", "identity"})
 _BIASED_KINDS = O.WEIGHT_KINDS | {"conv_transpose"}
@@ -78,7 +80,7 @@ class BiasBeforeNorm(Rule):
         for op in audit.graph:
             if op.kind not in _BIASED_KINDS or "bias" not in op.params or op.module in seen:
                 continue
-            norm = cancelling_norm(audit.graph, op)
+            norm = cancelling_norm(audit, op)
             if norm is None:
                 continue
             seen.add(op.module)
@@ -91,9 +93,10 @@ class BiasBeforeNorm(Rule):
             yield self.finding(audit, op, message, fix, value=1.0, threshold=0.0)
 
 
-def cancelling_norm(graph: Graph, op: Op) -> Optional[Op]:
+def cancelling_norm(audit: Audit, op: Op) -> Optional[Op]:
     """The channel norm that cancels ``op``'s bias, following one single-user path."""
-    shape = op.shape
+    graph = audit.graph
+    shape = audit.shape(op)
     if op.kind in ("conv", "conv_transpose"):
         axis = 1
     elif shape is not None:
@@ -109,14 +112,14 @@ def cancelling_norm(graph: Graph, op: Op) -> Optional[Op]:
             return None
         if nxt.kind in O.CHANNEL_NORM_KINDS:
             return nxt if axis == 1 else None
-        new_axis = _follow_axis(nxt, current, axis)
+        new_axis = _follow_axis(nxt, audit.shape(nxt), audit.shape(current), axis)
         if new_axis is None:
             return None
         axis, current = new_axis, nxt
     return None
 
 
-def _follow_axis(nxt: Op, current: Op, axis: int) -> Optional[int]:
+def _follow_axis(nxt: Op, nxt_shape: Optional[Shape], shape: Optional[Shape], axis: int) -> Optional[int]:
     """Where the bias axis ends up after ``nxt``; None if ``nxt`` may mix channels."""
     if nxt.kind in _SHAPE_KEEPING:
         return axis
@@ -124,14 +127,14 @@ def _follow_axis(nxt: Op, current: Op, axis: int) -> Optional[int]:
         return axis if axis == 1 else None
     if nxt.kind != "view":
         return None
-    ndim = len(current.shape) if current.shape else None
+    ndim = len(shape) if shape else None
     if "transpose" in nxt.attrs and ndim:
         a, b = (d % ndim for d in nxt.attrs["transpose"])
         return b if axis == a else a if axis == b else axis
     if "permute" in nxt.attrs and ndim:
         perm = [d % ndim for d in nxt.attrs["permute"]]
         return perm.index(axis) if axis in perm else None
-    if nxt.attrs.get("shape_only") and current.shape is not None and nxt.shape == current.shape:
+    if nxt.attrs.get("shape_only") and shape is not None and nxt_shape == shape:
         return axis
     return None
 

@@ -101,7 +101,7 @@ class DeadRelu(Rule):
         for op in self._judged(audit):
             if op.id in after or (fatal is not None and op.id == fatal.id):
                 continue  # everything after a dead layer sees a constant signal: consequences, not causes
-            units = op.attrs["units"]
+            units = _units(audit, op)
             frac = audit.op_stats(op)["dead"] / units
             limit = self.limit(units)
             if frac <= limit or (op.module, op.target) in seen:
@@ -116,7 +116,7 @@ class DeadRelu(Rule):
         for op in audit.graph:
             if op.kind not in O.DYING_KINDS:
                 continue
-            units, shape = op.attrs.get("units"), op.shape
+            units, shape = _units(audit, op), audit.shape(op)
             if "dead" not in audit.op_stats(op) or not units or not shape:
                 continue
             if _numel(shape) // units >= self.opts["min-observations"]:
@@ -126,13 +126,13 @@ class DeadRelu(Rule):
         """The first ReLU whose every unit is dead and that every path from the input to the output
         passes through: its output is exactly zero, so the model's output is constant for the batch."""
         for op in self._judged(audit):
-            if audit.op_stats(op)["dead"] == op.attrs["units"] and _dominates(audit.graph, op) \
+            if audit.op_stats(op)["dead"] == _units(audit, op) and _dominates(audit.graph, op) \
                     and _no_gradient_before(audit, op):
                 return op
         return None
 
     def _fatal_finding(self, audit: Audit, op: Op) -> Finding:
-        units = op.attrs["units"]
+        units = _units(audit, op)
         limit = min(self.limit(units), 1.0)
         message = (f"all {units} units output zero for the whole probe batch ({op.target}), and every path from "
                    f"the input to the model output passes through this layer: the model's output is the same for "
@@ -162,6 +162,11 @@ class DeadRelu(Rule):
         if any(f.module == src.module for f in audit.findings_of("IL001")):
             return f"the signal reaching {src.module} has vanished (see IL001 {src.module}); fix that init first"
         return f"pre-activations of {src.module} are negative for most units; use nn.LeakyReLU(0.01) or check the input scale"
+
+
+def _units(audit: Audit, op: Op) -> int:
+    """Units of a ReLU-family output, as the probe counted them (0 when it did not)."""
+    return int(audit.op_stats(op).get("units", 0))
 
 
 def _numel(shape) -> int:

@@ -9,9 +9,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from ..probe import unit_axis
 from .base import Audit, Example, Rule, fmt, gate_factor, measured_rms
-from .il001_init_scale import ENDPOINT_KINDS
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
 _CARRY = 0.1
@@ -148,24 +146,21 @@ class SignalDrift(Rule):
         A (log-)softmax and a shift by a constant change the offset of the signal, not its scale (the
         log-probabilities of a near-uniform prediction over V classes are all about -ln V): the
         signal is judged at their input."""
-        current: Optional[Op] = op
-        for _ in range(100000):
-            if current is None or current.kind in _START_KINDS:
+        for current in audit.graph.back(op):
+            if current.kind in _START_KINDS:
                 return None
             if _offset(current):
-                current = audit.graph[current.inputs[0]]
                 continue
-            shape = current.shape
+            shape = audit.shape(current)
             if shape and "rms" in audit.op_stats(current):
-                axis = unit_axis(audit.graph, current) % len(shape) if len(shape) > 1 else 0
+                axis = audit.graph.unit_axis(current) % len(shape) if len(shape) > 1 else 0
                 if len(shape) > 1 and shape[axis] >= self.opts["min-units"]:
                     return current
-            current = audit.graph[current.inputs[0]] if current.inputs else None
         return None
 
     @staticmethod
     def _endpoints(graph: Graph) -> List[Op]:
-        ends = [op for op in graph if op.kind in ENDPOINT_KINDS and op.kind not in ("other", "reduce", "embedding")]
+        ends = [op for op in graph if op.kind in O.ENDPOINT_KINDS and op.kind not in ("other", "reduce", "embedding")]
         ends += [graph[i] for i in graph.outputs]
         return ends
 
@@ -270,16 +265,13 @@ class _Trace:
 
 def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
     """Going back from a norm's input: the input of the weight layer that feeds the norm directly."""
-    current: Optional[Op] = op
-    for _ in range(64):
-        if current is None:
-            return None
+    current = op
+    for current in graph.back(op, limit=64):
         if current.kind in O.WEIGHT_KINDS:
             return graph[current.inputs[0]] if current.inputs else None
         if current.kind not in O.PASS_KINDS and current.kind not in ("add",):
             return op
-        current = graph[current.inputs[0]] if current.inputs else None
-    return op
+    return None if not current.inputs else op
 
 
 def _rel(audit: Audit, op: Op, ref: Dict[int, Tuple[float, int]]) -> float:

@@ -181,7 +181,7 @@ class GradientDrift(Rule):
             if op.kind in O.WEIGHT_KINDS and "weight" in op.params:
                 uses.setdefault(op.params["weight"], []).append(op)
         gated = gated_ops(audit)
-        left_out = broadcast_sources(audit.graph) | product_branches(audit.graph)
+        left_out = broadcast_sources(audit) | product_branches(audit.graph)
         layers = []
         for name, ops in uses.items():
             stats = audit.probe.grads.get(name)
@@ -190,7 +190,7 @@ class GradientDrift(Rule):
             if any(gated.get(op.id) or op.id in left_out or _feeds_product(audit.graph, op) for op in ops):
                 continue
             # the weight's gradient sums over every call (an unrolled cell runs once per step)
-            positions = sum(_positions(op) for op in ops)
+            positions = sum(_positions(audit.shape(op), op.kind) for op in ops)
             layers.append((ops[0], stats["std"] / math.sqrt(positions)))
         return layers
 
@@ -255,26 +255,29 @@ def _feeds_product(graph: Graph, op: Op) -> bool:
     return any(t.kind in _SCORE_KINDS or (t.kind == "mul" and len(t.inputs) > 1) for t in frontier)
 
 
-def _positions(op: Op) -> int:
-    """How many (sample, position) pairs the layer's weight was applied to: its gradient sums over them."""
-    shape = op.shape
+def _positions(shape: Optional[Tuple[int, ...]], kind: str) -> int:
+    """How many (sample, position) pairs a layer's weight was applied to, from its output's shape: its
+    gradient sums over them."""
     if not shape:
         return 1
-    axis = 1 if op.kind == "conv" and len(shape) > 1 else -1
+    axis = 1 if kind == "conv" and len(shape) > 1 else -1
     return max(1, _numel(shape) // max(1, int(shape[axis])))
 
 
-def broadcast_sources(graph: Graph) -> Set[int]:
+def broadcast_sources(audit: Audit) -> Set[int]:
     """Ops whose output is broadcast over positions it was not computed at (a timestep or class embedding
     added to every pixel, a FiLM or AdaLN modulation), directly or through other layers, before any
     pooling or reduction: their gradient gathers every position they reach."""
+    graph = audit.graph
     feeds: Dict[int, bool] = {}
     for op in reversed(graph.ops):
         hit = False
+        shape = audit.shape(op)
         for user in graph.consumers(op):
             if user.kind in _RESTART_KINDS:
                 continue
-            if user.kind in ("add", "mul") and user.shape and op.shape and _numel(user.shape) > _numel(op.shape):
+            user_shape = audit.shape(user)
+            if user.kind in ("add", "mul") and user_shape and shape and _numel(user_shape) > _numel(shape):
                 hit = True
             elif feeds.get(user.id):
                 hit = True

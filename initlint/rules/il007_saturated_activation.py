@@ -7,8 +7,7 @@ import torch.nn as nn
 
 from .. import ops as O
 from ..report import Finding
-from .base import Audit, Example, Rule, fmt, upstream_weight
-from .il001_init_scale import init_fix
+from .base import Audit, Example, Rule, fmt, init_fix, upstream_weight
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).

@@ -8,8 +8,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Rule, downstream, fmt, py_path
-from .il001_init_scale import init_fix
+from .base import Audit, Example, Rule, downstream, fmt, init_fix, py_path
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).

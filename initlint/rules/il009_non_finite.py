@@ -8,7 +8,6 @@ import torch.nn as nn
 
 from .. import ops as O
 from ..report import Finding
-from ..probe import EXTREMA_KINDS
 from .base import Audit, Example, Rule, fmt
 
 
@@ -69,7 +68,7 @@ class NonFinite(Rule):
         for op in audit.graph:
             stats = audit.op_stats(op)
             peak = stats.get("absmax", stats.get("rms"))
-            if peak is None or _finite(peak) or (peak == math.inf and op.kind not in EXTREMA_KINDS):
+            if peak is None or _finite(peak) or (peak == math.inf and op.kind not in O.EXTREMA_KINDS):
                 continue
             inputs = [audit.op_stats(audit.graph[i]).get("absmax") for i in op.inputs]
             if peak == math.inf and op.kind == "log_softmax" and _masked(audit, op):

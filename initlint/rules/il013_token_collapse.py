@@ -202,20 +202,14 @@ def _attends_elsewhere(graph: Graph, r: Residual) -> bool:
 
 def _origin(graph: Graph, op_id: Optional[int], limit: int = 16) -> Optional[int]:
     """The op a value comes from, through views, dropout and identities."""
-    for _ in range(limit):
-        if op_id is None or graph[op_id].kind not in O.PASS_KINDS or not graph[op_id].inputs:
-            return op_id
-        op_id = graph[op_id].inputs[0]
-    return op_id
+    if op_id is None:
+        return None
+    origin = graph[op_id]
+    for origin in graph.back(origin, through=O.PASS_KINDS, limit=limit + 1):
+        pass
+    return origin.id
 
 
 def _stream_add(graph: Graph, op: Op, by_add: Dict[int, Residual], limit: int = 16) -> Optional[int]:
     """The residual addition a stream value comes from (through norms and views), if any."""
-    current: Optional[Op] = op
-    for _ in range(limit):
-        if current is None:
-            return None
-        if current.id in by_add:
-            return current.id
-        current = graph[current.inputs[0]] if current.inputs else None
-    return None
+    return next((current.id for current in graph.back(op, limit=limit) if current.id in by_add), None)
