@@ -208,18 +208,6 @@ def _rule_options(value: Any, prefix: str = "rules.") -> Dict[str, Dict[str, Any
     return out
 
 
-OPTION_RANGES: Dict[Tuple[str, str], Tuple[float, Optional[float]]] = {
-    ("IL001", "max-variance-drift"): (1, None), ("IL001", "tolerance"): (1, None),
-    ("IL003", "max-dead-fraction"): (0, 1), ("IL003", "noise-sigmas"): (0, None),
-    ("IL003", "min-observations"): (0, None),
-    ("IL004", "min-entropy"): (0, 1),
-    ("IL005", "max-scale-ratio"): (1, None), ("IL005", "min-units"): (1, None),
-    ("IL006", "max-excess-spread"): (1, None), ("IL006", "max-gradient-drift"): (1, None),
-    ("IL007", "max-saturated-fraction"): (0, 1),
-}
-"""The values that mean something for each built-in numeric option (a factor either way is at least 1)."""
-
-
 def _option_value(rule: Any, where: str, name: str, value: Any) -> Any:
     default = rule.options[name]
     numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
@@ -231,7 +219,7 @@ def _option_value(rule: Any, where: str, name: str, value: Any) -> Any:
     else:
         ok = isinstance(value, type(default))
     if ok and numeric:
-        return _in_range(rule.code, where, name, default, value)
+        return _in_range(rule, where, name, default, value)
     if not ok:
         kind = _TYPE_NAMES.get(type(default), type(default).__name__)
         raise _Invalid(f"{where} must be {'an' if kind[0] in 'aeiou' else 'a'} {kind} "
@@ -239,8 +227,8 @@ def _option_value(rule: Any, where: str, name: str, value: Any) -> Any:
     return value
 
 
-def _in_range(code: str, where: str, name: str, default: Any, value: Any) -> Any:
-    low, high = OPTION_RANGES.get((code, name), (None, None))
+def _in_range(rule: Any, where: str, name: str, default: Any, value: Any) -> Any:
+    low, high = getattr(rule, "option_ranges", {}).get(name, (None, None))
     kind = "a number" if isinstance(default, float) else "an integer"
     try:
         number = float(value)

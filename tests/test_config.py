@@ -179,3 +179,24 @@ def test_every_key_is_documented():
     doc = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     for key in KEYS:
         assert f"`{key}`" in doc, key
+
+
+def test_every_numeric_option_of_a_built_in_rule_declares_its_range_and_its_default_lies_in_it():
+    from initlint.rules import all_rules
+
+    for code, rule in all_rules().items():
+        for name, default in rule.options.items():
+            if isinstance(default, bool) or not isinstance(default, (int, float)):
+                continue
+            assert name in rule.option_ranges, f"{code} {name}"
+            low, high = rule.option_ranges[name]
+            assert low <= default and (high is None or default <= high), f"{code} {name}"
+
+
+def test_a_value_outside_a_rule_declared_range_is_refused_with_the_range(tmp_path):
+    import initlint
+    import pytest
+    import torch.nn as nn
+
+    with pytest.raises(initlint.UsageError, match=r"max-cosine must be a number from 0 to 1 \(default 0.95\), not 1.5"):
+        initlint.audit(nn.Linear(4, 4), rule_options={"IL013": {"max-cosine": 1.5}})

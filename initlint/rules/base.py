@@ -67,6 +67,9 @@ class Rule:
     """Any of ``graph`` (static), ``activations`` (forward probe), ``gradients`` (backward probe)."""
     options: Dict[str, Any] = {}
     """Option name -> default value; documented in the docstring's Options section."""
+    option_ranges: Dict[str, Tuple[float, Optional[float]]] = {}
+    """Option name -> ``(low, high)``: the values that mean something for a numeric option (``high``
+    None: no upper bound); a value outside is refused with the range named. Unlisted: any finite number."""
     summary: str = ""
     """One line for ``initlint rules``."""
     role: str = "check"

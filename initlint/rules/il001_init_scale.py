@@ -129,6 +129,7 @@ class InitScale(Rule):
            Example(randn_relu_mlp, expect={"0", "2", "4"}))
     good = (Example(deep_relu_mlp_at_he_init), Example(tiny_init_behind_batchnorm))
     options = {"max-variance-drift": 1e4, "tolerance": 1.1}
+    option_ranges = {"max-variance-drift": (1, None), "tolerance": (1, None)}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         judged = self._judge(audit)

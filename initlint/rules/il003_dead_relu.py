@@ -91,6 +91,7 @@ class DeadRelu(Rule):
     bad = (Example(negative_bias_before_relu, expect={"1"}),)
     good = (Example(he_initialised_relu_mlp),)
     options = {"max-dead-fraction": 0.5, "noise-sigmas": 4.0, "min-observations": 8}
+    option_ranges = {"max-dead-fraction": (0, 1), "noise-sigmas": (0, None), "min-observations": (0, None)}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         fatal = self._fatal(audit)

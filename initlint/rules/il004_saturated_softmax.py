@@ -84,6 +84,7 @@ class SaturatedSoftmax(Rule):
     bad = (Example(oversized_head_into_softmax, expect={"3"}),)
     good = (Example(lecun_head_into_softmax),)
     options = {"min-entropy": 0.5, "max-cross-entropy": 1.5}
+    option_ranges = {"min-entropy": (0, 1), "max-cross-entropy": (0, None)}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         for op in audit.graph.of_kind("softmax", "log_softmax"):

@@ -105,6 +105,7 @@ class SignalDrift(Rule):
     bad = (Example(deep_linear_stack_with_tiny_weights, expect={"0"}),)
     good = (Example(deep_linear_stack_at_lecun_init),)
     options = {"max-scale-ratio": 100.0, "min-units": 16}
+    option_ranges = {"max-scale-ratio": (1, None), "min-units": (1, None)}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         limit = math.log(self.opts["max-scale-ratio"])

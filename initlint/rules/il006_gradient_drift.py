@@ -112,6 +112,7 @@ class GradientDrift(Rule):
     bad = (Example(tanh_pyramid_with_uniform_weights, expect={"18"}),)
     good = (Example(conv_net_with_global_pooling),)
     options = {"max-excess-spread": 100.0, "max-gradient-drift": 1e6}
+    option_ranges = {"max-excess-spread": (1, None), "max-gradient-drift": (1, None)}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         layers = self._layers(audit)

@@ -57,6 +57,7 @@ class SaturatedActivation(Rule):
     bad = (Example(tanh_after_a_wide_layer_with_large_weights, expect={"1"}),)
     good = (Example(tanh_after_a_glorot_layer),)
     options = {"max-saturated-fraction": 0.5}
+    option_ranges = {"max-saturated-fraction": (0, 1)}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         seen = set()

@@ -130,6 +130,7 @@ class AttentionSaturation(Rule):
     bad = (Example(attention_with_its_scale_inverted, expect={""}),)
     good = (Example(attention_scaled_by_dim_head_to_the_minus_half),)
     options = {"min-entropy": 0.5, "max-standard-score-std": 2.0}
+    option_ranges = {"min-entropy": (0, 1), "max-standard-score-std": (0, None)}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         for op in audit.graph:

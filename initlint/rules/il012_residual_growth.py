@@ -94,6 +94,7 @@ class ResidualGrowth(Rule):
     bad = (Example(pre_norm_transformer_with_output_projections_times_twenty, expect={"layers.0.linear2"}),)
     good = (Example(pre_norm_transformer_at_default_init),)
     options = {"max-post-norm-ratio": 1.0, "max-branch-ratio": 4.0, "max-embedding-ratio": 100.0}
+    option_ranges = {"max-post-norm-ratio": (0, None), "max-branch-ratio": (0, None), "max-embedding-ratio": (0, None)}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         adds = residuals_of(audit)

@@ -99,6 +99,7 @@ class TokenCollapse(Rule):
     bad = (Example(attention_only_stack, expect={"layers.1"}),)
     good = (Example(attention_stack_with_residuals_and_norms),)
     options = {"max-cosine": 0.95, "min-rise": 0.3}
+    option_ranges = {"max-cosine": (0, 1), "min-rise": (0, 1)}
 
     def check(self, audit: Audit) -> Iterator[Finding]:
         points, residual = self._points(audit)
