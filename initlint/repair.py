@@ -35,7 +35,7 @@ import torch.nn as nn
 from . import ops as O
 from .graph import Op
 from .report import Finding, Report
-from .rules.base import Audit, downstream, fmt, py_path, upstream_weight
+from .rules.base import AuditContext, downstream, fmt, py_path, upstream_weight
 from .version import __version__
 
 METHODS = ("auto", "analytic", "lsuv")
@@ -313,7 +313,7 @@ class Planner:
         self.fixer, self.report, self.last = fixer, report, last
         self.method = fixer.method
         self.graph = report.graph
-        self.ctx = Audit(model=fixer.model, graph=report.graph, probe=report.probe,
+        self.ctx = AuditContext(model=fixer.model, graph=report.graph, probe=report.probe,
                          logits=bool(fixer.options.get("logits")))
         self.steps: List[Step] = []
         self.requests: List[LsuvRequest] = []
@@ -357,7 +357,7 @@ class Planner:
             from .rules.il001_init_scale import InitScale
 
             self._il001 = {f.module: f for f in InitScale(**rule_options(self.fixer.options, InitScale)).check(
-                Audit(model=self.ctx.model, graph=self.graph, probe=self.ctx.probe, logits=self.ctx.logits))}
+                AuditContext(model=self.ctx.model, graph=self.graph, probe=self.ctx.probe, logits=self.ctx.logits))}
         return self._il001
 
     def data_driven(self, op: Op) -> bool:

@@ -222,7 +222,7 @@ _KAIMING = {"relu": "relu", "relu6": "relu", "leaky_relu": "leaky_relu", "prelu"
             "hardsigmoid": "sigmoid", "selu": "linear", "identity": "linear"}
 
 
-def init_fix(audit: Audit, op: Op, activation: str, fan_in: int) -> str:
+def init_fix(audit: AuditContext, op: Op, activation: str, fan_in: int) -> str:
     """The ``nn.init`` call that gives ``op``'s weight the scale ``activation`` needs."""
     weight = py_path(op.params["weight"])
     nonlinearity = _KAIMING.get(activation)
@@ -234,7 +234,7 @@ def init_fix(audit: Audit, op: Op, activation: str, fan_in: int) -> str:
     return f"nn.init.normal_({weight}, std={fmt(lo / math.sqrt(fan_in))})  # gain {fmt(lo)} / sqrt(fan_in {fan_in})"
 
 
-def _slope(audit: Audit, op: Op) -> float:
+def _slope(audit: AuditContext, op: Op) -> float:
     for t in downstream(audit.graph, op):
         if "negative_slope" in t.attrs:
             return float(t.attrs["negative_slope"])
@@ -287,7 +287,7 @@ zero-initialised last BatchNorm gamma, Fixup's and modded-nanoGPT's zero-initial
 _LOOK_THROUGH = frozenset({"view", "dropout", "identity"})
 
 
-def measured_rms(audit: Audit, op: Op, limit: int = 64) -> Optional[float]:
+def measured_rms(audit: AuditContext, op: Op, limit: int = 64) -> Optional[float]:
     """The rms of ``op``'s output, read through views, dropout and identities (which carry no statistics)."""
     for current in audit.graph.back(op, through=_LOOK_THROUGH, limit=limit):
         rms = audit.op_stats(current).get("rms")
@@ -296,7 +296,7 @@ def measured_rms(audit: Audit, op: Op, limit: int = 64) -> Optional[float]:
     return None
 
 
-def gate_factor(audit: Audit, op: Op) -> Optional[float]:
+def gate_factor(audit: AuditContext, op: Op) -> Optional[float]:
     """The fraction of its input's scale that ``op`` lets through when it gates a branch, else ``None``.
 
     A gate is a multiply by a parameter (``gamma * x``), a normalisation whose output is far below
@@ -316,7 +316,7 @@ def gate_factor(audit: Audit, op: Op) -> Optional[float]:
     return factor if factor is not None and factor <= GATE_MAX else None
 
 
-def gated_ops(audit: Audit) -> Dict[int, bool]:
+def gated_ops(audit: AuditContext) -> Dict[int, bool]:
     """Op id -> True when every path from the op's output meets a gate (:func:`gate_factor`) before a
     residual addition or the model output: the op sits on a branch that is near identity by design."""
     cached = audit.memo.get("gated_ops")
@@ -342,7 +342,7 @@ def gated_ops(audit: Audit) -> Dict[int, bool]:
 
 
 # ----------------------------------------------------------------------------- transformer structure
-def measured(audit: "Audit", op: Op, limit: int = 16) -> Optional[Op]:
+def measured(audit: AuditContext, op: Op, limit: int = 16) -> Optional[Op]:
     """``op``, or the nearest op before it through first inputs whose output scale was measured
     (views and dropout carry no statistics of their own)."""
     for current in audit.graph.back(op, through=O.PASS_KINDS, limit=limit):
@@ -425,7 +425,7 @@ class Scores:
 _SCORE_PATH = frozenset({"add", "mul", "div", "view", "other", "dropout", "identity", "pad"})
 
 
-def attention_scores(audit: "Audit", softmax: Op) -> Optional[Scores]:
+def attention_scores(audit: AuditContext, softmax: Op) -> Optional[Scores]:
     """The attention pattern behind ``softmax``, or None when its input is not ``q @ k^T`` of two signals.
 
     Searches back from the softmax's input through masks, scales and views (at most 12 steps on
@@ -444,7 +444,7 @@ def attention_scores(audit: "Audit", softmax: Op) -> Optional[Scores]:
     return None
 
 
-def _scores(audit: "Audit", softmax: Op, matmul: Op, chain: List[Op]) -> Optional[Scores]:
+def _scores(audit: AuditContext, softmax: Op, matmul: Op, chain: List[Op]) -> Optional[Scores]:
     graph = audit.graph
     q, k = graph[matmul.inputs[-2]], graph[matmul.inputs[-1]]
     q_shape = audit.shape(q)
@@ -465,7 +465,7 @@ def _scores(audit: "Audit", softmax: Op, matmul: Op, chain: List[Op]) -> Optiona
     return Scores(softmax, matmul, q, k, pre * post, pre, int(head_dim))
 
 
-def _factor(audit: "Audit", op: Op) -> float:
+def _factor(audit: AuditContext, op: Op) -> float:
     """The factor a ``mul``/``div`` applies: its constant, else the ratio of output and input scales."""
     if "scalar" in op.attrs:
         return float(op.attrs["scalar"])
@@ -513,7 +513,7 @@ def shared_by(graph: Graph, name: str) -> List[Op]:
     return list(users.values())
 
 
-def residuals_of(audit: "Audit") -> List[Residual]:
+def residuals_of(audit: AuditContext) -> List[Residual]:
     """:func:`residual_adds` of the audited graph, computed once per audit (IL012 and IL013 share it)."""
     cached = audit.memo.get("residual_adds")
     if cached is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..report import Finding
-from .base import Audit, Rule
+from .base import AuditContext, Rule
 
 
 class RuleError(Rule):
@@ -44,5 +44,5 @@ class RuleError(Rule):
     summary = "a rule crashed on this model, or a rule plugin could not be loaded; the others still ran"
     role = "meta"
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         return iter(())

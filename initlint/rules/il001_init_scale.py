@@ -10,7 +10,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Op
 from ..report import Finding
-from .base import Audit, Example, Rule, downstream, fmt, init_fix
+from .base import AuditContext, Example, Rule, downstream, fmt, init_fix
 
 
 
@@ -131,7 +131,7 @@ class InitScale(Rule):
     options = {"max-variance-drift": 1e4, "tolerance": 1.1}
     option_ranges = {"max-variance-drift": (1, None), "tolerance": (1, None)}
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         judged = self._judge(audit)
         flagged: Dict[int, Tuple[float, Op, int]] = {}
         limit = math.log(self.opts["max-variance-drift"])
@@ -152,7 +152,7 @@ class InitScale(Rule):
             yield self._finding(audit, j, total, endpoint, length)
 
     # ------------------------------------------------------------------ judgement
-    def _judge(self, audit: Audit) -> Dict[int, _Judged]:
+    def _judge(self, audit: AuditContext) -> Dict[int, _Judged]:
         judged: Dict[int, _Judged] = {}
         tol = math.log(self.opts["tolerance"])
         for op in audit.graph:
@@ -177,7 +177,7 @@ class InitScale(Rule):
             judged[op.id] = _Judged(op, std, band, fan, act_kind, 2 * ratio if abs(ratio) > tol else 0.0)
         return judged
 
-    def _endpoints(self, audit: Audit, judged: Dict[int, _Judged]) -> Iterator[Tuple[Op, float, Tuple[int, ...]]]:
+    def _endpoints(self, audit: AuditContext, judged: Dict[int, _Judged]) -> Iterator[Tuple[Op, float, Tuple[int, ...]]]:
         """Propagate the predicted log-variance drift through the graph; yield it where the signal ends."""
         drift: Dict[int, Tuple[float, Tuple[int, ...]]] = {}
         zero: Tuple[float, Tuple[int, ...]] = (0.0, ())
@@ -202,7 +202,7 @@ class InitScale(Rule):
                 yield audit.graph[out], drift[out][0], drift[out][1]
 
     # ------------------------------------------------------------------ reporting
-    def _finding(self, audit: Audit, j: _Judged, total: float, endpoint: Op, length: int) -> Finding:
+    def _finding(self, audit: AuditContext, j: _Judged, total: float, endpoint: Op, length: int) -> Finding:
         target = j.band[0] if j.std < j.band[0] else j.band[1]
         where = "the model output" if endpoint.id in audit.graph.outputs else f"{endpoint.target} ({endpoint.module or '<model>'})"
         direction = "shrinks" if total < 0 else "grows"

@@ -8,7 +8,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Op
 from ..report import Finding
-from .base import Audit, Example, Rule
+from .base import AuditContext, Example, Rule
 
 Shape = Tuple[int, ...]
 
@@ -75,7 +75,7 @@ class BiasBeforeNorm(Rule):
            Example(dcgan_generator_block, expect={"0"}))
     good = (Example(conv_without_bias_into_batchnorm),)
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         seen = set()
         for op in audit.graph:
             if op.kind not in _BIASED_KINDS or "bias" not in op.params or op.module in seen:
@@ -93,7 +93,7 @@ class BiasBeforeNorm(Rule):
             yield self.finding(audit, op, message, fix, value=1.0, threshold=0.0)
 
 
-def cancelling_norm(audit: Audit, op: Op) -> Optional[Op]:
+def cancelling_norm(audit: AuditContext, op: Op) -> Optional[Op]:
     """The channel norm that cancels ``op``'s bias, following one single-user path."""
     graph = audit.graph
     shape = audit.shape(op)
@@ -139,7 +139,7 @@ def _follow_axis(nxt: Op, nxt_shape: Optional[Shape], shape: Optional[Shape], ax
     return None
 
 
-def _ctor_hint(audit: Audit, op: Op) -> str:
+def _ctor_hint(audit: AuditContext, op: Op) -> str:
     kind = audit.graph.module_types.get(op.module, "")
     if kind in ("Linear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"):
         return f"nn.{kind}(..., bias=False)"

@@ -9,7 +9,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Rule, fmt, py_path, upstream_weight
+from .base import AuditContext, Example, Rule, fmt, py_path, upstream_weight
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -93,7 +93,7 @@ class DeadRelu(Rule):
     options = {"max-dead-fraction": 0.5, "noise-sigmas": 4.0, "min-observations": 8}
     option_ranges = {"max-dead-fraction": (0, 1), "noise-sigmas": (0, None), "min-observations": (0, None)}
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         fatal = self._fatal(audit)
         after = _descendants(audit.graph, fatal) if fatal is not None else set()
         if fatal is not None:
@@ -112,7 +112,7 @@ class DeadRelu(Rule):
                        f"({op.target}; threshold {fmt(100 * limit)}% for {units} units)")
             yield self.finding(audit, op, message, self._fix(audit, op), value=frac, threshold=limit)
 
-    def _judged(self, audit: Audit) -> Iterator[Op]:
+    def _judged(self, audit: AuditContext) -> Iterator[Op]:
         """ReLU ops with a dead-unit count and enough observations per unit."""
         for op in audit.graph:
             if op.kind not in O.DYING_KINDS:
@@ -123,7 +123,7 @@ class DeadRelu(Rule):
             if _numel(shape) // units >= self.opts["min-observations"]:
                 yield op
 
-    def _fatal(self, audit: Audit) -> Optional[Op]:
+    def _fatal(self, audit: AuditContext) -> Optional[Op]:
         """The first ReLU whose every unit is dead and that every path from the input to the output
         passes through: its output is exactly zero, so the model's output is constant for the batch."""
         for op in self._judged(audit):
@@ -132,7 +132,7 @@ class DeadRelu(Rule):
                 return op
         return None
 
-    def _fatal_finding(self, audit: Audit, op: Op) -> Finding:
+    def _fatal_finding(self, audit: AuditContext, op: Op) -> Finding:
         units = _units(audit, op)
         limit = min(self.limit(units), 1.0)
         message = (f"all {units} units output zero for the whole probe batch ({op.target}), and every path from "
@@ -150,7 +150,7 @@ class DeadRelu(Rule):
         base = self.opts["max-dead-fraction"]
         return base + self.opts["noise-sigmas"] * math.sqrt(base * (1 - base) / units)
 
-    def _fix(self, audit: Audit, op) -> str:
+    def _fix(self, audit: AuditContext, op) -> str:
         src = upstream_weight(audit.graph, op)
         if src is None:
             return "the input of this ReLU is negative almost everywhere; check its scale, or use nn.LeakyReLU"
@@ -165,7 +165,7 @@ class DeadRelu(Rule):
         return f"pre-activations of {src.module} are negative for most units; use nn.LeakyReLU(0.01) or check the input scale"
 
 
-def _units(audit: Audit, op: Op) -> int:
+def _units(audit: AuditContext, op: Op) -> int:
     """Units of a ReLU-family output, as the probe counted them (0 when it did not)."""
     return int(audit.op_stats(op).get("units", 0))
 
@@ -207,7 +207,7 @@ def _descendants(graph: Graph, op: Op) -> Set[int]:
     return found
 
 
-def _no_gradient_before(audit: Audit, op: Op) -> bool:
+def _no_gradient_before(audit: AuditContext, op: Op) -> bool:
     """The backward probe (when it ran) agrees: every weight layer before ``op`` got an exactly zero gradient."""
     graph = audit.graph
     frontier, seen = list(op.inputs), set(op.inputs)

@@ -8,7 +8,7 @@ from ..graph import Op
 from ..report import Finding
 import torch.nn as nn
 
-from .base import Audit, Example, Rule, attention_scores, fmt, measured, py_path, shared_by, upstream_weight
+from .base import AuditContext, Example, Rule, attention_scores, fmt, measured, py_path, shared_by, upstream_weight
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -86,7 +86,7 @@ class SaturatedSoftmax(Rule):
     options = {"min-entropy": 0.5, "max-cross-entropy": 1.5}
     option_ranges = {"min-entropy": (0, 1), "max-cross-entropy": (0, None)}
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         for op in audit.graph.of_kind("softmax", "log_softmax"):
             if attention_scores(audit, op) is not None:
                 continue  # attention rows are IL011's (judged against the keys each query may see)
@@ -107,14 +107,14 @@ class SaturatedSoftmax(Rule):
                     yield finding
 
     @staticmethod
-    def _logits_op(audit: Audit) -> Optional[Op]:
+    def _logits_op(audit: AuditContext) -> Optional[Op]:
         op_id = audit.probe.logits_op
         if op_id is not None and 0 <= op_id < len(audit.graph):
             return audit.graph[op_id]
         outputs = [audit.graph[i] for i in audit.graph.outputs]
         return outputs[0] if outputs else None
 
-    def _judge(self, audit: Audit, op: Op, stats, what: str, scale: Optional[float]) -> Optional[Finding]:
+    def _judge(self, audit: AuditContext, op: Op, stats, what: str, scale: Optional[float]) -> Optional[Finding]:
         if "entropy" not in stats or stats.get("maxprob") != stats.get("maxprob"):
             return None  # NaN: non-finite logits are IL009's finding
         onehot = stats.get("onehot_rows", 0.0)
@@ -138,7 +138,7 @@ class SaturatedSoftmax(Rule):
         return self.finding(audit, src, message, fix, value=entropy, threshold=self.opts["min-entropy"])
 
 
-def _fix(audit: Audit, src: Op, end: Op, message: str, scale: Optional[float]) -> Tuple[str, str]:
+def _fix(audit: AuditContext, src: Op, end: Op, message: str, scale: Optional[float]) -> Tuple[str, str]:
     """How to shrink the scores at ``src``, the weight layer that produces them.
 
     A table shared with an embedding (tied weights) is neither zeroed nor rescaled: that would
@@ -162,7 +162,7 @@ def _fix(audit: Audit, src: Op, end: Op, message: str, scale: Optional[float]) -
     return message, f"with torch.no_grad(): {weight}.mul_({fmt(factor)})"
 
 
-def _only_path(audit: Audit, src: Op, end: Op) -> bool:
+def _only_path(audit: AuditContext, src: Op, end: Op) -> bool:
     """``src``'s output reaches nothing but ``end`` (through reshapes and the like)."""
     current = src
     for _ in range(32):

@@ -9,7 +9,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Rule, fmt, gate_factor, measured_rms
+from .base import AuditContext, Example, Rule, fmt, gate_factor, measured_rms
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
 _CARRY = 0.1
@@ -107,7 +107,7 @@ class SignalDrift(Rule):
     options = {"max-scale-ratio": 100.0, "min-units": 16}
     option_ranges = {"max-scale-ratio": (1, None), "min-units": (1, None)}
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         limit = math.log(self.opts["max-scale-ratio"])
         trace = _Trace(audit)
         worst: Optional[Tuple[float, Op, Op]] = None
@@ -126,7 +126,7 @@ class SignalDrift(Rule):
         ratio, src, start_op = worst
         yield self._finding(audit, trace, ratio, src, start_op)
 
-    def _judged_points(self, audit: Audit, trace: "_Trace") -> Iterator[Tuple[Op, bool]]:
+    def _judged_points(self, audit: AuditContext, trace: "_Trace") -> Iterator[Tuple[Op, bool]]:
         """Where the signal ends: the inputs of the endpoints and the model outputs, and the ends of the
         residual branches the stream is not judged through (flagged True)."""
         outputs = set(audit.graph.outputs)
@@ -141,7 +141,7 @@ class SignalDrift(Rule):
                 if src is not None:
                     yield src, branch
 
-    def _judged_point(self, audit: Audit, op: Op) -> Optional[Op]:
+    def _judged_point(self, audit: AuditContext, op: Op) -> Optional[Op]:
         """``op``, or the nearest op before it on its main path with at least ``min-units`` units.
 
         A (log-)softmax and a shift by a constant change the offset of the signal, not its scale (the
@@ -165,7 +165,7 @@ class SignalDrift(Rule):
         ends += [graph[i] for i in graph.outputs]
         return ends
 
-    def _finding(self, audit: Audit, trace: "_Trace", ratio: float, src: Op, start_op: Op) -> Finding:
+    def _finding(self, audit: AuditContext, trace: "_Trace", ratio: float, src: Op, start_op: Op) -> Finding:
         path = _deepest_path(audit.graph, start_op, src)
         chain = [op for op in path if op.kind in O.WEIGHT_KINDS]
         start_rms = trace.ref[src.id][0]
@@ -196,7 +196,7 @@ class _Trace:
     only grows additively, it cannot compound: the inputs are judged there and the sum starts afresh.
     """
 
-    def __init__(self, audit: Audit) -> None:
+    def __init__(self, audit: AuditContext) -> None:
         self.audit = audit
         self.ref: Dict[int, Tuple[float, int]] = {}
         self.branch_ends: List[int] = []
@@ -275,7 +275,7 @@ def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
     return None if not current.inputs else op
 
 
-def _rel(audit: Audit, op: Op, ref: Dict[int, Tuple[float, int]]) -> float:
+def _rel(audit: AuditContext, op: Op, ref: Dict[int, Tuple[float, int]]) -> float:
     rms = measured_rms(audit, op)
     if rms is None or not _finite(rms):
         return float("inf")
@@ -286,7 +286,7 @@ def _finite(x: float) -> bool:
     return x == x and abs(x) != float("inf")
 
 
-def _first_drifting(audit: Audit, chain: List[Op], start_rms: float, ratio: float) -> Optional[Op]:
+def _first_drifting(audit: AuditContext, chain: List[Op], start_rms: float, ratio: float) -> Optional[Op]:
     """First op of ``chain`` whose output scale moved from the previous one's by > 1.5x in the drift's direction."""
     prev = start_rms
     for op in chain:

@@ -9,7 +9,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Rule, downstream, fmt, gated_ops, measured_rms
+from .base import AuditContext, Example, Rule, downstream, fmt, gated_ops, measured_rms
 
 _SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
 _RESTART_KINDS = frozenset({"pool", "reduce"})
@@ -114,7 +114,7 @@ class GradientDrift(Rule):
     options = {"max-excess-spread": 100.0, "max-gradient-drift": 1e6}
     option_ranges = {"max-excess-spread": (1, None), "max-gradient-drift": (1, None)}
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         layers = self._layers(audit)
         segment = segments(audit.graph)
         groups: Dict[int, List[Tuple[Op, float]]] = {}
@@ -128,7 +128,7 @@ class GradientDrift(Rule):
         if worst is not None:
             yield worst
 
-    def _vanished(self, audit: Audit, layers: List[Tuple[Op, float]]) -> Optional[Finding]:
+    def _vanished(self, audit: AuditContext, layers: List[Tuple[Op, float]]) -> Optional[Finding]:
         """Gradients that vanished or exploded in every layer alike (no spread, but no signal either)."""
         deltas = []
         for op, per_position in layers:
@@ -153,7 +153,7 @@ class GradientDrift(Rule):
                "backward signals keep their scale")
         return self.finding(audit, at, message, fix, value=value, threshold=threshold)
 
-    def _judge(self, audit: Audit, layers: List[Tuple[Op, float]]) -> Optional[Finding]:
+    def _judge(self, audit: AuditContext, layers: List[Tuple[Op, float]]) -> Optional[Finding]:
         if len(layers) < 2:
             return None
         lo_op, lo = min(layers, key=lambda x: x[1])
@@ -175,7 +175,7 @@ class GradientDrift(Rule):
                "stable; then the gradients are too")
         return self.finding(audit, at, message, fix, value=spread, threshold=limit)
 
-    def _layers(self, audit: Audit) -> List[Tuple[Op, float]]:
+    def _layers(self, audit: AuditContext) -> List[Tuple[Op, float]]:
         """(first op, per-position gradient std) of every judged weight layer."""
         uses: Dict[str, List[Op]] = {}
         for op in audit.graph:
@@ -196,7 +196,7 @@ class GradientDrift(Rule):
         return layers
 
     @staticmethod
-    def _predicted(audit: Audit, ops: List[Op]) -> float:
+    def _predicted(audit: AuditContext, ops: List[Op]) -> float:
         """The spread the layer fans explain (He et al.'s bound), at least 1: the largest fan-in over the
         smallest fan-out (a contracting network), or the largest fan-out over the smallest fan-in (a
         widening one, such as a head over thousands of classes)."""
@@ -265,7 +265,7 @@ def _positions(shape: Optional[Tuple[int, ...]], kind: str) -> int:
     return max(1, _numel(shape) // max(1, int(shape[axis])))
 
 
-def broadcast_sources(audit: Audit) -> Set[int]:
+def broadcast_sources(audit: AuditContext) -> Set[int]:
     """Ops whose output is broadcast over positions it was not computed at (a timestep or class embedding
     added to every pixel, a FiLM or AdaLN modulation), directly or through other layers, before any
     pooling or reduction: their gradient gathers every position they reach."""

@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from .. import ops as O
 from ..report import Finding
-from .base import Audit, Example, Rule, fmt, init_fix, upstream_weight
+from .base import AuditContext, Example, Rule, fmt, init_fix, upstream_weight
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -59,7 +59,7 @@ class SaturatedActivation(Rule):
     options = {"max-saturated-fraction": 0.5}
     option_ranges = {"max-saturated-fraction": (0, 1)}
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         seen = set()
         for op in audit.graph:
             act = O.ACTIVATIONS.get(op.kind)

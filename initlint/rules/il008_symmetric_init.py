@@ -8,7 +8,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Rule, downstream, fmt, init_fix, py_path
+from .base import AuditContext, Example, Rule, downstream, fmt, init_fix, py_path
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -75,7 +75,7 @@ class SymmetricInit(Rule):
     bad = (Example(constant_and_zero_hidden_layers, expect={"0", "2"}),)
     good = (Example(zero_initialised_classifier_head),)
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         seen = set()
         for op in audit.graph:
             if op.kind not in O.WEIGHT_KINDS or "weight" not in op.params or op.params["weight"] in seen:
@@ -89,7 +89,7 @@ class SymmetricInit(Rule):
             if finding is not None:
                 yield finding
 
-    def _judge(self, audit: Audit, op: Op, name: str, stats: Dict[str, float]) -> Optional[Finding]:
+    def _judge(self, audit: AuditContext, op: Op, name: str, stats: Dict[str, float]) -> Optional[Finding]:
         rows, groups = int(stats.get("rows", 0)), max(int(stats.get("groups", 1)), 1)
         dups = int(stats.get("dup_rows", 0))
         numel = _numel(audit, name)
@@ -114,7 +114,7 @@ class SymmetricInit(Rule):
         return None
 
 
-def weight_fix(audit: Audit, op: Op) -> str:
+def weight_fix(audit: AuditContext, op: Op) -> str:
     """A random init that fits the layer: small normal values for an embedding (tied weight) or an output layer
     over classes, else the init the next activation needs."""
     name = op.params["weight"]
@@ -136,7 +136,7 @@ def _is_embedding(graph: Graph, name: str) -> bool:
     return any(op.kind == "embedding" and name in op.params.values() for op in graph)
 
 
-def _owner(audit: Audit, op: Op):
+def _owner(audit: AuditContext, op: Op):
     """The module that owns the weight and resets it to a default random init, if it is a standard layer."""
     try:
         module = audit.model.get_submodule(op.module) if op.module else audit.model
@@ -167,6 +167,6 @@ def feeds_weight_layer(graph: Graph, op: Op) -> bool:
     return False
 
 
-def _numel(audit: Audit, name: str) -> int:
+def _numel(audit: AuditContext, name: str) -> int:
     p = audit.param(name)
     return p.numel() if p is not None else 0

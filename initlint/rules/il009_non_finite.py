@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from .. import ops as O
 from ..report import Finding
-from .base import Audit, Example, Rule, fmt
+from .base import AuditContext, Example, Rule, fmt
 
 
 
@@ -64,7 +64,7 @@ class NonFinite(Rule):
     bad = (Example(deep_linear_stack_with_randn_weights, expect={"37", "49"}),)
     good = (Example(deep_linear_stack_at_lecun_init),)
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         for op in audit.graph:
             stats = audit.op_stats(op)
             peak = stats.get("absmax", stats.get("rms"))
@@ -88,7 +88,7 @@ class NonFinite(Rule):
                                value=audit.probe.grads[name]["absmax"], threshold=3.4e38)
 
 
-def _masked(audit: Audit, op) -> bool:
+def _masked(audit: AuditContext, op) -> bool:
     """An input already holds an infinity (and no NaN): a mask that the op passes on."""
     peaks = [audit.op_stats(audit.graph[i]).get("absmax", audit.op_stats(audit.graph[i]).get("rms")) for i in op.inputs]
     return any(p == math.inf for p in peaks)

@@ -6,7 +6,7 @@ from typing import Iterator
 from ..report import Finding
 import torch.nn as nn
 
-from .base import Audit, Example, Rule
+from .base import AuditContext, Example, Rule
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -93,5 +93,5 @@ class UnusedSuppression(Rule):
     bad = (Example(suppression_that_silences_nothing, expect={""}),)
     good = (Example(suppression_that_silences_a_finding),)
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         return iter(())

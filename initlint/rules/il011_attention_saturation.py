@@ -10,7 +10,7 @@ import torch.nn as nn
 
 from ..graph import Op
 from ..report import Finding
-from .base import Audit, Example, Rule, attention_scores, fmt, measured, projection_of, py_path
+from .base import AuditContext, Example, Rule, attention_scores, fmt, measured, projection_of, py_path
 
 
 @dataclass
@@ -132,7 +132,7 @@ class AttentionSaturation(Rule):
     options = {"min-entropy": 0.5, "max-standard-score-std": 2.0}
     option_ranges = {"min-entropy": (0, 1), "max-standard-score-std": (0, None)}
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         for op in audit.graph:
             site = self._site(audit, op)
             if site is None or site.entropy != site.entropy or site.entropy >= self.opts["min-entropy"]:
@@ -140,7 +140,7 @@ class AttentionSaturation(Rule):
             yield self._finding(audit, site)
 
     # ------------------------------------------------------------------ measurement
-    def _site(self, audit: Audit, op: Op) -> Optional[_Site]:
+    def _site(self, audit: AuditContext, op: Op) -> Optional[_Site]:
         stats = audit.op_stats(op)
         if op.kind == "attention" and "entropy" in stats and "raw_rms" in stats:
             head_dim = int(stats.get("head_dim", op.attrs.get("head_dim", 0)))
@@ -160,7 +160,7 @@ class AttentionSaturation(Rule):
                      scores.q.id, scores.k.id)
 
     # ------------------------------------------------------------------ reporting
-    def _finding(self, audit: Audit, site: _Site) -> Finding:
+    def _finding(self, audit: AuditContext, site: _Site) -> Finding:
         d = site.head_dim
         message = (f"attention rows near one-hot at init: mean entropy {fmt(site.entropy)} x ln(admissible keys) "
                    f"(threshold {fmt(self.opts['min-entropy'])}; uniform attention has 1), mean max-probability "
@@ -176,7 +176,7 @@ class AttentionSaturation(Rule):
             return self._inner_finding(audit, site, message)
         return self._projection_finding(audit, site, message, projections)
 
-    def _scale_finding(self, audit: Audit, site: _Site, message: str, ratio: float) -> Finding:
+    def _scale_finding(self, audit: AuditContext, site: _Site, message: str, ratio: float) -> Finding:
         d = site.head_dim
         usual = d ** -0.5
         looks = " (it looks like head_dim ** 0.5)" if abs(math.log(site.scale / math.sqrt(d))) < 0.05 else ""
@@ -189,7 +189,7 @@ class AttentionSaturation(Rule):
         return self.finding(audit, site.scale_at, message, fix, value=site.entropy,
                             threshold=self.opts["min-entropy"])
 
-    def _projection_finding(self, audit: Audit, site: _Site, message: str, projections: List[Op]) -> Finding:
+    def _projection_finding(self, audit: AuditContext, site: _Site, message: str, projections: List[Op]) -> Finding:
         gains = [(p, *self._gain(audit, p)) for p in projections]
         large = [(p, std, fan) for p, gain, std, fan, _ in gains if gain > 2.0]
         if large:
@@ -208,7 +208,7 @@ class AttentionSaturation(Rule):
                f"keep a unit scale")
         return self.finding(audit, p, message, fix, value=site.entropy, threshold=self.opts["min-entropy"])
 
-    def _inner_finding(self, audit: Audit, site: _Site, message: str) -> Finding:
+    def _inner_finding(self, audit: AuditContext, site: _Site, message: str) -> Finding:
         """q and k come from projections inside the op (``nn.MultiheadAttention``) or from no weight layer."""
         stats = audit.op_stats(site.op)
         if "q_rms" in stats:
@@ -222,7 +222,7 @@ class AttentionSaturation(Rule):
         return self.finding(audit, site.op, message, fix, value=site.entropy, threshold=self.opts["min-entropy"])
 
     @staticmethod
-    def _gain(audit: Audit, proj: Op):
+    def _gain(audit: AuditContext, proj: Op):
         """``(gain, weight std, fan_in, input rms)`` of a projection: gain is std * sqrt(fan_in)."""
         stats = audit.probe.params.get(proj.params["weight"], {})
         fan = audit.fan_in(proj) or 1

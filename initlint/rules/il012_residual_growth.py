@@ -10,7 +10,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Op
 from ..report import Finding
-from .base import Audit, Example, Residual, Rule, fmt, measured, py_path, residuals_of
+from .base import AuditContext, Example, Residual, Rule, fmt, measured, py_path, residuals_of
 
 
 
@@ -96,7 +96,7 @@ class ResidualGrowth(Rule):
     options = {"max-post-norm-ratio": 1.0, "max-branch-ratio": 4.0, "max-embedding-ratio": 100.0}
     option_ranges = {"max-post-norm-ratio": (0, None), "max-branch-ratio": (0, None), "max-embedding-ratio": (0, None)}
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         adds = residuals_of(audit)
         streams: Set[int] = {r.add.id for r in adds}
         seen: Set[str] = set()
@@ -116,7 +116,7 @@ class ResidualGrowth(Rule):
             seen.add(proj.module)
             yield self._finding(audit, proj, stream, branch, ratio, limit, place)
 
-    def _finding(self, audit: Audit, proj: Op, stream: float, branch: float, ratio: float, limit: float,
+    def _finding(self, audit: AuditContext, proj: Op, stream: float, branch: float, ratio: float, limit: float,
                  place: str) -> Finding:
         onto = {"embedding": "the embedding (the first branch)", "post-norm": "a normalised stream (post-norm block)",
                 "stream": "the residual stream"}[place]
@@ -132,7 +132,7 @@ class ResidualGrowth(Rule):
 _LIMITS = {"embedding": "max-embedding-ratio", "post-norm": "max-post-norm-ratio", "stream": "max-branch-ratio"}
 
 
-def _placement(audit: Audit, res: Residual, streams: Set[int]) -> str:
+def _placement(audit: AuditContext, res: Residual, streams: Set[int]) -> str:
     """``embedding``: the first branch on an embedding or the input; ``post-norm``: ``LN(x + f(x))`` on a
     normalised stream; ``stream``: any other residual addition (pre-norm blocks, plain residuals)."""
     if _from_embedding(audit, res, streams):
@@ -142,7 +142,7 @@ def _placement(audit: Audit, res: Residual, streams: Set[int]) -> str:
     return "stream"
 
 
-def _through_pass(audit: Audit, op: Op, back: bool, limit: int = 16) -> bool:
+def _through_pass(audit: AuditContext, op: Op, back: bool, limit: int = 16) -> bool:
     """``op`` (going back: ``op`` itself or its producers; going forward: its consumers) reaches a norm
     through nothing but views and dropout, on a single path."""
     current = op
@@ -159,7 +159,7 @@ def _through_pass(audit: Audit, op: Op, back: bool, limit: int = 16) -> bool:
     return False
 
 
-def _fix(audit: Audit, proj: Op, ratio: float) -> str:
+def _fix(audit: AuditContext, proj: Op, ratio: float) -> str:
     """Shrink the branch's output projection so that the branch is about the stream's scale."""
     name = proj.params.get("weight")
     if proj.kind == "attention":  # nn.MultiheadAttention: its output projection is inside the op
@@ -171,7 +171,7 @@ def _fix(audit: Audit, proj: Op, ratio: float) -> str:
     return f"nn.init.normal_({py_path(name)}, std={fmt(std)})  # now {fmt(stats['rms'])}; the branch then matches the stream"
 
 
-def _from_embedding(audit: Audit, res: Residual, streams: Set[int], limit: int = 64) -> bool:
+def _from_embedding(audit: AuditContext, res: Residual, streams: Set[int], limit: int = 64) -> bool:
     """The stream is an embedding or the model input, with no residual addition or norm before this add."""
     frontier = [res.stream]
     seen: Set[int] = set()

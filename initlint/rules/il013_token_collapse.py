@@ -9,7 +9,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import Audit, Example, Residual, Rule, attention_scores, fmt, projection_of, residuals_of
+from .base import AuditContext, Example, Residual, Rule, attention_scores, fmt, projection_of, residuals_of
 
 
 
@@ -101,7 +101,7 @@ class TokenCollapse(Rule):
     options = {"max-cosine": 0.95, "min-rise": 0.3}
     option_ranges = {"max-cosine": (0, 1), "min-rise": (0, 1)}
 
-    def check(self, audit: Audit) -> Iterator[Finding]:
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
         points, residual = self._points(audit)
         if len(points) < 2:
             return
@@ -125,7 +125,7 @@ class TokenCollapse(Rule):
         at = first[0] if self._where(first[0]) == (first[0].module or "<model>") else self._where(first[0])
         yield self.finding(audit, at, message, fix, value=end[1], threshold=self.opts["max-cosine"])
 
-    def _points(self, audit: Audit) -> Tuple[List[Tuple[Op, float]], bool]:
+    def _points(self, audit: AuditContext) -> Tuple[List[Tuple[Op, float]], bool]:
         """Block outputs in order as ``(where to report, token cosine)``; the first is the network's start."""
         stats = audit.probe.ops
         measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
@@ -145,7 +145,7 @@ class TokenCollapse(Rule):
             bool(adds)
 
     @staticmethod
-    def _attention(audit: Audit) -> List[Op]:
+    def _attention(audit: AuditContext) -> List[Op]:
         return [op for op in audit.graph if op.kind == "attention"
                 or op.kind == "softmax" and attention_scores(audit, op) is not None]
 
@@ -157,7 +157,7 @@ class TokenCollapse(Rule):
         return module or "<model>"
 
     @staticmethod
-    def _block_output(audit: Audit, op: Op, limit: int = 32) -> Optional[Op]:
+    def _block_output(audit: AuditContext, op: Op, limit: int = 32) -> Optional[Op]:
         """The first op at or after an attention op whose token similarity was measured."""
         frontier, seen = [op], {op.id}
         for _ in range(limit):
@@ -173,7 +173,7 @@ class TokenCollapse(Rule):
         return None
 
 
-def self_attending(audit: Audit, adds: List[Residual]) -> List[Residual]:
+def self_attending(audit: AuditContext, adds: List[Residual]) -> List[Residual]:
     """The residual additions of streams that only attend to themselves.
 
     A block that attends to another sequence (a decoder's cross-attention to the encoder output)
