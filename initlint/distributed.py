@@ -32,7 +32,7 @@ import torch.nn as nn
 from .capture import Capture
 from .graph import Graph
 from .load import LoadError
-from .probe import Observer, ProbeResult, _Collector
+from .probe import ProbeResult, StatsObserver, _Collector
 from .stream import BlockProgress, Materialiser, Plan, StreamError, StreamProbe, _fx_called, _seeded, _swap, \
     _terminal_progress, fx_then_runtime
 
@@ -239,7 +239,7 @@ class _DPCollector(_Collector):
                               "rank a local batch of the same shape")
 
 
-class _DPObserver(Observer):
+class _DPObserver(StatsObserver):
     """Also keeps each ReLU-family output's per-unit maxima, for the cross-rank dead-unit count."""
 
     def _dead(self, op: Any, y: torch.Tensor) -> None:
@@ -258,7 +258,7 @@ class ShardedProbe(StreamProbe):
         self.batch = batch
         self.c = _DPCollector(groups, lambda: self.cap.graph, batch)
 
-    def _observer(self) -> Observer:
+    def _observer(self) -> StatsObserver:
         return _DPObserver(lambda: self.cap.graph, self.c)
 
     def _cotangent(self, main: torch.Tensor) -> torch.Tensor:

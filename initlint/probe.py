@@ -201,7 +201,7 @@ def unit_axis(graph: Graph, op: Op) -> int:
     return -1
 
 
-class Observer:
+class StatsObserver:
     """Computes per-op statistics during the forward pass (called by the capture)."""
 
     def __init__(self, graph_of: Any, collector: _Collector) -> None:
@@ -554,7 +554,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
     c = _Collector()
     named = dict(cap.model.named_parameters())
     if forward:
-        observer = Observer(lambda: cap.graph, c)
+        observer = StatsObserver(lambda: cap.graph, c)
         grad_wanted = backward and any(p.requires_grad for p in named.values())
         with torch.set_grad_enabled(grad_wanted):
             out = cap.run(args, kwargs, observer)
