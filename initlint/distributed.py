@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from . import nested
 from .capture import Capture
 from .graph import Graph
 from .load import LoadError
@@ -295,13 +296,11 @@ def sharded_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any
 
     Returns the capture of a plain meta copy of the model and statistics equal on every rank.
     """
-    from .capture.runtime import _tensors
-
     if not dist.is_available() or not dist.is_initialized():
         raise LoadError("the model has DTensor parameters but torch.distributed is not initialised; "
                         "call initlint.audit inside the distributed job, on every rank")
     groups = _data_parallel_groups(model)
-    batch = _local_batch(_tensors((args, kwargs)), groups, device)
+    batch = _local_batch(nested.tensors((args, kwargs)), groups, device)
     work, sources = skeleton(model)
     if dist.get_rank() != 0:
         progress = None
