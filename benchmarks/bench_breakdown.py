@@ -41,7 +41,7 @@ def stages(model, inputs):
     from initlint.capture import capture
     from initlint.capture.base import DropoutOff
     from initlint.guard import guarded as preserved
-    from initlint.probe import Observer, ProbeResult, _Collector, run_probe
+    from initlint.probe import ProbeResult, StatsObserver, _Collector, run_probe
 
     args, kwargs = inputs
     select = C.forward_rules()
@@ -67,7 +67,7 @@ def stages(model, inputs):
     def op_stats():
         with preserved(model, 0), torch.no_grad():
             cap, collector = capture(model), _Collector()
-            cap.run(args, kwargs, Observer(lambda: cap.graph, collector))
+            cap.run(args, kwargs, StatsObserver(lambda: cap.graph, collector))
             collector.finish(ProbeResult())
 
     def probe():

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from initlint.capture import RuntimeCapture  # noqa: E402
 from initlint.capture.base import DropoutOff  # noqa: E402  (the plain forward runs with dropout off too)
-from initlint.probe import Observer, _Collector  # noqa: E402
+from initlint.probe import StatsObserver, _Collector  # noqa: E402
 
 REPEATS = 7
 
@@ -53,7 +53,7 @@ def bench(name, model, inputs):
     def probe():
         c = _Collector()
         with torch.no_grad():
-            cap.run(args, kwargs, Observer(lambda: cap.graph, c))
+            cap.run(args, kwargs, StatsObserver(lambda: cap.graph, c))
         result = type("R", (), {"ops": {}, "params": {}, "grads": {}, "logits": None})()
         c.finish(result)
 

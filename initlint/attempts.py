@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from . import nested
 from .errors import LoadError
 from .probe import ProbeResult, run_probe
 from .report import Report
@@ -107,10 +108,8 @@ def _out_of_memory(exc: BaseException) -> bool:
 
 
 def _batch_of(args, kwargs) -> int:
-    from .capture.runtime import _tensors
-
-    tensors = _tensors((args, kwargs))
-    return int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 0
+    found = nested.tensors((args, kwargs))
+    return int(found[0].shape[0]) if found and found[0].dim() else 0
 
 
 def _halve_batch(args, kwargs):
@@ -121,21 +120,13 @@ def _halve_batch(args, kwargs):
         return None
     half = batch // 2
 
-    def cut(obj):
-        if isinstance(obj, torch.Tensor):
-            dense = obj.layout == torch.strided and not obj.is_nested
-            return obj[:half] if dense and obj.dim() and obj.shape[0] == batch else obj
-        if isinstance(obj, nn.utils.rnn.PackedSequence):
-            return obj
-        if isinstance(obj, tuple) and hasattr(obj, "_fields"):
-            return type(obj)(*(cut(o) for o in obj))
-        if isinstance(obj, (tuple, list)):
-            return type(obj)(cut(o) for o in obj)
-        if isinstance(obj, dict):
-            return {k: cut(v) for k, v in obj.items()}
-        return obj
+    def cut(t):
+        if not isinstance(t, torch.Tensor):  # a packed sequence stays whole
+            return t
+        dense = t.layout == torch.strided and not t.is_nested
+        return t[:half] if dense and t.dim() and t.shape[0] == batch else t
 
-    smaller = cut(args), cut(kwargs)
+    smaller = nested.map_tensors(cut, args), nested.map_tensors(cut, kwargs)
     return smaller if _batch_of(*smaller) < batch else None
 
 

@@ -106,18 +106,26 @@ def _boolean(value: Any) -> bool:
 def _shapes(value: Any) -> List[str]:
     """``"8,3,32,32"``, ``[8, 3, 32, 32]``, ``["8,10", "8,4"]`` or ``[[8, 10], [8, 4]]`` -> strings."""
     def one(shape: Any) -> str:
-        parsed = shape_from_text(shape) if isinstance(shape, str) else _int_shape(shape)
-        if parsed is None:
-            raise _Invalid("a shape such as \"8,3,32,32\" or [8, 3, 32, 32], or a list of shapes")
-        too_big = probe_size_problem(parsed)
-        if too_big:
-            raise _Invalid(f"input-shape {shape!r}: {too_big}", True)
+        _checked_shape(shape, "a shape such as \"8,3,32,32\" or [8, 3, 32, 32], or a list of shapes",
+                       lambda _: f"input-shape {shape!r}")
         return shape if isinstance(shape, str) else ",".join(str(s) for s in shape)
     if isinstance(value, list) and value and all(isinstance(s, int) for s in value):
         return [one(value)]
     if isinstance(value, list) and value:
         return [one(s) for s in value]
     return [one(value)]
+
+
+def _checked_shape(shape: Any, expected: str, name: Callable[[Tuple[int, ...]], str]) -> Tuple[int, ...]:
+    """One shape as text or integers, parsed; ``expected`` says what a bad one should have been,
+    ``name(parsed)`` names a shape too large to probe."""
+    parsed = shape_from_text(shape) if isinstance(shape, str) else _int_shape(shape)
+    if parsed is None:
+        raise _Invalid(expected)
+    too_big = probe_size_problem(parsed)
+    if too_big:
+        raise _Invalid(f"{name(parsed)}: {too_big}", True)
+    return parsed
 
 
 def _int_shape(shape: Any) -> Optional[Tuple[int, ...]]:
@@ -420,17 +428,10 @@ def check_flags(opts: Dict[str, Any]) -> None:
 
 
 def _api_shapes(value: Any) -> List[Tuple[int, ...]]:
-    shapes = []
     flat = isinstance(value, (list, tuple)) and value and all(isinstance(s, int) for s in value)
-    for shape in [value] if flat or not isinstance(value, (list, tuple)) else value:
-        parsed = shape_from_text(shape) if isinstance(shape, str) else _int_shape(shape)
-        if parsed is None:
-            raise _Invalid("a list of shapes such as [(8, 3, 32, 32)]")
-        too_big = probe_size_problem(parsed)
-        if too_big:
-            raise _Invalid(f"input_shapes {tuple(parsed)}: {too_big}", True)
-        shapes.append(parsed)
-    return shapes
+    given = [value] if flat or not isinstance(value, (list, tuple)) else value
+    return [_checked_shape(shape, "a list of shapes such as [(8, 3, 32, 32)]",
+                           lambda parsed: f"input_shapes {tuple(parsed)}") for shape in given]
 
 
 _API_CHECKS: Dict[str, Callable[[Any], Any]] = {

@@ -29,10 +29,11 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from . import nested
 from .capture import Capture
 from .graph import Graph
 from .load import LoadError
-from .probe import Observer, ProbeResult, _Collector
+from .probe import ProbeResult, StatsObserver, _Collector
 from .stream import BlockProgress, Materialiser, Plan, StreamError, StreamProbe, _fx_called, _seeded, _swap, \
     _terminal_progress, fx_then_runtime
 
@@ -239,7 +240,7 @@ class _DPCollector(_Collector):
                               "rank a local batch of the same shape")
 
 
-class _DPObserver(Observer):
+class _DPObserver(StatsObserver):
     """Also keeps each ReLU-family output's per-unit maxima, for the cross-rank dead-unit count."""
 
     def _dead(self, op: Any, y: torch.Tensor) -> None:
@@ -258,7 +259,7 @@ class ShardedProbe(StreamProbe):
         self.batch = batch
         self.c = _DPCollector(groups, lambda: self.cap.graph, batch)
 
-    def _observer(self) -> Observer:
+    def _observer(self) -> StatsObserver:
         return _DPObserver(lambda: self.cap.graph, self.c)
 
     def _cotangent(self, main: torch.Tensor) -> torch.Tensor:
@@ -295,13 +296,11 @@ def sharded_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any
 
     Returns the capture of a plain meta copy of the model and statistics equal on every rank.
     """
-    from .capture.runtime import _tensors
-
     if not dist.is_available() or not dist.is_initialized():
         raise LoadError("the model has DTensor parameters but torch.distributed is not initialised; "
                         "call initlint.audit inside the distributed job, on every rank")
     groups = _data_parallel_groups(model)
-    batch = _local_batch(_tensors((args, kwargs)), groups, device)
+    batch = _local_batch(nested.tensors((args, kwargs)), groups, device)
     work, sources = skeleton(model)
     if dist.get_rank() != 0:
         progress = None

@@ -37,6 +37,8 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
+from . import nested
+
 
 @contextmanager
 def guarded(model: nn.Module, seed: int, inputs: Any = None, copy_on_write: bool = True) -> Iterator[None]:
@@ -206,12 +208,10 @@ class _Saved:
     """Everything :func:`guarded` restores, taken before anything runs."""
 
     def __init__(self, model: nn.Module, inputs: Any, copy_on_write: bool) -> None:
-        from .capture.runtime import _tensors
-
         self.modules = list(model.modules())
         found: List[torch.Tensor] = []
         self.attributes = [_Attributes(m, found) for m in self.modules]
-        given = _tensors(inputs)
+        given = nested.tensors(inputs)
         found += given
         # copy-on-write for parameters and inputs, which forwards seldom write; buffers get real copies
         lazy = {id(p) for m in self.modules for p in m._parameters.values() if p is not None} | set(map(id, given))

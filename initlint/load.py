@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from .capture.runtime import _tensors
+from . import nested
 from .errors import LoadError, NoModelsError, NoProbeInputError
 from .usercode import TimedOut, time_limit, user_code, user_frame
 
@@ -211,23 +211,14 @@ def normalise_inputs(example: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
 
 
 def move_inputs(obj: Any, device: torch.device) -> Any:
-    """Copy every tensor of a nested input structure to ``device``, keeping container types."""
-    if isinstance(obj, (torch.Tensor, nn.utils.rnn.PackedSequence)):
-        return obj.to(device)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # a named tuple
-        return type(obj)(*(move_inputs(o, device) for o in obj))
-    if isinstance(obj, tuple):
-        return tuple(move_inputs(o, device) for o in obj)
-    if isinstance(obj, list):
-        return [move_inputs(o, device) for o in obj]
-    if isinstance(obj, dict):
-        return {k: move_inputs(v, device) for k, v in obj.items()}
-    return obj
+    """Copy every tensor of a nested input structure to ``device``, keeping container types
+    (a ``PackedSequence`` moves whole, its ``batch_sizes`` staying on the CPU)."""
+    return nested.map_tensors(lambda t: t.to(device), obj)
 
 
 def check_finite(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> None:
     """Refuse user inputs holding NaN/Inf: the probe would measure them, not the model."""
-    stored = [v for t in _tensors((args, kwargs)) if (v := _stored_values(t)) is not None]
+    stored = [v for t in nested.tensors((args, kwargs)) if (v := _stored_values(t)) is not None]
     if stored and not bool(torch.stack([torch.isfinite(v).all() for v in stored]).all()):
         raise LoadError("the example inputs contain NaN or Inf; give finite inputs")
 

@@ -18,7 +18,7 @@ import torch.nn as nn
 
 from . import ops as O
 from .capture import Capture
-from .capture.runtime import _tensors
+from .nested import tensors as _tensors
 from .graph import Graph, Op
 from .stats import OpStats, ParamStats, SoftmaxStats, TensorStats
 
@@ -190,7 +190,7 @@ class _Collector:
                 _derive(stats)
 
 
-class Observer:
+class StatsObserver:
     """Computes per-op statistics during the forward pass (called by the capture)."""
 
     def __init__(self, graph_of: Any, collector: _Collector) -> None:
@@ -543,7 +543,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
     c = _Collector()
     named = dict(cap.model.named_parameters())
     if forward:
-        observer = Observer(lambda: cap.graph, c)
+        observer = StatsObserver(lambda: cap.graph, c)
         grad_wanted = backward and any(p.requires_grad for p in named.values())
         with torch.set_grad_enabled(grad_wanted):
             out = cap.run(args, kwargs, observer)

@@ -727,23 +727,26 @@ def _feeds_directly(graph: Any, op: Op, scores: Op) -> bool:
 @handles("IL005", symptom=True)
 def _signal_drift(plan: Planner, finding: Finding, module: str) -> None:
     """IL005 with no repaired cause: LSUV from the first drifting layer to the end of its stretch."""
-    op = plan.weight_op(module)
-    if op is None:
-        return
-    for layer in segment_ops(plan.graph, op):
-        if layer.id >= op.id:
-            plan.lsuv(layer, "IL005", "the signal drifts through this stretch",
-                      tolerance=1.0 if layer.id == op.id else SPAN_TOLERANCE)
+    _lsuv_stretch(plan, module, "IL005", "the signal drifts through this stretch", from_layer=True)
 
 
 @handles("IL006", symptom=True)
 def _gradient_drift(plan: Planner, finding: Finding, module: str) -> None:
     """IL006 with no repaired cause: LSUV on the layers of the stretch whose output scale is off."""
+    _lsuv_stretch(plan, module, "IL006", "weight gradients drift through this stretch", from_layer=False)
+
+
+def _lsuv_stretch(plan: Planner, module: str, rule: str, why: str, *, from_layer: bool) -> None:
+    """LSUV on the layers of the stretch holding ``module``'s weight layer, each left alone while its
+    own gain stays within ``SPAN_TOLERANCE``; with ``from_layer``, only from that layer on, and that
+    layer always rescaled."""
     op = plan.weight_op(module)
     if op is None:
         return
     for layer in segment_ops(plan.graph, op):
-        plan.lsuv(layer, "IL006", "weight gradients drift through this stretch", tolerance=SPAN_TOLERANCE)
+        if from_layer and layer.id < op.id:
+            continue
+        plan.lsuv(layer, rule, why, tolerance=1.0 if from_layer and layer.id == op.id else SPAN_TOLERANCE)
 
 
 @handles("IL007", symptom=True)

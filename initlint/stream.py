@@ -41,7 +41,7 @@ from .capture import Capture, RuntimeCapture, capture
 from .capture.base import DropoutOff
 from .attempts import ForwardFailed
 from .load import LoadError
-from .probe import (Observer, ProbeResult, _Collector, _param_stats, backward_possible, confirm_duplicates_now,
+from .probe import (ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible, confirm_duplicates_now,
                     primary_output, put_logits, summarise, used_params, weight_units)
 
 InitFn = Callable[[nn.Module], None]
@@ -688,8 +688,8 @@ class StreamProbe:
     def _summarise_grad(self, name: str, g: torch.Tensor) -> None:
         summarise(self.c, "grads", [(name, g)], mean=True)
 
-    def _observer(self) -> Observer:
-        return Observer(lambda: self.cap.graph, self.c)
+    def _observer(self) -> StatsObserver:
+        return StatsObserver(lambda: self.cap.graph, self.c)
 
     def _cotangent(self, main: torch.Tensor) -> torch.Tensor:
         """The backward probe's output direction, as :func:`initlint.probe.run_probe` draws it."""

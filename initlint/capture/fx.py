@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch.fx as fx
 import torch.nn as nn
 
+from .. import nested
 from .. import ops as O
 from .base import (AttentionSpy, Capture, CaptureError, DropoutOff, Observer, attention_inputs, param_roles,
                    user_call_site, without_dropout)
@@ -94,12 +95,10 @@ class FxCapture(Capture):
         return interp.run(*positional)
 
     def producer_of(self, tensor: Any, out: Any) -> Optional[int]:
-        # the traced output node lists the returned values in the order _tensors finds them
-        from .runtime import _tensors
-
-        found = [i for i, t in enumerate(_tensors(out)) if t is tensor]
+        # the traced output node lists the returned values in the order nested.tensors finds them
+        found = [i for i, t in enumerate(nested.tensors(out)) if t is tensor]
         outputs = self.graph.outputs
-        if found and len(_tensors(out)) == len(outputs):
+        if found and len(nested.tensors(out)) == len(outputs):
             return outputs[found[0]]
         return None
 

@@ -18,6 +18,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import ops as O
 from ..graph import Op
+from ..nested import tensors as _tensors
 from .base import Capture, Observer, attention_inputs, param_roles, user_call_site, without_dropout
 
 _NOT_RECORDED = frozenset({"__get__", "__set__", "size", "dim", "numel", "__len__", "__bool__", "__format__",
@@ -210,31 +211,6 @@ class _Recorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: D401 - torch protocol
         return self.cap.on_call(func, args, kwargs or {})
-
-
-def _tensors(obj: Any) -> List[torch.Tensor]:
-    """Tensors inside nested tuples, lists, dicts and dataclass-like outputs, in order."""
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    found: List[torch.Tensor] = []
-    _collect(obj, found, 0)
-    return found
-
-
-def _collect(obj: Any, found: List[torch.Tensor], depth: int) -> None:
-    if isinstance(obj, torch.Tensor):
-        found.append(obj)
-    elif depth > 6:
-        return
-    elif isinstance(obj, (list, tuple)):
-        for item in obj:
-            _collect(item, found, depth + 1)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            _collect(item, found, depth + 1)
-    elif hasattr(obj, "__dataclass_fields__"):
-        for key in obj.__dataclass_fields__:
-            _collect(getattr(obj, key, None), found, depth + 1)
 
 
 def _is_second_operand(args: Tuple[Any, ...], weight: torch.Tensor) -> bool:
