@@ -289,11 +289,8 @@ _LOOK_THROUGH = frozenset({"view", "dropout", "identity"})
 
 def measured_rms(audit: AuditContext, op: Op, limit: int = 64) -> Optional[float]:
     """The rms of ``op``'s output, read through views, dropout and identities (which carry no statistics)."""
-    for current in audit.graph.back(op, through=_LOOK_THROUGH, limit=limit):
-        rms = audit.op_stats(current).get("rms")
-        if rms is not None:
-            return rms
-    return None
+    src = measured(audit, op, limit, through=_LOOK_THROUGH)
+    return audit.op_stats(src).rms if src is not None else None
 
 
 def gate_factor(audit: AuditContext, op: Op) -> Optional[float]:
@@ -342,10 +339,10 @@ def gated_ops(audit: AuditContext) -> Dict[int, bool]:
 
 
 # ----------------------------------------------------------------------------- transformer structure
-def measured(audit: AuditContext, op: Op, limit: int = 16) -> Optional[Op]:
-    """``op``, or the nearest op before it through first inputs whose output scale was measured
-    (views and dropout carry no statistics of their own)."""
-    for current in audit.graph.back(op, through=O.PASS_KINDS, limit=limit):
+def measured(audit: AuditContext, op: Op, limit: int = 16, through: FrozenSet[str] = O.PASS_KINDS) -> Optional[Op]:
+    """``op``, or the nearest op before it through first inputs (of the kinds ``through``) whose
+    output scale was measured (views and dropout carry no statistics of their own)."""
+    for current in audit.graph.back(op, through=through, limit=limit):
         if "rms" in audit.op_stats(current):
             return current
     return None
