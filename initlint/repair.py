@@ -46,6 +46,11 @@ LSUV_TARGET = 1.0
 SPAN_TOLERANCE = 2.0
 """A layer of a drifting span that no finding names is rescaled only when its own gain (output
 rms over input rms on the probe batch) is further than this factor from 1."""
+SYMPTOM_MAX_FACTOR = 4.0
+"""The largest factor (either way) a symptom repair (IL005, IL006, IL007) applies to a layer: the
+causes are repaired first, so what remains are layers whose scale IL001 accepts, and a measured
+factor far beyond that (a narrow layer whose few live units carry a tiny signal asks for 1e4) would
+trade the symptom for an init-scale finding."""
 PREFERRED_GAIN = {"selu": 1.0}
 """Where IL001 accepts a band of gains, the fix draws the band's low end (LeCun's 1 for tanh and sigmoid),
 except for these activations (SELU is self-normalising with LeCun's 1, the high end)."""
@@ -304,6 +309,8 @@ class LsuvRequest:
     shrink_only: bool = False
     tolerance: float = 1.0
     """Leave the layer alone when its factor is within this ratio of 1 (1: always rescale)."""
+    max_factor: Optional[float] = None
+    """At most this factor either way (symptom repairs of layers whose scale IL001 accepts)."""
 
 
 class Planner:
@@ -386,7 +393,8 @@ class Planner:
         if factor != 1.0 and math.isfinite(factor) and factor > 0 and self._claim(name, op.module):
             self.steps.append(Step(name, "mul_", {"factor": float(factor)}, rule, op.module, why))
 
-    def lsuv(self, op: Op, rule: str, why: str, *, shrink_only: bool = False, tolerance: float = 1.0) -> None:
+    def lsuv(self, op: Op, rule: str, why: str, *, shrink_only: bool = False, tolerance: float = 1.0,
+             max_factor: Optional[float] = None) -> None:
         """Rescale ``op`` from its output measured on the probe batch (its module must be a Linear/Conv)."""
         if not lsuv_possible(self.ctx.model, op):
             target = self.il001_targets().get(op.module)
@@ -397,7 +405,7 @@ class Planner:
                           f"cannot be rescaled from measurements")
             return
         if self._claim(op.params["weight"], op.module):
-            self.requests.append(LsuvRequest(op, rule, why, shrink_only, tolerance))
+            self.requests.append(LsuvRequest(op, rule, why, shrink_only, tolerance, max_factor))
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -592,6 +600,8 @@ def _factor(z: torch.Tensor, x: Optional[torch.Tensor], req: LsuvRequest) -> tor
     factor = (LSUV_TARGET / rms).float()
     if req.shrink_only:
         factor = factor.clamp(max=1.0)
+    if req.max_factor is not None:
+        factor = factor.clamp(1.0 / req.max_factor, req.max_factor)
     ok = torch.isfinite(factor) & (factor > 0)
     if req.tolerance > 1.0:
         own = rms / _rms(x) if x is not None and x.is_floating_point() else rms / LSUV_TARGET
@@ -678,8 +688,8 @@ def _dead_units(plan: Planner, finding: Finding, module: str) -> None:
     for op in plan.ops_of(module, O.DYING_KINDS):
         stats = plan.ctx.op_stats(op)
         units = int(stats.get("units", 0))
-        if not units or "dead" not in stats or stats["dead"] / units <= rule.limit(units):
-            continue
+        if not units or "dead" not in stats or stats["dead"] / units <= min(rule.limit(units), 1.0) < 1.0:
+            continue  # (a layer with every unit dead is reported at any width)
         src = upstream_weight(plan.graph, op)
         bias = src.params.get("bias") if src is not None else None
         mean = plan.ctx.probe.params.get(bias or "", {}).get("mean", 0.0)
@@ -688,6 +698,14 @@ def _dead_units(plan: Planner, finding: Finding, module: str) -> None:
         if bias and mean < 0 and abs(mean) > 0.5 * pre_rms:
             plan.zero(bias, src.module, "IL003", f"bias {fmt(mean)} on average kills "
                       f"{fmt(100 * stats['dead'] / units)}% of the units")
+        elif src is not None and stats["dead"] == units and "weight" in src.params:
+            # Every unit dead for the whole batch at a scale IL001 accepts: the draw itself is unlucky (a
+            # narrow layer whose inputs are nearly parallel has each unit alive or dead for every sample).
+            # A fresh draw of the same scale; the next audit judges it.
+            std = plan.ctx.probe.params.get(src.params["weight"], {}).get("rms")
+            if std and math.isfinite(std) and src.module not in plan.il001_targets():
+                plan.redraw(src, std, "IL003", f"all {units} units of the next ReLU dead for the whole batch: "
+                            f"a fresh draw of the same scale")
 
 
 @handles("IL004", symptom=True)
@@ -746,7 +764,8 @@ def _lsuv_stretch(plan: Planner, module: str, rule: str, why: str, *, from_layer
     for layer in segment_ops(plan.graph, op):
         if from_layer and layer.id < op.id:
             continue
-        plan.lsuv(layer, rule, why, tolerance=1.0 if from_layer and layer.id == op.id else SPAN_TOLERANCE)
+        plan.lsuv(layer, rule, why, tolerance=1.0 if from_layer and layer.id == op.id else SPAN_TOLERANCE,
+                  max_factor=SYMPTOM_MAX_FACTOR)
 
 
 @handles("IL007", symptom=True)
@@ -757,7 +776,8 @@ def _saturated_activation(plan: Planner, finding: Finding, module: str) -> None:
     feeding = [upstream_weight(plan.graph, a) for a in acts] or [plan.weight_op(module)]
     for op in feeding:
         if op is not None:
-            plan.lsuv(op, "IL007", f"{fmt(100 * (finding.value or 0))}% of the activation's outputs saturated")
+            plan.lsuv(op, "IL007", f"{fmt(100 * (finding.value or 0))}% of the activation's outputs saturated",
+                      max_factor=SYMPTOM_MAX_FACTOR)
 
 
 @handles("IL009", symptom=True)

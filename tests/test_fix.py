@@ -235,6 +235,33 @@ def test_a_symptom_without_an_init_cause_is_measured_and_only_off_layers_change(
     assert same_state(apply_code(rep.code(), build(RandnBranches)), model)
 
 
+def _pyramid(seed):
+    torch.manual_seed(seed)
+    return narrow_pyramid(100, "relu", "lecun")
+
+
+def test_a_symptom_repair_never_trades_the_symptom_for_an_init_scale_finding():
+    # Seed 11: after the He redraw, IL006 remains; the last layer's few live inputs carry a signal that
+    # unit-variance scaling would multiply by about 1.3e4, which IL001 would then flag.
+    model = _pyramid(11)
+    rep = initlint.fix(model, seed=11)
+    factors = [float(c.init.rsplit(".mul_(", 1)[1].rstrip(")")) for c in rep.changes if ".mul_(" in c.init]
+    assert factors and all(0.25 <= f <= 4.0 for f in factors)
+    assert {c for c, _ in warnings_of(rep.after)} == {"IL006"}  # reported as remaining, not hidden
+    assert {f.code for f in rep.remaining} == {"IL006"} and not rep.fixed
+    assert same_state(apply_code(rep.code(), _pyramid(11)), model)
+
+
+def test_a_layer_dead_for_the_whole_batch_at_a_sound_scale_gets_a_fresh_draw():
+    # Seed 1: the He redraw leaves all 6 units after layer 190 dead for every sample (IL003 at 191).
+    model = _pyramid(1)
+    rep = initlint.fix(model, seed=1)
+    assert rep.audits == 3 and warnings_of(rep.after) == set()
+    redrawn = [c for c in rep.changes if c.module == "190"]
+    assert len(redrawn) == 1 and "IL003" in redrawn[0].rule and "uniform_" in redrawn[0].init
+    assert same_state(apply_code(rep.code(), _pyramid(1)), model)
+
+
 @pytest.mark.parametrize("method", ["analytic", "lsuv"])
 def test_methods(method):
     model = build(NaiveMLP)
