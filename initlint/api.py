@@ -90,7 +90,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
         raise UsageError(f"initlint.audit expects an nn.Module, got {type(model).__name__}")
     user_model = unwrap(model)
     report = Report(model=name or type(user_model).__name__, target=target)
-    codes = select_rules(options["select"], options["ignore"])
+    codes = select_rules(options["select"], options["ignore"], options.get("extend_select"))
     if RULE_ERROR not in codes and RULE_ERROR in select_rules(None, options["ignore"]):
         codes = codes + [RULE_ERROR]  # a selected rule's crash stays visible unless IL000 is ignored
     rules = _instantiate(codes, options["rule_options"] or {})

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .errors import ConfigError, UsageError
 
-KNOWN = ("select", "ignore", "logits", "seed", "batch_size", "rule_options", "device", "fail_on",
+KNOWN = ("select", "ignore", "extend_select", "logits", "seed", "batch_size", "rule_options", "device", "fail_on",
          "per_module_ignores", "input_shapes")
 """Settings :func:`initlint.audit` accepts as keywords (``-`` may be written for ``_``)."""
 
@@ -53,6 +53,12 @@ def _codes(value: Any) -> List[str]:
     if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
         raise _Invalid("a list of rule codes or names such as [\"IL001\", \"dead-relu\"]")
     return [c.strip() for v in items for c in v.split(",") if c.strip()]
+
+
+def _api_codes(value: Any) -> List[str]:
+    """``select``/``ignore``/``extend_select`` of :func:`initlint.audit`: a string or any list, tuple or set of them."""
+    return _codes(sorted(value) if isinstance(value, (set, frozenset)) else
+                  list(value) if isinstance(value, tuple) else value)
 
 
 def _globs(value: Any) -> List[str]:
@@ -435,6 +441,7 @@ def _api_shapes(value: Any) -> List[Tuple[int, ...]]:
 
 
 _API_CHECKS: Dict[str, Callable[[Any], Any]] = {
+    "select": _api_codes, "ignore": _api_codes, "extend_select": _api_codes,
     "seed": _seed, "batch_size": _integer(1, MAX_BATCH), "fail_on": _one_of(_severities),
     "rule_options": lambda v: _rule_options(v, "rule_options."), "input_shapes": _api_shapes,
 }

@@ -200,3 +200,25 @@ def test_a_value_outside_a_rule_declared_range_is_refused_with_the_range(tmp_pat
 
     with pytest.raises(initlint.UsageError, match=r"max-cosine must be a number from 0 to 1 \(default 0.95\), not 1.5"):
         initlint.audit(nn.Linear(4, 4), rule_options={"IL013": {"max-cosine": 1.5}})
+
+
+def test_audit_takes_extend_select_and_codes_as_a_string_a_tuple_or_a_set():
+    import initlint
+    import pytest
+    import torch
+    import torch.nn as nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    for layer in model[::2]:
+        nn.init.normal_(layer.weight)
+    x = torch.randn(32, 256)
+    everything = {code for code, _ in initlint.audit(model, x).codes()}
+    assert {"IL001", "IL005"} <= everything
+    assert {c for c, _ in initlint.audit(model, x, select="IL001").codes()} == {"IL001"}
+    assert {c for c, _ in initlint.audit(model, x, select=("IL005",), extend_select={"IL001"}).codes()} == \
+        {"IL001", "IL005"}
+    assert "IL001" not in {c for c, _ in initlint.audit(model, x, ignore="init-scale").codes()}
+    for bad in (dict(select=5), dict(extend_select=[3]), dict(ignore=[None])):
+        with pytest.raises(initlint.UsageError, match="must be a list of rule codes or names"):
+            initlint.audit(model, x, **bad)
