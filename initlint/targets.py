@@ -5,7 +5,8 @@ A folder is walked recursively for ``*.py`` files that define a torch ``nn.Modul
 :data:`DEFAULT_EXCLUDE`) and ``extend-exclude`` (added to it) of the ``[tool.initlint]``
 table nearest to each folder. A pattern without ``/`` matches a file or folder name at any
 depth (``"*_legacy.py"``, ``"fixtures"``); one with ``/`` matches the path relative to the
-folder of that ``pyproject.toml`` (``"tests/data/*"``). Files named on the command line are
+folder of that ``pyproject.toml`` (``"tests/data/*"``). Inside a git work tree, the files git
+ignores are skipped too (one ``git check-ignore`` per walked folder). Files named on the command line are
 always checked, except under ``--skip-files-without-models`` (the pre-commit hook), where
 the exclusions apply to them too, as ruff's ``--force-exclude`` does.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set
 
@@ -145,7 +147,8 @@ def _read_exclusions(path: str) -> Exclusions:
 
 # ----------------------------------------------------------------------------- walking
 def walk(folder: str, finder: ExclusionFinder) -> List[str]:
-    """``*.py`` files below ``folder`` (sorted, excluded paths skipped; symlinked folders not followed)."""
+    """``*.py`` files below ``folder`` (sorted, excluded and git-ignored paths skipped; symlinked
+    folders not followed)."""
     found: List[str] = []
     for directory, dirs, files in os.walk(folder):
         rules = finder.for_dir(directory)
@@ -153,7 +156,26 @@ def walk(folder: str, finder: ExclusionFinder) -> List[str]:
         dirs[:] = sorted(d for d in dirs if not rules.matches_entry(rel, d))
         found.extend(os.path.normpath(os.path.join(directory, f)) for f in sorted(files)
                      if f.endswith(".py") and not rules.matches_entry(rel, f))
-    return found
+    ignored = git_ignored(folder, found)
+    return [p for p in found if p not in ignored]
+
+
+def git_ignored(folder: str, paths: List[str]) -> Set[str]:
+    """The ``paths`` that git ignores (``.gitignore``, ``.git/info/exclude``, the global excludes file),
+    asked in one ``git check-ignore`` call. Files git tracks are never ignored; outside a git
+    work tree, or without git, nothing is."""
+    if not paths:
+        return set()
+    try:
+        done = subprocess.run(["git", "-C", folder, "check-ignore", "--stdin", "-z"],
+                              input="\0".join(os.path.abspath(p) for p in paths) + "\0",
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return set()
+    if done.returncode not in (0, 1):  # 128: not a git work tree
+        return set()
+    listed = {os.path.normcase(os.path.abspath(p)) for p in done.stdout.split("\0") if p}
+    return {p for p in paths if os.path.normcase(os.path.abspath(p)) in listed}
 
 
 def _file_of(target: str) -> Optional[str]:

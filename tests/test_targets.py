@@ -174,3 +174,23 @@ def test_a_candidate_that_holds_no_torch_module_after_import_is_passed_over(proj
     assert len(result.stderr.splitlines()) == 1
     named = check("pkg/act.py")  # named on its own, the same model is an error
     assert named.exit_code == 2 and "cannot infer a probe input for Swish" in named.stderr
+
+
+def test_a_walk_skips_what_git_ignores_but_never_a_tracked_or_named_file(tmp_path):
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.fail("git is needed for this test (the development setup has it)")
+    for rel in ("generated/net.py", "src/net.py", "src/net_scratch.py", "src/kept_scratch.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(CONV_BN)
+    (tmp_path / ".gitignore").write_text("generated/\n*_scratch.py\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "add", "-f", "src/kept_scratch.py"], check=True)
+    found = [Path(p).relative_to(tmp_path).as_posix() for p in walk(str(tmp_path), ExclusionFinder())]
+    assert found == ["src/kept_scratch.py", "src/net.py"]
+    named = collect([str(tmp_path / "src" / "net_scratch.py")])
+    assert named.targets == [str(tmp_path / "src" / "net_scratch.py")]
+    (tmp_path / ".git").rename(tmp_path / "not-git")  # outside a work tree nothing is ignored
+    assert len(walk(str(tmp_path), ExclusionFinder())) == 4
