@@ -39,7 +39,7 @@ from torch.utils import _pytree as pytree
 from . import ops as O
 from .capture import Capture, RuntimeCapture, capture
 from .capture.base import DropoutOff
-from .attempts import ForwardFailed
+from .attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory, _out_of_memory_at_smallest
 from .load import LoadError
 from .probe import (ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible, confirm_duplicates_now,
                     primary_output, put_logits, summarise, used_params, weight_units)
@@ -805,15 +805,30 @@ def stream_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]
     """
     if init is not None and not callable(init):
         raise StreamError(f"init must be a function of one module, got {type(init).__name__}")
-    work = copy.deepcopy(model)
     progress = progress if progress is not None else _terminal_progress()
     run = dict(device=device, init=init, seed=seed, logits=logits, backward=backward, progress=progress)
-    return fx_then_runtime(model, work, lambda cap: _attempt(cap, args, kwargs, notes, **run), args, kwargs, notes)
+    while True:  # out of memory: the whole streamed run again with half the batch, as the in-memory probe does
+        try:
+            return fx_then_runtime(model, copy.deepcopy(model), lambda cap: _attempt(cap, args, kwargs, notes, **run),
+                                   args, kwargs, notes, out_of_memory=True)
+        except _OutOfMemory:
+            smaller = _halve_batch(args, kwargs)
+            if smaller is None:
+                raise LoadError(_out_of_memory_at_smallest(device, backward, _batch_of(args, kwargs))) from None
+            args, kwargs = smaller
+            notes.append(f"the probe ran out of memory; retried with a batch of {_batch_of(args, kwargs)}")
+
+
+class _OutOfMemory(Exception):
+    """An attempt ran out of memory: the caller may retry with a smaller batch."""
 
 
 def fx_then_runtime(model: nn.Module, work: nn.Module, attempt: Callable[[Capture], ProbeResult],
-                    args: Tuple[Any, ...], kwargs: Dict[str, Any], notes: List[str]) -> Tuple[Capture, ProbeResult]:
+                    args: Tuple[Any, ...], kwargs: Dict[str, Any], notes: List[str],
+                    out_of_memory: bool = False) -> Tuple[Capture, ProbeResult]:
     """``attempt`` on the fx capture of ``work``, else on its runtime capture; one sentence if both fail.
+    With ``out_of_memory``, running out of memory is not a reason to fall back: it raises
+    :class:`_OutOfMemory` for the caller to retry with a smaller batch.
 
     In a distributed job every rank fails alike (same model, same code), so all fall back together."""
     cap = capture(work)
@@ -823,6 +838,8 @@ def fx_then_runtime(model: nn.Module, work: nn.Module, attempt: Callable[[Captur
         except (LoadError, KeyboardInterrupt):
             raise
         except Exception as exc:
+            if out_of_memory and _out_of_memory(exc):
+                raise _OutOfMemory() from None
             notes.append(f"the fx-traced graph failed to run ({ForwardFailed(exc, 'fx').reason}); used the runtime capture")
         cap = RuntimeCapture(work)
     try:
@@ -830,6 +847,8 @@ def fx_then_runtime(model: nn.Module, work: nn.Module, attempt: Callable[[Captur
     except (LoadError, KeyboardInterrupt):
         raise
     except Exception as exc:
+        if out_of_memory and _out_of_memory(exc):
+            raise _OutOfMemory() from None
         raise ForwardFailed(exc, cap.name).as_load_error(model, args, kwargs) from None
 
 

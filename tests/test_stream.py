@@ -251,3 +251,37 @@ def test_an_init_that_raises_names_the_module():
 def test_init_for_a_model_that_holds_values_is_refused():
     with pytest.raises(initlint.UsageError, match="init= is for a model on the meta device"):
         initlint.audit(nn.Linear(4, 4), torch.randn(2, 4), init=init_loud)
+
+
+# ------------------------------------------------------------------ out of memory
+def _run_out_of_memory_above(monkeypatch, largest):
+    """The streamed probe runs out of memory while the batch is larger than ``largest``."""
+    from initlint.stream import StreamProbe
+
+    real = StreamProbe.run
+    tried = []
+
+    def run(self, args, kwargs, logits):
+        tried.append(args[0].shape[0])
+        if args[0].shape[0] > largest:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, args, kwargs, logits)
+
+    monkeypatch.setattr(StreamProbe, "run", run)
+    return tried
+
+
+def test_a_streamed_audit_that_runs_out_of_memory_halves_the_batch_like_the_in_memory_one(monkeypatch):
+    tried = _run_out_of_memory_above(monkeypatch, 4)
+    report = initlint.audit(on_meta(bad_mlp), torch.randn(16, 64), init=init_bad_mlp)
+    assert tried == [16, 8, 4]  # no fallback to the runtime capture on the way: memory, not tracing, failed
+    assert "the probe ran out of memory; retried with a batch of 4" in report.notes
+    assert not any("fx-traced graph failed" in n for n in report.notes)
+    reference = initlint.audit(materialised(bad_mlp, init_bad_mlp), torch.randn(4, 64))
+    assert sorted(report.codes()) == sorted(reference.codes()) and ("IL001", "2") in report.codes()
+
+
+def test_a_streamed_audit_out_of_memory_at_a_batch_of_1_is_one_sentence(monkeypatch):
+    _run_out_of_memory_above(monkeypatch, 0)
+    with pytest.raises(initlint.LoadError, match=r"^the probe ran out of memory even with a batch of 1 on the CPU"):
+        initlint.audit(on_meta(bad_mlp), torch.randn(2, 64), init=init_bad_mlp)
