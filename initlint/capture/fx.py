@@ -174,7 +174,8 @@ class _Observed(fx.Interpreter):
             tensors[id(call.q)] = self.cap.node_ops.get(node.args[0]) if isinstance(node.args[0], fx.Node) else None
             if len(node.args) > 1 and isinstance(node.args[1], fx.Node):
                 tensors[id(call.k)] = self.cap.node_ops.get(node.args[1])
-        op.attrs.update(attention_inputs(call, lambda t: tensors.get(id(t))))
+        if not self.cap.graph.frozen:  # a second run (a retry with a smaller batch) finds them recorded
+            op.attrs.update(attention_inputs(call, lambda t: tensors.get(id(t))))
         observe_attention = getattr(self.observe, "attention", None)
         if observe_attention is not None:
             observe_attention(op, call)
