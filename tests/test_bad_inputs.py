@@ -676,22 +676,9 @@ def test_a_multi_line_exception_message_stays_on_one_line(tmp_path, monkeypatch)
     assert "ValueError: first line second line" in line
 
 
-class _Attention(nn.Module):
-    """fx-traceable self-attention (scaled_dot_product_attention)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.qkv = nn.Linear(32, 96)
-        self.out = nn.Linear(32, 32)
-
-    def forward(self, x):
-        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 4, 8).unbind(2)
-        y = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        return self.out(y.transpose(1, 2).reshape(x.shape[0], x.shape[1], 32))
-
-
 def test_out_of_memory_in_the_backward_probe_retries_on_the_same_capture(monkeypatch):
     from initlint import probe
+    from transformer_models import CausalSelfAttention
 
     real, calls = probe._backward, []
 
@@ -703,7 +690,7 @@ def test_out_of_memory_in_the_backward_probe_retries_on_the_same_capture(monkeyp
 
     monkeypatch.setattr(probe, "_backward", flaky)
     torch.manual_seed(0)
-    report = initlint.audit(_Attention(), torch.randn(8, 16, 32))
+    report = initlint.audit(CausalSelfAttention(32, 4), torch.randn(8, 16, 32))
     assert calls == [8, 4] and report.capture == "fx"
     assert "the probe ran out of memory; retried with a batch of 4" in report.notes
     assert report.probe.backward_ran and report.graph.of_kind("attention")
