@@ -243,10 +243,10 @@ class _DPCollector(_Collector):
 class _DPObserver(StatsObserver):
     """Also keeps each ReLU-family output's per-unit maxima, for the cross-rank dead-unit count."""
 
-    def _dead(self, op: Any, y: torch.Tensor) -> None:
-        super()._dead(op, y)
-        axis = self.graph_of().unit_axis(op) % y.dim()
-        self.c.peaks[op.id] = y.amax(dim=[d for d in range(y.dim()) if d != axis]).float()
+    def _dead(self, op: Any, y: torch.Tensor) -> torch.Tensor:
+        peaks = super()._dead(op, y)
+        self.c.peaks[op.id] = peaks.float()
+        return peaks
 
 
 class ShardedProbe(StreamProbe):

@@ -245,8 +245,9 @@ class StatsObserver:
         batch_first = not (y.shape[1] == batch and y.shape[0] != batch)
         put_token_cosine(self.c, op.id, y, batch_first)
 
-    def _dead(self, op: Op, y: torch.Tensor) -> None:
-        """ReLU-family outputs are >= 0: a unit is dead when its largest output over the batch is 0."""
+    def _dead(self, op: Op, y: torch.Tensor) -> torch.Tensor:
+        """ReLU-family outputs are >= 0: a unit is dead when its largest output over the batch is 0.
+        Returns the per-unit maxima."""
         axis = self.graph_of().unit_axis(op) % y.dim()
         units = y.shape[axis]
         peaks = y.amax(dim=[d for d in range(y.dim()) if d != axis])  # NaN stays NaN: counted alive
@@ -255,6 +256,7 @@ class StatsObserver:
         self.c.const("ops", op.id, "units", float(units))
         self.c.put("ops", op.id, "high", peaks.amax())
         self.c.const("ops", op.id, "low", 0.0)
+        return peaks
 
     def _saturated(self, op: Op, y: torch.Tensor, bounds: Tuple[float, float]) -> None:
         lo, hi = bounds

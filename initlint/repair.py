@@ -688,8 +688,9 @@ def _dead_units(plan: Planner, finding: Finding, module: str) -> None:
     for op in plan.ops_of(module, O.DYING_KINDS):
         stats = plan.ctx.op_stats(op)
         units = int(stats.get("units", 0))
-        if not units or "dead" not in stats or stats["dead"] / units <= min(rule.limit(units), 1.0) < 1.0:
-            continue  # (a layer with every unit dead is reported at any width)
+        dead = stats.get("dead")
+        if not units or dead is None or (dead < units and dead / units <= rule.limit(units)):
+            continue  # not what the rule reports (a layer with every unit dead it reports at any width)
         src = upstream_weight(plan.graph, op)
         bias = src.params.get("bias") if src is not None else None
         mean = plan.ctx.probe.params.get(bias or "", {}).get("mean", 0.0)

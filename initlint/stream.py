@@ -832,7 +832,7 @@ def fx_then_runtime(model: nn.Module, work: nn.Module, attempt: Callable[[Captur
 
     In a distributed job every rank fails alike (same model, same code), so all fall back together."""
     cap = capture(work)
-    if cap.name == "fx":
+    while True:
         try:
             return cap, attempt(cap)
         except (LoadError, KeyboardInterrupt):
@@ -840,16 +840,11 @@ def fx_then_runtime(model: nn.Module, work: nn.Module, attempt: Callable[[Captur
         except Exception as exc:
             if out_of_memory and _out_of_memory(exc):
                 raise _OutOfMemory() from None
-            notes.append(f"the fx-traced graph failed to run ({ForwardFailed(exc, 'fx').reason}); used the runtime capture")
+            failed = ForwardFailed(exc, cap.name)
+        if cap.name != "fx":
+            raise failed.as_load_error(model, args, kwargs)
+        notes.append(f"the fx-traced graph failed to run ({failed.reason}); used the runtime capture")
         cap = RuntimeCapture(work)
-    try:
-        return cap, attempt(cap)
-    except (LoadError, KeyboardInterrupt):
-        raise
-    except Exception as exc:
-        if out_of_memory and _out_of_memory(exc):
-            raise _OutOfMemory() from None
-        raise ForwardFailed(exc, cap.name).as_load_error(model, args, kwargs) from None
 
 
 def _attempt(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], notes: List[str], *, device: torch.device,
