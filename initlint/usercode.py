@@ -105,25 +105,40 @@ def _alarm(seconds: float) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _interrupting_timer(seconds: float) -> Iterator[None]:
+    """A timer thread that interrupts the main thread, whatever SIGINT's disposition.
+
+    ``_thread.interrupt_main`` only runs a Python-level SIGINT handler, and a process started
+    in the background by a non-interactive shell inherits SIGINT ignored. So the body runs
+    under a SIGINT handler of ours: it raises :class:`TimedOut` once the timer has fired, and
+    otherwise does what the previous disposition did (ignored stays ignored, the default
+    raises ``KeyboardInterrupt``). The previous handler is restored in ``finally``.
+    """
     import _thread
 
     fired = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        if fired.is_set():
+            raise TimedOut()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt()
 
     def fire() -> None:
         fired.set()
         _thread.interrupt_main()
 
+    signal.signal(signal.SIGINT, on_interrupt)
     timer = threading.Timer(seconds, fire)
     timer.daemon = True
     timer.start()
     try:
         yield
-    except KeyboardInterrupt:
-        if fired.is_set():
-            raise TimedOut() from None
-        raise
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

@@ -537,6 +537,29 @@ def test_time_limit_without_sigalrm_uses_a_timer(monkeypatch):
     assert total == 4950
 
 
+@pytest.mark.parametrize("disposition", ["ignored", "default", "handled"])
+def test_the_timer_interrupts_whatever_sigint_does(monkeypatch, disposition):
+    """A process started in the background by a script inherits SIGINT ignored; the timer must still fire."""
+    import signal
+
+    from initlint.usercode import TimedOut, time_limit
+
+    seen = []
+    handler = {"ignored": signal.SIG_IGN, "default": signal.default_int_handler,
+               "handled": lambda signum, frame: seen.append(signum)}[disposition]
+    monkeypatch.delattr(signal, "setitimer")  # as on Windows
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with pytest.raises(TimedOut):
+            with time_limit(0.3):
+                while True:
+                    pass
+        assert signal.getsignal(signal.SIGINT) is handler  # restored
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen == []  # the timer's interrupt is not passed on as the user's Ctrl-C
+
+
 # ------------------------------------------------------------------ the user's stdout
 PRINTS = dict(at_import="print('import says hi'); os.system('echo shell says hi')",
               in_init="print('init says hi')", in_forward="print('forward says hi', flush=True)")
@@ -694,3 +717,21 @@ def test_out_of_memory_in_the_backward_probe_retries_on_the_same_capture(monkeyp
     assert calls == [8, 4] and report.capture == "fx"
     assert "the probe ran out of memory; retried with a batch of 4" in report.notes
     assert report.probe.backward_ran and report.graph.of_kind("attention")
+
+
+def test_a_test_that_loops_forever_fails_the_suite_instead_of_hanging_it(tmp_path):
+    """The suite's hard limit (tests/conftest.py) ends a looping test even with SIGINT ignored."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
+    (tmp_path / "test_loop.py").write_text("import pytest\n\n@pytest.mark.hard_limit(1)\n"
+                                           "def test_loop():\n    while True:\n        pass\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_loop.py"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert result.returncode != 0
+    assert "Timeout" in result.stderr and "test_loop.py" in result.stderr
