@@ -50,11 +50,14 @@ def main() -> None:
     """A linter for PyTorch models at initialisation."""
 
 
+SHAPE_HELP = ("Probe input shape: sizes separated by commas, such as 8,3,32,32 (8x3x32x32 and (8,3,32,32) "
+              "are read the same way); repeat for several positional inputs.")
+
+
 @main.command()
 @click.argument("targets", nargs=-1, required=True)
 @click.option("--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default auto).")
-@click.option("--input-shape", "input_shapes", multiple=True,
-              help="Probe input shape such as 8,3,32,32; repeat for several positional inputs.")
+@click.option("--input-shape", "input_shapes", multiple=True, help=SHAPE_HELP)
 @click.option("--logits/--no-logits", default=None, help="The model output is logits: check its softmax (IL004).")
 @click.option("--select", multiple=True, help="Codes or prefixes to run (comma-separated), e.g. IL00,IL010.")
 @click.option("--ignore", multiple=True, help="Codes or prefixes to skip (comma-separated).")
@@ -75,8 +78,30 @@ def main() -> None:
 @click.option("--skip-files-without-models", is_flag=True,
               help="Skip files that define no torch nn.Module subclass or do not parse, and excluded paths (for pre-commit).")
 def check(targets: Tuple[str, ...], **opts: Any) -> None:
-    """Audit the models in TARGETS (FOLDER, FILE.py, FILE.py:NAME or package.module:NAME)."""
+    """Audit the models in TARGETS (FOLDER, FILE.py, FILE.py:NAME or package.module:NAME).
+
+    Progress lines (loading, auditing, reporting) go to stderr when it is a terminal;
+    INITLINT_PROGRESS=1 shows them anywhere (a CI log, a file), INITLINT_NO_PROGRESS=1 hides them.
+    """
     _one_answer(_check, targets, opts)
+
+
+def show_progress() -> bool:
+    """Progress lines on stderr: on a terminal, unless ``INITLINT_NO_PROGRESS`` is set; always with ``INITLINT_PROGRESS=1``."""
+    if os.environ.get("INITLINT_PROGRESS", "").strip() not in ("", "0"):
+        return True
+    return sys.stderr.isatty() and not os.environ.get("INITLINT_NO_PROGRESS")
+
+
+def missing_path(target: str) -> str:
+    """Why a target that names a file or folder cannot be used (it does not exist), else ``""``.
+
+    Module targets (``package.module:NAME``) are left to the loader: only importing tells."""
+    path = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
+    looks_like_path = path.endswith(".py") or "/" in path or os.sep in path
+    if not looks_like_path or os.path.exists(path):
+        return ""
+    return f"{path}: no such file" + ("" if path.endswith(".py") else " or folder")
 
 
 def _one_answer(command: Any, *args: Any) -> None:
@@ -95,9 +120,15 @@ def _one_answer(command: Any, *args: Any) -> None:
 
 
 def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
+    from .runner import prepare
     from .targets import TargetError, collect
 
-    progress = sys.stderr.isatty() and not os.environ.get("INITLINT_NO_PROGRESS")
+    for target in targets:  # a typo answers at once, before a model of another target is audited
+        if missing_path(target):
+            _fail(missing_path(target))
+    per_file = prepare(list(targets), opts)  # every option, without torch
+    if per_file is None:
+        sys.exit(EXIT_ERROR)
     hook = opts["skip_files_without_models"]
     try:
         found = collect(targets, hook=hook, config_path=opts["config_path"])
@@ -111,7 +142,7 @@ def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
         _fail(found.nothing)
     from .runner import run_check
 
-    code = run_check(found.targets, opts, progress=progress, implicit=found.implicit)
+    code = run_check(found.targets, opts, progress=show_progress(), implicit=found.implicit, per_file=per_file)
     sys.exit(code)
 
 
@@ -121,7 +152,7 @@ def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
 @click.option("--output", "output", default=None, type=click.Path(dir_okay=False),
               help="Write the code of the repair to FILE (never the target's own file).")
 @click.option("--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default auto).")
-@click.option("--input-shape", "input_shapes", multiple=True, help="Probe input shape such as 8,3,32,32; repeatable.")
+@click.option("--input-shape", "input_shapes", multiple=True, help=SHAPE_HELP)
 @click.option("--logits/--no-logits", default=None, help="The model output is logits: check its softmax (IL004).")
 @click.option("--select", multiple=True, help="Codes or prefixes to run and repair (comma-separated).")
 @click.option("--ignore", multiple=True, help="Codes or prefixes to skip (comma-separated).")
@@ -141,9 +172,9 @@ def rules_cmd() -> None:
     """List every rule."""
     from tabulate import tabulate
 
-    from .rules import all_rules
+    from .rules import rule_info
 
-    rows = [[code, r.name, r.severity, r.summary] for code, r in all_rules().items()]
+    rows = [[code, r.name, r.severity, r.summary] for code, r in rule_info().items()]
     click.echo(tabulate(rows, headers=["code", "name", "severity", "what it flags"], tablefmt="simple"))
 
 
@@ -151,10 +182,10 @@ def rules_cmd() -> None:
 @click.argument("code")
 def explain(code: str) -> None:
     """Print the documentation of rule CODE (or its name)."""
-    from .docs import render
-    from .rules import UnknownCode, get_rule
+    from .docs import page
+    from .rules import UnknownCode, find_rule
 
     try:
-        click.echo(render(get_rule(code)))
+        click.echo(page(find_rule(code)), nl=False)
     except UnknownCode as exc:
         _fail(str(exc))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -103,6 +104,16 @@ def _timeout(value: Any) -> float:
     return float(value)
 
 
+DEVICE = re.compile(r"auto|(cpu|cuda|mps|meta)(:[0-9]+)?")
+"""What ``--device`` may name; whether the machine has it is checked once torch is imported."""
+
+
+def _device(value: Any) -> str:
+    if not DEVICE.fullmatch(_string(value)):
+        raise _Invalid("auto, cpu, cuda, cuda:N or mps")
+    return value
+
+
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise _Invalid("true or false")
@@ -148,6 +159,20 @@ def shape_from_text(text: str) -> Optional[Tuple[int, ...]]:
         return None
     shape = tuple(int(p) if len(p) < 40 else 10 ** 40 for p in parts)  # 10**40 is as impossible as any longer
     return shape if shape and all(s > 0 for s in shape) else None
+
+
+def parse_shape(text: str) -> Tuple[int, ...]:
+    """``--input-shape`` text -> sizes: ``8,3,32,32``, ``8x3x32x32`` and ``(8,3,32,32)`` all give ``(8, 3, 32, 32)``.
+
+    Raises :class:`UsageError` on anything else, and on a shape whose probe input cannot fit in
+    memory (estimated before anything is allocated)."""
+    shape = shape_from_text(text)
+    if shape is None:
+        raise UsageError(f"--input-shape {text!r} is not a list of positive integers such as 8,3,32,32")
+    too_big = probe_size_problem(shape)
+    if too_big:
+        raise UsageError(f"--input-shape {text!r} cannot be probed: {too_big}")
+    return shape
 
 
 def probe_size_problem(shape: Tuple[int, ...]) -> Optional[str]:
@@ -199,16 +224,16 @@ def _severities() -> List[str]:
 
 def _rule_options(value: Any, prefix: str = "rules.") -> Dict[str, Dict[str, Any]]:
     """``{rule name or code: {option: value}}``, every option checked against the rule's ``options``."""
-    from .rules import UnknownCode, all_rules, get_rule
+    from .rules import UnknownCode, find_rule, rule_info
 
     if not isinstance(value, dict):
         raise _Invalid("a table of rule names to option tables, such as [tool.initlint.rules.dead-relu]")
     out: Dict[str, Dict[str, Any]] = {}
     for key, opts in value.items():
         try:
-            rule = get_rule(key)
+            rule = find_rule(key)
         except UnknownCode:
-            raise _Invalid(f"{prefix}{key}: unknown rule (known: {', '.join(all_rules())})", True) from None
+            raise _Invalid(f"{prefix}{key}: unknown rule (known: {', '.join(rule_info())})", True) from None
         if not isinstance(opts, dict):
             raise _Invalid(f"{prefix}{key} must be a table of options, such as [tool.initlint.rules.{key}]", True)
         checked = out.setdefault(rule.code, {})
@@ -287,7 +312,7 @@ KEYS: Dict[str, Key] = {k.name: k for k in (
     Key("exclude", "exclude", _globs, "paths a folder walk skips, replacing the defaults"),
     Key("extend-exclude", "extend_exclude", _globs, "paths a folder walk skips, besides the defaults"),
     Key("fail-on", "fail_on", _one_of(_severities), "lowest severity that makes the exit code 1"),
-    Key("device", "device", _string, "auto, cpu, cuda, cuda:N or mps"),
+    Key("device", "device", _device, "auto, cpu, cuda, cuda:N or mps"),
     Key("seed", "seed", _seed, "seed of the probe batch"),
     Key("batch-size", "batch_size", _integer(1, MAX_BATCH), "probe batch size when the input is inferred"),
     Key("import-timeout", "import_timeout", _timeout, "seconds a target's import may take (0: no limit)"),
@@ -416,12 +441,13 @@ def _resolve_rules(file: Dict[str, Any], cli: Dict[str, Any]) -> Any:
     return enabled, ignored
 
 
-FLAGS = {"seed": "--seed", "batch_size": "--batch-size", "import_timeout": "--import-timeout"}
-"""Numeric command-line options, checked like the keys of the same name in the file."""
+FLAGS = {"seed": "--seed", "batch_size": "--batch-size", "import_timeout": "--import-timeout", "device": "--device"}
+"""Command-line options checked like the keys of the same name in the file."""
 
 
 def check_flags(opts: Dict[str, Any]) -> None:
-    """Refuse an out-of-range ``--seed``, ``--batch-size`` or ``--import-timeout`` with one sentence."""
+    """Refuse an out-of-range ``--seed``, ``--batch-size`` or ``--import-timeout``, or a ``--device`` that is
+    not a device name, with one sentence."""
     checks = {k.dest: k.check for k in KEYS.values()}
     for dest, flag in FLAGS.items():
         value = opts.get(dest)

@@ -184,17 +184,11 @@ def _frame_in(exc: BaseException, abspath: str) -> str:
 
 # ----------------------------------------------------------------------------- inputs
 def parse_shape(text: str) -> Tuple[int, ...]:
-    """``8,3,32,32`` or ``8x3x32x32`` -> ``(8, 3, 32, 32)``; raises :class:`LoadError` on anything else,
-    and on a shape whose probe input cannot fit in memory (estimated before anything is allocated)."""
-    from .config import probe_size_problem, shape_from_text
+    """``8,3,32,32``, ``8x3x32x32`` or ``(8,3,32,32)`` -> ``(8, 3, 32, 32)``: see :func:`initlint.config.parse_shape`
+    (raises :class:`UsageError`, a :class:`LoadError`)."""
+    from .config import parse_shape as parse
 
-    shape = shape_from_text(text)
-    if shape is None:
-        raise LoadError(f"--input-shape {text!r} is not a list of positive integers such as 8,3,32,32")
-    too_big = probe_size_problem(shape)
-    if too_big:
-        raise LoadError(f"--input-shape {text!r} cannot be probed: {too_big}")
-    return shape
+    return parse(text)
 
 
 def normalise_inputs(example: Any) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:

@@ -11,11 +11,13 @@ from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, echo_error
 from .report import SEVERITIES, Report
 
 
-def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, implicit: Collection[str] = ()) -> int:
+def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, implicit: Collection[str] = (),
+              per_file: Optional[Any] = None) -> int:
     """Audit every target; print the report; return the exit code.
 
     ``implicit`` targets were found by walking a folder: like every target under
     ``--skip-files-without-models``, they are passed over when they hold no model to build.
+    ``per_file`` is what :func:`prepare` returned, when the caller checked the options already.
     """
     from .formats import FORMATS, use_colour
 
@@ -23,7 +25,7 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
         if progress:
             click.echo(f"initlint: {msg}", err=True)
 
-    per_file = _prepare(targets, opts)
+    per_file = per_file or prepare(targets, opts)
     if per_file is None:
         return EXIT_ERROR
     settings = per_file.base
@@ -58,15 +60,15 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
     return EXIT_FINDINGS if failing else EXIT_CLEAN
 
 
-def _prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Any]:
-    """Read the configuration and check every setting before any user code runs; None after an error.
+def prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Any]:
+    """Read the configuration and check every setting before any user code runs (and without importing
+    torch); None after an error, which is printed.
 
     Returns the per-file settings (:class:`initlint.targets.FileSettings`): each target's own
     ``[tool.initlint]`` merged with the command line."""
-    from .config import ConfigError, check_flags, load_config, merge_cli
+    from .config import ConfigError, check_flags, load_config, merge_cli, parse_shape
     from .errors import LoadError, UnknownCode, UsageError
     from .formats import FORMATS
-    from .load import parse_shape
     from .rules import select_rules
     from .targets import FileSettings
 

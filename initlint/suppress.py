@@ -90,9 +90,9 @@ def normalise_ignores(value: Any, where: str = "per_module_ignores") -> Dict[str
 
 def unknown_code(per_module_ignores: Mapping[str, Sequence[str]]) -> Optional[Tuple[str, str]]:
     """The first ``(code, pattern)`` whose code matches no registered rule, if any."""
-    from .rules import all_rules
+    from .rules import rule_info
 
-    registry = all_rules()
+    registry = rule_info()
     for pattern, codes in per_module_ignores.items():
         for code in codes:
             if not any(code_matches(c, r.name, code) for c, r in registry.items()):

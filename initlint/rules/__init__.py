@@ -1,30 +1,57 @@
 """Stage 4, rules: one rule per module, discovered here; third-party rules come from the
-``initlint.rules`` entry-point group (each entry point names a :class:`Rule` subclass)."""
+``initlint.rules`` entry-point group (each entry point names a :class:`Rule` subclass).
+
+Importing this package does not import torch: :func:`rule_info`, :func:`find_rule` and rule
+selection read the generated :mod:`initlint.rules.catalog` (the built-in rules' metadata and
+pages, written by ``python -m initlint.docs`` from the rule classes) until the rule classes
+are needed or a rule plugin is installed. ``Rule``, ``Audit`` and the other names of
+:mod:`initlint.rules.base` are loaded on first use.
+"""
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type
 
 from ..errors import UnknownCode
-from .base import ROLES, Audit, AuditContext, Example, Rule, order_by_uses
+
+if TYPE_CHECKING:
+    from .base import Audit, AuditContext, Example, Rule
 
 __all__ = ["Audit", "AuditContext", "Example", "Rule", "all_rules", "get_rule", "select_rules", "resolve_selection",
-           "Selection", "with_uses", "plugin_errors", "UnknownCode"]
+           "Selection", "with_uses", "plugin_errors", "UnknownCode", "RuleInfo", "rule_info", "find_rule"]
 
 ENTRY_POINT_GROUP = "initlint.rules"
+_FROM_BASE = ("Audit", "AuditContext", "Example", "Rule", "order_by_uses", "ROLES")
 
 
-def _discover() -> Dict[str, Type[Rule]]:
+def __getattr__(name: str) -> Any:
+    """The names of :mod:`initlint.rules.base` (which imports torch), loaded when first asked for."""
+    if name in _FROM_BASE:
+        from . import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _discover_builtin() -> Dict[str, Type[Rule]]:
+    """The rule classes of this package's ``ilNNN_*.py`` modules, sorted by code."""
+    from .base import Rule
+
     found: Dict[str, Type[Rule]] = {}
     for info in pkgutil.iter_modules(__path__):
-        if not info.name.startswith("il"):
+        if not info.name.startswith("il"):  # base, catalog
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, Rule) and value is not Rule and value.code:
                 found[value.code] = value
+    return dict(sorted(found.items()))
+
+
+def _discover() -> Dict[str, Type[Rule]]:
+    found = _discover_builtin()
     _PLUGIN_ERRORS.clear()
     for name, cls in _plugins():
         problem = _plugin_problem(cls, found)
@@ -49,6 +76,8 @@ def _plugins() -> List[Tuple[str, Any]]:
 
 
 def _plugin_problem(obj: Any, found: Dict[str, Type[Rule]]) -> Optional[str]:
+    from .base import ROLES, Rule
+
     if isinstance(obj, BaseException):
         return f"could not be loaded: {type(obj).__name__}: {obj}"
     if not (isinstance(obj, type) and issubclass(obj, Rule) and obj.code and obj.name):
@@ -88,16 +117,94 @@ def with_uses(codes: Iterable[str]) -> List[Type[Rule]]:
         if code not in wanted:
             wanted[code] = registry[code]
             todo.extend(c for c in registry[code].uses if c in registry)
+    from .base import order_by_uses
+
     return order_by_uses(wanted.values())
 
 
 def get_rule(code_or_name: str) -> Type[Rule]:
-    """Look a rule up by code (``IL003``) or name (``dead-relu``)."""
+    """Look a rule class up by code (``IL003``) or name (``dead-relu``); imports the rules (and torch)."""
+    found = _lookup(all_rules(), code_or_name)
+    if found is None:
+        raise _unknown_rule(code_or_name)
+    return found
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    """What is known of a rule without importing it: what ``initlint rules`` lists, ``initlint explain``
+    prints and the checks of ``--select`` and ``[tool.initlint.rules]`` read."""
+
+    code: str
+    name: str
+    severity: str
+    role: str
+    summary: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    option_ranges: Mapping[str, Tuple[Optional[float], Optional[float]]] = field(default_factory=dict)
+    needs: Tuple[str, ...] = ()
+    uses: Tuple[str, ...] = ()
+    page: str = ""
+    """The rule's Markdown documentation, as ``initlint explain`` prints it."""
+
+
+
+_CATALOG: Optional[Dict[str, RuleInfo]] = None
+_HAS_PLUGINS: Optional[bool] = None
+
+
+def _catalog() -> Dict[str, RuleInfo]:
+    """The built-in rules from the generated catalog: no rule module (and no torch) is imported."""
+    global _CATALOG
+    if _CATALOG is None:
+        from .catalog import RULES
+
+        _CATALOG = {code: RuleInfo(**fields) for code, fields in RULES.items()}
+    return _CATALOG
+
+
+def _plugins_installed() -> bool:
+    global _HAS_PLUGINS
+    if _HAS_PLUGINS is None:
+        from importlib.metadata import entry_points
+
+        _HAS_PLUGINS = bool(list(entry_points(group=ENTRY_POINT_GROUP)))
+    return _HAS_PLUGINS
+
+
+def rule_info() -> Mapping[str, Any]:
+    """Code -> each rule's code, name, severity, role, summary, options and option ranges, sorted by code.
+
+    These are the rule classes once they are loaded, or when a rule plugin is installed (its
+    metadata lives in its class); before that, the built-in catalog, so that listing rules and
+    checking a selection or a rule option never import torch."""
+    if _RULES is None and not _plugins_installed():
+        return _catalog()
+    return all_rules()
+
+
+def find_rule(code_or_name: str) -> Any:
+    """Look a rule up by code or name, as :func:`get_rule` does, without importing torch for a built-in rule:
+    its :class:`RuleInfo`, or its class once the rules are loaded. Rule plugins are loaded only for a
+    code or name the catalog does not know."""
+    found = _lookup(_RULES if _RULES is not None else _catalog(), code_or_name)
+    if found is None and _RULES is None and _plugins_installed():
+        found = _lookup(all_rules(), code_or_name)
+    if found is None:
+        raise _unknown_rule(code_or_name)
+    return found
+
+
+def _lookup(registry: Mapping[str, Any], code_or_name: str) -> Any:
     key = code_or_name.strip()
-    for code, cls in all_rules().items():
-        if key.upper() == code or key.lower() == cls.name:
-            return cls
-    raise UnknownCode(f"unknown rule '{code_or_name}' (known: {', '.join(all_rules())})")
+    for code, rule in registry.items():
+        if key.upper() == code or key.lower() == rule.name:
+            return rule
+    return None
+
+
+def _unknown_rule(code_or_name: str) -> UnknownCode:
+    return UnknownCode(f"unknown rule '{code_or_name}' (known: {', '.join(rule_info())})")
 
 
 def _matches(code: str, name: str, patterns: Iterable[str]) -> bool:
@@ -134,14 +241,14 @@ def _specificity(pattern: str, code: str, name: str) -> Optional[int]:
 def _check_patterns(patterns: Iterable[str]) -> None:
     for pattern in patterns:
         if pattern.strip().upper() != "ALL" and not any(_matches(c, r.name, [pattern.strip()])
-                                                        for c, r in all_rules().items()):
-            raise UnknownCode(f"unknown rule code '{pattern}' (known: {', '.join(all_rules())})")
+                                                        for c, r in rule_info().items()):
+            raise UnknownCode(f"unknown rule code '{pattern}' (known: {', '.join(rule_info())})")
 
 
 def _layer_decisions(layer: Selection) -> Dict[str, bool]:
     """Code -> on/off for the rules this layer names: the most specific pattern wins, an ignore on a tie."""
     decisions: Dict[str, bool] = {}
-    for code, rule in all_rules().items():
+    for code, rule in rule_info().items():
         best: Optional[Tuple[int, bool]] = None
         for patterns, on in ((list(layer.select or []) + list(layer.extend_select), True), (layer.ignore, False)):
             for pattern in patterns:
@@ -162,7 +269,7 @@ def resolve_selection(layers: Sequence[Selection]) -> Tuple[List[str], List[str]
     shorter one, any of them over ``ALL``), and an ignore wins a tie. So configuration
     ``ignore = ["IL002"]`` followed by ``--select IL002`` on the command line runs IL002.
     """
-    enabled = set(all_rules())
+    enabled = set(rule_info())
     ignored: set = set()
     for layer in layers:
         _check_patterns([*(layer.select or []), *layer.ignore, *layer.extend_select])
@@ -172,7 +279,7 @@ def resolve_selection(layers: Sequence[Selection]) -> Tuple[List[str], List[str]
         for code, on in decisions.items():
             (enabled.add if on else enabled.discard)(code)
             (ignored.discard if on else ignored.add)(code)
-    order = list(all_rules())
+    order = list(rule_info())
     return [c for c in order if c in enabled], [c for c in order if c in ignored]
 
 

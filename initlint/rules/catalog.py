@@ -1,0 +1,1065 @@
+"""The built-in rules' metadata and documentation, generated from the rule classes by
+``python -m initlint.docs`` (do not edit): ``initlint rules``, ``initlint explain`` and rule
+selection read it without importing torch; a test fails when it is stale."""
+from typing import Any, Dict
+
+RULES: Dict[str, Dict[str, Any]] = {
+    'IL000': {'code': 'IL000',
+              'name': 'rule-error',
+              'severity': 'info',
+              'role': 'meta',
+              'summary': 'a rule crashed on this model, or a rule plugin could not be loaded; the others still ran',
+              'options': {},
+              'option_ranges': {},
+              'needs': ('graph',),
+              'uses': (),
+              'page': '# IL000 `rule-error`\n'
+                      '\n'
+                      'Severity: **info**. Role: meta. Needs: graph.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Reports that another rule raised an exception while it checked the model. The audit\n'
+                      'pipeline emits this finding itself (``initlint.api``): the rule that failed is named in\n'
+                      'the message with the exception type and text, and every other rule still reports. This\n'
+                      'class only documents the code; its own check finds nothing.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'A rule that crashed has not looked at the model, so the absence of its findings says\n'
+                      'nothing about the model. Hiding the crash would make a broken check look like a clean\n'
+                      'result; stopping the whole audit would throw away what the other rules found. The\n'
+                      'finding is informational: it does not fail ``initlint check`` at the default\n'
+                      '``--fail-on warning``.\n'
+                      '\n'
+                      '## Example\n'
+                      '```text\n'
+                      "<model>  IL000  info  IL003 (dead-relu) could not run: KeyError: 'units'\n"
+                      'help: please report this with the model that triggers it\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Report it, with the model (or a small one that triggers the same error). Until then,\n'
+                      'skip the failing rule with ``--ignore IL003`` (or whichever code is named); the\n'
+                      'IL000 finding goes away with it.\n'
+                      '\n'
+                      '## Options\n'
+                      'None. It is reported whenever a rule that ran fails, also when ``--select`` does not\n'
+                      'name IL000 (a failure of a selected rule must stay visible); ``--ignore IL000`` hides it.\n'},
+    'IL001': {'code': 'IL001',
+              'name': 'init-scale',
+              'severity': 'warning',
+              'role': 'cause',
+              'summary': 'weight scale (rms) against `gain / sqrt(fan_in)` of the next activation, judged by how far the '
+                         'mismatch compounds before a normalisation',
+              'options': {'max-variance-drift': 10000.0, 'tolerance': 1.1},
+              'option_ranges': {'max-variance-drift': (1, None), 'tolerance': (1, None)},
+              'needs': ('graph',),
+              'uses': (),
+              'page': '# IL001 `init-scale`\n'
+                      '\n'
+                      'Severity: **warning**. Role: cause. Needs: graph.\n'
+                      '\n'
+                      '## What it does\n'
+                      "Compares every weight layer's weight scale (Linear, Conv1d/2d/3d, and matmuls with a\n"
+                      "parameter such as GPT-2's ``Conv1D``) with the scale its downstream nonlinearity needs,\n"
+                      '``gain / sqrt(fan_in)``, and follows how far the mismatch compounds through the layers\n'
+                      'that come after it before anything renormalises the signal.\n'
+                      '\n'
+                      'The nonlinearity is read from the graph (module, functional or tensor-method form).\n'
+                      'Gains: ReLU ``sqrt(2)`` (He), LeakyReLU ``sqrt(2 / (1 + slope^2))``, tanh anything from\n'
+                      "``1`` (LeCun, Glorot on square layers) to ``5/3`` (PyTorch's gain), sigmoid ``1`` to\n"
+                      '``4``, SELU ``3/4`` to ``1``, no activation ``1``. For any other elementwise activation\n'
+                      '(GELU, SiLU, ELU, Mish, Softplus ...) the gain is computed numerically as\n'
+                      '``1 / sqrt(E[phi(z)^2])`` for ``z ~ N(0, 1)``: the gain that keeps the second moment of\n'
+                      'the signal unchanged through ``phi`` (it gives ``sqrt(2)`` for ReLU, 1.53 for GELU,\n'
+                      '1.68 for SiLU).\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'For a layer ``y = W x`` with i.i.d. zero-mean weights, ``Var(y) = fan_in * Var(w) * E[x^2]``.\n'
+                      'After an activation ``phi``, ``E[phi(y)^2] = Var(y) / gain^2``. So each layer multiplies\n'
+                      "the signal's second moment by ``(std(w) * sqrt(fan_in) / gain)^2``, and a stack of L\n"
+                      "layers multiplies it by the product of these factors. The rule measures each weight's\n"
+                      'root mean square, which is its std when its mean is zero and the scale that enters\n'
+                      '``E[y^2]`` when it is not. The compounded factor is a prediction from the weight scales\n'
+                      "(the forward probe's measurement is IL005's). A factor of 1/6 per layer (PyTorch's\n"
+                      'default ``nn.Linear`` init, std ``1/sqrt(3 fan_in)``, in front of a ReLU) is harmless in a\n'
+                      'two-layer network (1/18 in all), but an eight-layer ReLU MLP shrinks its signal by about\n'
+                      "``6^8``: the biases take over, half of the last layer's units die, and gradients vanish.\n"
+                      'Randomly drawn ``randn`` weights do the opposite and explode.\n'
+                      '\n'
+                      'A normalisation layer (BatchNorm, LayerNorm, GroupNorm, RMSNorm, also hand-written ones)\n'
+                      'resets the scale, so a layer whose output reaches one before the next weight layer is not\n'
+                      'judged, and compounding restarts after every normalisation. At a residual addition the\n'
+                      "larger of the two signals carries on: a deliberately small residual branch (GPT-2's\n"
+                      '``N(0, 0.02)`` behind LayerNorm, zero-initialised last layers) is not a defect.\n'
+                      '\n'
+                      "The rule flags the layers that contribute to a compounded change of the signal's second\n"
+                      'moment beyond ``max-variance-drift`` (either way) by the time the signal reaches a\n'
+                      'normalisation, a softmax or attention, or the model output. Layers within\n'
+                      '``tolerance`` of their target (sampling noise of a finite weight matrix) contribute nothing.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def deep_relu_mlp_at_pytorch_default_init():\n'
+                      '    layers = []\n'
+                      '    for _ in range(8):\n'
+                      '        layers += [nn.Linear(256, 256), nn.ReLU()]  # default init: std 1/sqrt(3 * 256)\n'
+                      '    return nn.Sequential(*layers, nn.Linear(256, 10))\n'
+                      '```\n'
+                      'Flagged at ``0``, ``10``, ``12``, ``14``, ``16``, ``2``, ``4``, ``6``, ``8``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def deep_relu_mlp_at_he_init():\n'
+                      '    layers = []\n'
+                      '    for _ in range(16):\n'
+                      '        layers += [nn.Linear(256, 256), nn.ReLU()]\n'
+                      '    model = nn.Sequential(*layers, nn.Linear(256, 10))\n'
+                      '    for layer in model[:-1:2]:\n'
+                      '        nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")\n'
+                      '    nn.init.kaiming_normal_(model[-1].weight, nonlinearity="linear")\n'
+                      '    return model\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Initialise each flagged layer for the activation that follows it:\n'
+                      '```python\n'
+                      'for m in model.modules():\n'
+                      '    if isinstance(m, nn.Linear):\n'
+                      '        nn.init.kaiming_normal_(m.weight, nonlinearity="relu")\n'
+                      '        nn.init.zeros_(m.bias)\n'
+                      '```\n'
+                      'or put a normalisation layer in the chain.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``max-variance-drift`` (default ``10000``): largest accepted compounded change of the\n'
+                      "  signal's second moment, as a factor either way (100 in std). PyTorch's default init\n"
+                      '  in front of ReLUs (1/6 per layer, 1/3 for the output layer) passes with up to four\n'
+                      '  hidden layers and is flagged from five; LeCun init in a 10-layer ReLU network (1/2 per\n'
+                      '  layer, 1/1024 in all) passes, in a 100-layer one it is flagged.\n'
+                      '- ``tolerance`` (default ``1.1``): a layer whose weight scale (rms) is within this factor\n'
+                      '  of its target band counts as on target.\n'},
+    'IL002': {'code': 'IL002',
+              'name': 'bias-before-norm',
+              'severity': 'warning',
+              'role': 'check',
+              'summary': 'a Linear/Conv bias cancelled exactly by a following BatchNorm/InstanceNorm',
+              'options': {},
+              'option_ranges': {},
+              'needs': ('graph',),
+              'uses': (),
+              'page': '# IL002 `bias-before-norm`\n'
+                      '\n'
+                      'Severity: **warning**. Role: check. Needs: graph.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Finds a Linear, Conv or ConvTranspose layer (1d, 2d or 3d) with a bias whose output\n'
+                      'goes, through nothing but ops that keep its channel axis (dropout, identity, pooling,\n'
+                      'transposes, reshapes that keep the shape), into a BatchNorm or InstanceNorm that\n'
+                      'normalises over that same channel axis. Module and functional forms (``F.conv2d``,\n'
+                      '``F.conv_transpose2d``, ``F.batch_norm``, ``F.instance_norm``) all count.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      "A per-channel norm subtracts each channel's mean over every other axis:\n"
+                      '``BN(W x + b) = gamma * (W x + b - mean(W x) - b) / std + beta = BN(W x)``. The bias\n'
+                      'is cancelled exactly, in training and (through the running mean) at inference, so it\n'
+                      'is dead weight: parameters, optimizer state and compute that can never affect the\n'
+                      "output, and a gradient that is always zero. The norm's ``beta`` already provides the\n"
+                      'shift.\n'
+                      '\n'
+                      'Not flagged: LayerNorm or GroupNorm (they normalise over other axes, so the bias is not\n'
+                      'cancelled exactly), a nonlinearity or a residual addition between the layer and the\n'
+                      'norm, or a layer output that is also used elsewhere (each intermediate value must have\n'
+                      'exactly one user).\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def conv_with_bias_into_batchnorm():\n'
+                      '    return nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU())\n'
+                      '```\n'
+                      'Flagged at ``0``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def conv_without_bias_into_batchnorm():\n'
+                      '    return nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU())\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      '```python\n'
+                      'nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU())\n'
+                      'nn.Sequential(nn.ConvTranspose2d(100, 512, 4, 1, 0, bias=False), nn.BatchNorm2d(512), '
+                      'nn.ReLU(True))\n'
+                      '```\n'
+                      '\n'
+                      '## Options\n'
+                      'None.\n'},
+    'IL003': {'code': 'IL003',
+              'name': 'dead-relu',
+              'severity': 'warning',
+              'role': 'symptom',
+              'summary': 'ReLU units that output zero for the whole probe batch (units, not outputs)',
+              'options': {'max-dead-fraction': 0.5, 'noise-sigmas': 4.0, 'min-observations': 8},
+              'option_ranges': {'max-dead-fraction': (0, 1), 'noise-sigmas': (0, None), 'min-observations': (0, None)},
+              'needs': ('activations',),
+              'uses': ('IL001',),
+              'page': '# IL003 `dead-relu`\n'
+                      '\n'
+                      'Severity: **warning**. Role: symptom. Needs: activations. Uses: IL001.\n'
+                      '\n'
+                      '## What it does\n'
+                      'For every ReLU-family op (``nn.ReLU``, ``F.relu``, ``torch.relu``, ``x.relu()``,\n'
+                      '``x.relu_()``, ReLU6), measures the fraction of its *units* (features of a linear\n'
+                      'layer, channels of a convolution) that output zero for every sample and every\n'
+                      'position of the probe batch.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'A unit whose pre-activation is negative for every input passes no gradient, so gradient\n'
+                      'descent never moves the weights that feed it: it is dead before training starts and\n'
+                      'usually stays dead. The capacity it stands for is lost.\n'
+                      '\n'
+                      'This counts dead *units*, not zero *outputs*: a healthy ReLU layer outputs zero about\n'
+                      'half of the time, yet almost none of its units are zero for a whole batch. Rules that\n'
+                      'flag "70% zero outputs" fire on healthy networks. Units are judged only when each one\n'
+                      'saw at least ``min-observations`` values, so a tiny probe batch cannot make healthy\n'
+                      'units look dead by chance (a healthy unit is zero for 8 independent samples with\n'
+                      'probability 1/256).\n'
+                      '\n'
+                      'In a deep plain ReLU network the representations of different inputs become nearly\n'
+                      'parallel with depth (a property of the ReLU kernel, not of the init scale), so a unit\n'
+                      'sees the same sign for the whole batch about half of the time even with He init: a\n'
+                      '100-layer He-initialised network shows 45-50% of such units in wide layers and up to\n'
+                      '80% in layers of a handful of units. The threshold therefore adds binomial noise to the\n'
+                      '50% anchor: a layer of ``n`` units is flagged when its dead fraction exceeds\n'
+                      '``max-dead-fraction + noise-sigmas * sqrt(p (1 - p) / n)`` (with ``p`` the anchor): 59%\n'
+                      'for 256 units, 75% for 64, never for layers of fewer than 16 units. Dying from a\n'
+                      'negative bias or a vanished signal kills far more than that.\n'
+                      '\n'
+                      "One case is reported whatever the layer's width: a layer whose every unit is dead and\n"
+                      'that every path from the input to the model output passes through. Its output is\n'
+                      "exactly zero, so the model's output is the same for every sample of the batch and every\n"
+                      'gradient before it is exactly zero: the network is dead, not noisy. A He-initialised\n'
+                      '100-layer ReLU pyramid narrowing to 5 units does this in some random draws (with\n'
+                      '``torch.manual_seed(7)`` every unit of its last 5-unit layer is dead for the probe\n'
+                      'batch). It is reported once, at the layer where the signal dies; the layers after it\n'
+                      'only see a constant.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def negative_bias_before_relu():\n'
+                      '    fc = nn.Linear(128, 128)\n'
+                      '    nn.init.constant_(fc.bias, -5.0)  # pre-activations far below zero\n'
+                      '    return nn.Sequential(fc, nn.ReLU(), nn.Linear(128, 10))\n'
+                      '```\n'
+                      'Flagged at ``1``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def he_initialised_relu_mlp():\n'
+                      '    layers = []\n'
+                      '    for _ in range(6):\n'
+                      '        layers += [nn.Linear(128, 128), nn.ReLU()]\n'
+                      '    model = nn.Sequential(*layers, nn.Linear(128, 10))\n'
+                      '    for layer in model[::2]:\n'
+                      '        nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")\n'
+                      '        nn.init.zeros_(layer.bias)\n'
+                      '    return model\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Depends on the cause, which the finding names: a large negative bias (re-initialise it\n'
+                      'with ``nn.init.zeros_``), a too-small upstream init (the signal has vanished and the\n'
+                      'biases dominate; see IL001), or, when units die anyway, ``nn.LeakyReLU``. A narrow layer\n'
+                      'that kills the whole signal needs more units or a leaky activation.\n'
+                      '\n'
+                      '## Options\n'
+                      "- ``max-dead-fraction`` (default ``0.5``): flag when more than this fraction of a layer's\n"
+                      '  units is dead. 50% is the threshold TheDeepChecker and SageMaker Debugger use.\n'
+                      '- ``noise-sigmas`` (default ``4``): binomial standard deviations added to the anchor.\n'
+                      '- ``min-observations`` (default ``8``): values per unit needed before judging.\n'},
+    'IL004': {'code': 'IL004',
+              'name': 'saturated-softmax',
+              'severity': 'warning',
+              'role': 'symptom',
+              'summary': "a softmax, or the model's logits, near one-hot at init",
+              'options': {'min-entropy': 0.5, 'max-cross-entropy': 1.5},
+              'option_ranges': {'min-entropy': (0, 1), 'max-cross-entropy': (0, None)},
+              'needs': ('activations',),
+              'uses': (),
+              'page': '# IL004 `saturated-softmax`\n'
+                      '\n'
+                      'Severity: **warning**. Role: symptom. Needs: activations.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Measures how peaked the probability distributions are at initialisation: for every\n'
+                      "explicit ``softmax``/``log_softmax`` op that is not attention (attention rows are IL011's),\n"
+                      'and for the model output when it is logits. The output is logits when the caller says so\n'
+                      '(``logits=True`` / ``--logits``), and without being told when that is certain: the\n'
+                      '``logits`` field of a Hugging Face style output, or a Linear head whose weight is also the\n'
+                      'input embedding table (a tied language-model head). ``--no-logits`` turns both off. It\n'
+                      'reports the mean maximum probability, the mean entropy relative to ``ln(C)`` for ``C``\n'
+                      'classes (masked entries, such as the future positions of causal attention, do not count\n'
+                      'as classes) and, for the logits, the expected cross-entropy at init against ``ln(C)``.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'An untrained classifier knows nothing, so its prediction should be close to uniform:\n'
+                      'entropy near ``ln(C)`` and a cross-entropy loss near ``ln(C)`` on the first batch. When\n'
+                      'the logits have a large scale (logit variance grows with every too-large layer) the\n'
+                      'softmax is one-hot before training: the loss starts huge, the gradient of the softmax\n'
+                      'is near zero for every class but two, and the first steps are spent shrinking weights\n'
+                      'instead of learning. With logits of standard deviation ``sigma`` over many classes the\n'
+                      'expected cross-entropy of a random label is about ``ln(C) + sigma^2 / 2`` while ``sigma``\n'
+                      'is small and grows like ``sigma * sqrt(2 ln C)`` beyond: a T5 whose untied ``lm_head`` is\n'
+                      '``N(0, 1)`` starts near 110 instead of ``ln(32128) = 10.4``.\n'
+                      '\n'
+                      'The statistics come from at most 512 rows of the output (rows spread over the batch and\n'
+                      "positions), which bounds their cost and keeps the mean's standard error below 0.022.\n"
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def oversized_head_into_softmax():\n'
+                      '    head = nn.Linear(256, 10)\n'
+                      '    nn.init.normal_(head.weight, std=1.0)  # logits with std ~ 16\n'
+                      '    return nn.Sequential(nn.Linear(32, 256), nn.LayerNorm(256), nn.ReLU(), head, '
+                      'nn.Softmax(dim=-1))\n'
+                      '```\n'
+                      'Flagged at ``3``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def lecun_head_into_softmax():\n'
+                      '    head = nn.Linear(256, 10)\n'
+                      '    nn.init.kaiming_normal_(head.weight, nonlinearity="linear")\n'
+                      '    return nn.Sequential(nn.Linear(32, 256), nn.LayerNorm(256), nn.ReLU(), head, '
+                      'nn.Softmax(dim=-1))\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      "Shrink the last layer's init (zero-init it, or scale it down) and check the signal\n"
+                      'scale upstream (IL001, IL005):\n'
+                      '```python\n'
+                      'with torch.no_grad():\n'
+                      '    model[2].weight.mul_(0.1)\n'
+                      '```\n'
+                      'A head whose weight is shared with the input embedding (tied weights) keeps its table:\n'
+                      "zeroing or shrinking it would change the embedding too, so the fix scales the head's\n"
+                      'input instead (as T5 does with ``d_model ** -0.5``). A layer whose output also feeds\n'
+                      'other paths is scaled, never zeroed.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``min-entropy`` (default ``0.5``): flag when the mean entropy divided by ``ln(C)`` is\n'
+                      '  below this. A uniform prediction scores 1; logits with std 1 over 10 classes score\n'
+                      '  about 0.8, with std 3 about 0.4, and a one-hot prediction 0.\n'
+                      "- ``max-cross-entropy`` (default ``1.5``): for the model's logits, flag only when, in\n"
+                      '  addition, the expected cross-entropy at init exceeds this multiple of ``ln(C)``. A tied\n'
+                      "  head whose stream still carries each token's own embedding gives that token a spike\n"
+                      "  (T5's default: mean max-probability 0.67, entropy 0.37 x ``ln(C)``) that lowers the\n"
+                      '  entropy but costs a random label only 1.2 x ``ln(C)``. Gaussian logits cost 1.6 to 1.9 x\n'
+                      '  ``ln(C)`` (10 to 32128 classes) by the time their entropy falls to 0.5 x ``ln(C)``, so\n'
+                      '  for them the entropy decides.\n'},
+    'IL005': {'code': 'IL005',
+              'name': 'signal-drift',
+              'severity': 'warning',
+              'role': 'symptom',
+              'summary': 'the measured forward signal exploding or vanishing through depth',
+              'options': {'max-scale-ratio': 100.0, 'min-units': 16},
+              'option_ranges': {'max-scale-ratio': (1, None), 'min-units': (1, None)},
+              'needs': ('activations',),
+              'uses': (),
+              'page': '# IL005 `signal-drift`\n'
+                      '\n'
+                      'Severity: **warning**. Role: symptom. Needs: activations.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Follows the measured scale (root mean square) of the forward signal through the\n'
+                      'network and flags a signal that explodes or vanishes. The signal is compared with its\n'
+                      "scale where it last started afresh: the model input, an embedding module's output\n"
+                      "(after its own scaling, such as Gemma's ``sqrt(hidden)``), the output of a\n"
+                      'normalisation layer, or a branch gate (below). It is judged where the signal ends: at\n'
+                      'the next normalisation, softmax or attention, or at the model output. A (log-)softmax\n'
+                      'or the addition of a constant shifts the signal without scaling it (the\n'
+                      'log-probabilities of a near-uniform prediction over 33k words are all about\n'
+                      '``-ln 33278 = -10.4``), so the signal is judged at their input; and the scale of a\n'
+                      "weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):\n"
+                      "the signal is judged at that layer's input.\n"
+                      '\n'
+                      'Residual additions: only the inputs that carry the sum count (at least 1% of the\n'
+                      "largest input's variance), so a deliberately small or zero-initialised branch does not\n"
+                      'count as vanishing. When a branch started at a normalisation the stream it is added to\n'
+                      'did not start from (pre-norm and sandwich-norm transformers, a branch ending in\n'
+                      'BatchNorm), its scale is fixed by that norm and the stream only grows additively, by\n'
+                      'the square root of the number of blocks at most: the branch is judged at its end (for\n'
+                      'explosion) and the sum starts afresh. A stream whose branches read it without a norm\n'
+                      '(a plain residual network) compounds, and is followed through every block.\n'
+                      '\n'
+                      'Branch gates are recognised from the graph and the measured scales, not from class\n'
+                      'names: a multiply by a parameter that leaves at most a quarter of the signal\n'
+                      "(LayerScale at 1e-6 as in ConvNeXt, CaiT's and DINOv2's LayerScale, ReZero's and\n"
+                      "SkipInit's alpha = 0), a normalisation whose weight is ~0 (``zero_init_residual``), a\n"
+                      "weight layer whose weight is exactly zero (Fixup, modded-nanoGPT's output\n"
+                      'projections). They make a branch near identity by design: the branch is judged up to\n'
+                      'the gate, and the signal starts afresh after it.\n'
+                      '\n'
+                      'The finding reports the scale at the start, the worst scale reached, the factor per\n'
+                      'weight layer (geometric mean over the deepest path of weight layers in between) and\n'
+                      'the first layer where the drift starts.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      "Each layer multiplies the signal's variance by ``fan_in * Var(w) / gain^2``. Away from 1,\n"
+                      'the product over depth grows or shrinks exponentially: a 50-layer linear stack with\n'
+                      '``randn`` weights overflows to inf/NaN, one with ``0.01 * randn`` weights outputs zeros,\n'
+                      'and a 100-layer ReLU network with LeCun or Glorot init shrinks its signal by ~1e-16.\n'
+                      'Such a network cannot learn: its outputs do not depend on its inputs, and its gradients\n'
+                      'drift the same way (IL006).\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def deep_linear_stack_with_tiny_weights():\n'
+                      '    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(30)])\n'
+                      '    for layer in model:\n'
+                      '        nn.init.normal_(layer.weight, std=0.01)  # 1/10 of 1/sqrt(100): the signal shrinks 10x per '
+                      'layer\n'
+                      '        nn.init.zeros_(layer.bias)\n'
+                      '    return model\n'
+                      '```\n'
+                      'Flagged at ``0``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def deep_linear_stack_at_lecun_init():\n'
+                      '    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(30)])\n'
+                      '    for layer in model:\n'
+                      '        nn.init.normal_(layer.weight, std=0.1)\n'
+                      '        nn.init.zeros_(layer.bias)\n'
+                      '    return model\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Initialise every layer for the activation after it (see the IL001 findings this one\n'
+                      'links to), or add normalisation layers:\n'
+                      '```python\n'
+                      'for m in model:\n'
+                      '    nn.init.kaiming_normal_(m.weight, nonlinearity="linear")\n'
+                      '```\n'
+                      '\n'
+                      '## Options\n'
+                      "- ``max-scale-ratio`` (default ``100``): flag when the signal's scale ends more than this\n"
+                      '  factor above or below its starting scale (four orders of magnitude in variance, well\n'
+                      '  beyond the drift IL001 accepts, so IL005 reports only what has already gone wrong).\n'
+                      '- ``min-units`` (default ``16``): the scale is read at the last layer on the path with\n'
+                      '  at least this many units (features or channels); the scale of a few units is too noisy\n'
+                      "  to judge, and a network's narrow output layers (a width-1 regression head) are judged\n"
+                      '  by the layers that feed them.\n'},
+    'IL006': {'code': 'IL006',
+              'name': 'gradient-drift',
+              'severity': 'warning',
+              'role': 'symptom',
+              'summary': 'weight gradients spread far beyond what the layer fans predict (backward probe)',
+              'options': {'max-excess-spread': 100.0, 'max-gradient-drift': 1000000.0},
+              'option_ranges': {'max-excess-spread': (1, None), 'max-gradient-drift': (1, None)},
+              'needs': ('gradients',),
+              'uses': (),
+              'page': '# IL006 `gradient-drift`\n'
+                      '\n'
+                      'Severity: **warning**. Role: symptom. Needs: gradients.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Runs a backward probe: a random unit-variance cotangent is backpropagated from the\n'
+                      'model output (no loss and no labels needed) and the gradient of every weight layer is\n'
+                      'measured. It flags a spread of gradient *variance* across layers far beyond what the\n'
+                      "layers' fan-ins and fan-outs can explain. Existing ``.grad`` fields are never touched\n"
+                      '(the probe uses ``torch.autograd.grad``).\n'
+                      '\n'
+                      'Layers are compared within each stretch of the network that no normalisation, pooling\n'
+                      'or reduction interrupts: a norm rescales the backward signal by ``gamma / sigma`` on\n'
+                      "purpose, and a mean over positions divides each position's backward signal by their\n"
+                      'count (a conv -> conv -> global mean-pool -> linear network at He init spreads its\n'
+                      'per-position gradients by the square of the number of positions, with nothing wrong).\n'
+                      '\n'
+                      'Layers left out, because their gradient is legitimately tiny or zero at init:\n'
+                      '- embeddings (their gradient is sparse by nature: only the rows of the sampled tokens\n'
+                      '  get one);\n'
+                      '- one factor of a product of two signals, directly or through an activation, and every\n'
+                      '  layer of a branch that reaches the stream only through such a product: the\n'
+                      "  projections that produce attention scores, gates (a GRU's reset and update gates, a\n"
+                      "  SwiGLU's gate), routing weights and the experts of a mixture of experts (an expert run\n"
+                      '  on every token is weighted by a routing probability that is zero for most of them);\n'
+                      '  the gradient of each factor is scaled by the other one;\n'
+                      '- the layers of a residual branch gated near identity by design (see IL005: a\n'
+                      "  LayerScale at 1e-6, ReZero's alpha = 0, a zero BatchNorm gamma, a zero-initialised\n"
+                      '  last layer): the gate multiplies their backward signal by its own small value;\n'
+                      '- conditioning layers, whose output is broadcast over positions it was not computed at\n'
+                      "  (a diffusion UNet's timestep embedding added to every pixel of every block, FiLM and\n"
+                      '  AdaLN modulations), directly or through other layers: their gradient gathers every\n'
+                      '  position they reach, and no fan ratio predicts how many;\n'
+                      "- layers whose gradient is exactly zero (dead units are IL003's, symmetric weights\n"
+                      "  IL008's).\n"
+                      '\n'
+                      '## Why is this bad?\n'
+                      'Gradients are compared per sample and position: a weight applied at many positions (a\n'
+                      'convolution over a long signal, a cell unrolled over time steps) sums that many terms,\n'
+                      'so its gradient std is divided by the square root of the number of positions over all\n'
+                      'its calls first.\n'
+                      '\n'
+                      'The gradient of layer ``l`` is the product of the forward signal reaching it and the\n'
+                      'backward signal coming from above: ``Var(dW_l) = Var(h_{l-1}) * Var(delta_l)``. With a\n'
+                      'forward-stable init, He et al. show these products cancel except for a fan ratio: the\n'
+                      'spread of gradient variance across a network is bounded by the largest fan-in over the\n'
+                      'smallest fan-out (about 1e3 for a pyramid from width 1000 down to 1, which is what one\n'
+                      'measures with He init), or, in a widening network, by the largest fan-out over the\n'
+                      'smallest fan-in (a head over 21841 classes on 128 features: the backward signal grows by\n'
+                      '``21841 / 128`` through a layer initialised for its fan-in). Anything much larger\n'
+                      'compounds with depth: layers near one end learn orders of magnitude faster than at the\n'
+                      'other, and no single learning rate suits them (a naive ``U(-1, 1)`` init of a 10-layer\n'
+                      'tanh pyramid spans more than 8 orders).\n'
+                      '\n'
+                      'It also flags gradients that vanished (or exploded) in every layer alike, which no spread\n'
+                      'shows: for each layer the backward signal ``delta_l`` is estimated as the per-position\n'
+                      "gradient std over the scale of the layer's input, and compared with the unit-variance\n"
+                      'cotangent at the output. With a stable init it stays within a few orders of magnitude\n'
+                      '(1e-3 to 1 in a 100-layer He pyramid and in the transformer zoo of the tests); LeCun or\n'
+                      'Glorot init in a 100-layer ReLU network leaves it near 1e-10.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def tanh_pyramid_with_uniform_weights():\n'
+                      '    widths = [round(200 * 0.96 ** i) for i in range(11)]\n'
+                      '    layers = []\n'
+                      '    for fan_in, fan_out in zip(widths, widths[1:]):\n'
+                      '        layer = nn.Linear(fan_in, fan_out)\n'
+                      '        nn.init.uniform_(layer.weight, -1, 1)  # std 0.58, about 8x what tanh needs\n'
+                      '        layers += [layer, nn.Tanh()]\n'
+                      '    return nn.Sequential(*layers, nn.Linear(widths[-1], 1))\n'
+                      '```\n'
+                      'Flagged at ``18``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def conv_net_with_global_pooling():\n'
+                      '    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), '
+                      'nn.ReLU(),\n'
+                      '                         nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), '
+                      'nn.ReLU(),\n'
+                      '                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      "Use the init that matches each layer's activation (IL001 names the layers), or add\n"
+                      'normalisation. The finding names the layers with the smallest and largest gradients.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``max-excess-spread`` (default ``100``): flag when the spread of gradient variance\n'
+                      '  (largest over smallest) exceeds the fan-ratio prediction times this factor.\n'
+                      '- ``max-gradient-drift`` (default ``1e6``): flag when the backward signal reaching a\n'
+                      "  weight layer is below ``1 / max-gradient-drift`` of the output's, or above\n"
+                      '  ``max-gradient-drift``, both widened by the square root of the fan ratio.\n'},
+    'IL007': {'code': 'IL007',
+              'name': 'saturated-activation',
+              'severity': 'warning',
+              'role': 'symptom',
+              'summary': 'tanh/sigmoid-like outputs pinned at their bounds',
+              'options': {'max-saturated-fraction': 0.5},
+              'option_ranges': {'max-saturated-fraction': (0, 1)},
+              'needs': ('activations',),
+              'uses': (),
+              'page': '# IL007 `saturated-activation`\n'
+                      '\n'
+                      'Severity: **warning**. Role: symptom. Needs: activations.\n'
+                      '\n'
+                      '## What it does\n'
+                      'For every bounded activation (tanh, sigmoid, hardtanh, softsign, hardsigmoid) measures\n'
+                      "the fraction of its outputs pinned near a bound: within 1% of the activation's range\n"
+                      'from either end (``|tanh| > 0.98``, sigmoid below 0.01 or above 0.99, hardtanh exactly\n'
+                      'at its limits).\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      "A saturated unit has a derivative near zero (``tanh'(z) = 1 - tanh(z)^2 < 0.04`` once\n"
+                      '``|tanh(z)| > 0.98``), so almost no gradient flows through it, and the layers below it\n'
+                      'learn slowly or not at all. Saturation at initialisation comes from pre-activations\n'
+                      'that are too large: weights drawn without regard to the fan-in (a naive ``U(-1, 1)``\n'
+                      'init of a tanh pyramid saturates about 88% of the units of every layer), or a signal\n'
+                      'that has grown upstream.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def tanh_after_a_wide_layer_with_large_weights():\n'
+                      '    layer = nn.Linear(500, 500)\n'
+                      '    nn.init.normal_(layer.weight, std=0.2)  # pre-activation std ~4.5\n'
+                      '    return nn.Sequential(layer, nn.Tanh(), nn.Linear(500, 1))\n'
+                      '```\n'
+                      'Flagged at ``1``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def tanh_after_a_glorot_layer():\n'
+                      '    layer = nn.Linear(500, 500)\n'
+                      '    nn.init.xavier_normal_(layer.weight)\n'
+                      '    return nn.Sequential(layer, nn.Tanh(), nn.Linear(500, 1))\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Scale the weights feeding the activation for it, e.g.\n'
+                      '``nn.init.kaiming_normal_(layer.weight, nonlinearity="tanh")`` or\n'
+                      '``nn.init.xavier_normal_(layer.weight)``, or normalise before the activation.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``max-saturated-fraction`` (default ``0.5``): flag a layer when more than this fraction\n'
+                      '  of its outputs is saturated (the threshold SageMaker Debugger uses).\n'},
+    'IL008': {'code': 'IL008',
+              'name': 'symmetric-init',
+              'severity': 'warning',
+              'role': 'cause',
+              'summary': 'constant or zero weights, and units that are exact copies of each other (weights and bias '
+                         'compared in full)',
+              'options': {},
+              'option_ranges': {},
+              'needs': ('graph',),
+              'uses': (),
+              'page': '# IL008 `symmetric-init`\n'
+                      '\n'
+                      'Severity: **warning**. Role: cause. Needs: graph.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Finds weight layers (Linear, Conv) whose weights cannot break symmetry: every value\n'
+                      'equal (``nn.init.constant_``), all zero in a layer whose output feeds further weight\n'
+                      'layers, or units that are exact copies of each other (the same weights and the same\n'
+                      'bias).\n'
+                      '\n'
+                      'Copies are found exactly: each unit (its row of weights and its bias) is hashed to two\n'
+                      'random projections, units whose hashes match are candidates, and every candidate pair is\n'
+                      'then compared value by value. A count of copies is never an estimate, and units whose\n'
+                      'weights agree but whose biases differ are not copies. Units of different groups of a\n'
+                      'grouped convolution read different inputs and are never compared.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'A unit that copies another computes the same output for every input: the layer has\n'
+                      'fewer distinct units than it seems. As long as what lies downstream treats the copies\n'
+                      'alike (the classic case: every layer initialised to one constant) they also receive the\n'
+                      'same gradient and stay copies for the whole of training. An all-zero hidden layer\n'
+                      'blocks the backward signal (``delta_{l-1} = W_l^T delta_l = 0``), so nothing below it\n'
+                      'learns through it.\n'
+                      '\n'
+                      'Deliberate cases are not flagged. Normalisation scales and shifts are not weight\n'
+                      'layers. A zero-initialised layer whose output is added to a residual stream before any\n'
+                      "other weight layer (zero-init of a residual branch's last layer or last BatchNorm gamma,\n"
+                      'Fixup, ReZero, SkipInit) or that produces the model output (a zero-initialised\n'
+                      'classifier head) starts as the identity of the block or a uniform prediction, and its\n'
+                      'gradient is not zero, because its input is not. A constant depthwise convolution (one\n'
+                      'unit per group) is a fixed filter per channel, not a set of copies.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def constant_and_zero_hidden_layers():\n'
+                      '    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), '
+                      'nn.Linear(64, 10))\n'
+                      '    nn.init.constant_(model[0].weight, 0.1)  # every unit computes the same thing\n'
+                      '    nn.init.zeros_(model[2].weight)\n'
+                      '    return model\n'
+                      '```\n'
+                      'Flagged at ``0``, ``2``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def zero_initialised_classifier_head():\n'
+                      '    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))\n'
+                      '    nn.init.kaiming_normal_(model[0].weight, nonlinearity="relu")\n'
+                      "    nn.init.zeros_(model[2].weight)  # deliberate: the head's gradient still differs per unit\n"
+                      '    return model\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Draw the weights at random with the scale the next activation needs:\n'
+                      '``nn.init.kaiming_normal_(hidden.weight, nonlinearity="relu")``. For an embedding, or an\n'
+                      'output layer over a vocabulary or classes, small random values:\n'
+                      "``nn.init.normal_(embedding.weight, std=0.02)``, or the layer's own\n"
+                      '``reset_parameters()``.\n'
+                      '\n'
+                      '## Options\n'
+                      'None.\n'},
+    'IL009': {'code': 'IL009',
+              'name': 'non-finite',
+              'severity': 'error',
+              'role': 'check',
+              'summary': 'NaN/Inf in the forward or backward probe, at the first op where it appears',
+              'options': {},
+              'option_ranges': {},
+              'needs': ('activations',),
+              'uses': (),
+              'page': '# IL009 `non-finite`\n'
+                      '\n'
+                      'Severity: **error**. Role: check. Needs: activations.\n'
+                      '\n'
+                      '## What it does\n'
+                      "Looks for NaN or Inf in the forward probe (every op's output) and in the backward\n"
+                      "probe (every weight's gradient), and names the first op where it appears together with\n"
+                      "the largest magnitude of that op's input.\n"
+                      '\n'
+                      'Infinities used on purpose are not reported: ``-inf`` in attention masks flows through\n'
+                      'additions and disappears in the softmax, and a ``log_softmax`` turns an entry masked with\n'
+                      '``-inf`` into a log-probability of ``-inf``. An Inf counts only in the output of a weight\n'
+                      'layer, activation, normalisation, softmax or attention (a ``log_softmax`` only when none of\n'
+                      'its inputs held an Inf already), or in a gradient. NaN counts anywhere. Every value is\n'
+                      "exact: NaN and Inf are read from each op's measured extremes and norm, which carry them.\n"
+                      '\n'
+                      '## Why is this bad?\n'
+                      'A non-finite value spreads to everything computed from it; one NaN in the forward pass\n'
+                      'makes the loss NaN and every gradient NaN, and training is over at step one. At\n'
+                      'initialisation it means the signal overflowed (a float32 holds at most 3.4e38, reached\n'
+                      'after some 40 layers of ``randn`` weights of width 100) or an op met an invalid input\n'
+                      '(``log`` of a negative, ``0/0``).\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def deep_linear_stack_with_randn_weights():\n'
+                      '    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(50)])\n'
+                      '    for layer in model:\n'
+                      '        nn.init.normal_(layer.weight)  # std 1: the signal grows 10x per layer\n'
+                      '    return model\n'
+                      '```\n'
+                      'Flagged at ``37``, ``49``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def deep_linear_stack_at_lecun_init():\n'
+                      '    model = nn.Sequential(*[nn.Linear(100, 100) for _ in range(50)])\n'
+                      '    for layer in model:\n'
+                      '        nn.init.normal_(layer.weight, std=0.1)\n'
+                      '    return model\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Initialise for the activations (IL001) so the signal stays bounded; for an invalid\n'
+                      'input, guard the op (``clamp_min`` before ``log``/``sqrt``, an ``eps`` in divisions).\n'
+                      '\n'
+                      '## Options\n'
+                      'None.\n'},
+    'IL010': {'code': 'IL010',
+              'name': 'unused-suppression',
+              'severity': 'info',
+              'role': 'meta',
+              'summary': 'a suppression that silenced nothing',
+              'options': {},
+              'option_ranges': {},
+              'needs': ('graph',),
+              'uses': (),
+              'page': '# IL010 `unused-suppression`\n'
+                      '\n'
+                      'Severity: **info**. Role: meta. Needs: graph.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Reports a suppression that silenced nothing: a ``per-module-ignores`` entry of the\n'
+                      'configuration, or an ``@initlint.ignore(...)`` decorator (or a ``__initlint_ignore__``\n'
+                      'attribute) on a module class or on the model, whose codes matched no finding. The\n'
+                      'pipeline emits this finding itself, after the other rules ran and their findings were\n'
+                      'filtered (``initlint.suppress``); this class only documents the code, and its own check\n'
+                      'finds nothing.\n'
+                      '\n'
+                      'A suppression is only judged when the rules it names ran: ignoring ``IL003`` while\n'
+                      '``--select IL001`` is in force is not reported. The finding names the pattern or the\n'
+                      'class and the codes that went unused, and points at the class definition for in-code\n'
+                      'suppressions.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'Suppressions outlive the problems they hid. Once the init is fixed, or the module is\n'
+                      'renamed so that the pattern no longer matches, the ignore does nothing except hide the\n'
+                      '*next* problem of that kind at that place, and a pattern with a typo never worked at\n'
+                      "all. Reporting unused suppressions keeps the list honest, as ruff's ``RUF100`` does\n"
+                      'for ``# noqa`` comments.\n'
+                      '\n'
+                      '## Example\n'
+                      '```toml\n'
+                      '[tool.initlint.per-module-ignores]\n'
+                      '"decoder.*" = ["IL004"]    # the model has no module called decoder\n'
+                      '```\n'
+                      '```python\n'
+                      '@initlint.ignore("IL001", reason="scaled later by the optimizer")\n'
+                      'class Block(nn.Module):     # ... whose layers are all initialised correctly\n'
+                      '    ...\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Delete the entry or the decorator (or drop the unused codes from it). If the pattern\n'
+                      'was meant to match, compare it with the module paths in the report: patterns are\n'
+                      'matched with ``fnmatch`` against the full dotted path of the module or any of its\n'
+                      'ancestors, so ``encoder.layers.*`` silences ``encoder.layers.3.attn.out_proj`` too.\n'
+                      '\n'
+                      '## Options\n'
+                      'None. The finding is informational and does not fail ``initlint check`` at the default\n'
+                      '``--fail-on warning``; ``--ignore IL010`` turns it off.\n'},
+    'IL011': {'code': 'IL011',
+              'name': 'attention-saturation',
+              'severity': 'warning',
+              'role': 'symptom',
+              'summary': 'Attention rows are near one-hot at initialisation (judged against the keys each query may see).',
+              'options': {'min-entropy': 0.5, 'max-standard-score-std': 2.0},
+              'option_ranges': {'min-entropy': (0, 1), 'max-standard-score-std': (0, None)},
+              'needs': ('activations',),
+              'uses': (),
+              'page': '# IL011 `attention-saturation`\n'
+                      '\n'
+                      'Severity: **warning**. Role: symptom. Needs: activations.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Measures the attention rows of every attention op at initialisation: calls of\n'
+                      '``F.scaled_dot_product_attention`` (with ``attn_mask``, ``is_causal``, ``scale`` and grouped\n'
+                      'query heads), ``nn.MultiheadAttention``, and hand-written ``softmax(q @ k^T * scale + mask)``.\n'
+                      "For a sample of heads and query rows it computes each row's entropy divided by\n"
+                      '``ln(n)``, where ``n`` is the number of keys the row may attend to (the mask decides:\n'
+                      'causal masks, padding masks, boolean masks and additive masks of ``-inf`` or large finite\n'
+                      'negatives such as ``torch.finfo(dtype).min`` or ``-9e15`` all remove keys), and flags ops\n'
+                      'whose mean is low: rows close to one-hot.\n'
+                      '\n'
+                      'It then names the cause from the scale of the scores, ``std(q . k) * scale``:\n'
+                      '- the **scale**: it differs from ``head_dim ** -0.5`` and q and k are of the usual size\n'
+                      '  (the scores would be fine with the usual scale), as with ``dim_head ** 0.5`` written\n'
+                      '  for ``dim_head ** -0.5``;\n'
+                      '- the **q/k projections**: their weights are far above ``1 / sqrt(fan_in)``;\n'
+                      '- the **signal feeding them**: the weights are normal but their input is large (no\n'
+                      '  normalisation before the attention).\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'For ``q`` and ``k`` with i.i.d. entries of scale ``s_q`` and ``s_k``, ``q . k`` over\n'
+                      '``d = head_dim`` dimensions has standard deviation ``sqrt(d) * s_q * s_k``; the usual scale\n'
+                      '``d ** -0.5`` brings the scores to ``s_q * s_k``, about 1 when the projections keep their\n'
+                      "input's scale. With score standard deviation ``sigma`` a row's entropy is about\n"
+                      '``ln(n) - sigma^2 / 2`` while ``sigma`` is small, and falls to 0 (one-hot) once ``sigma`` is\n'
+                      'several times ``sqrt(2 ln n)``. A one-hot row passes almost no gradient: the softmax\n'
+                      'Jacobian ``diag(p) - p p^T`` vanishes when ``p`` is one-hot, so the queries and keys do not\n'
+                      "learn and each token copies one other token's value. Entropy is judged against the keys a\n"
+                      'query may see, so the first rows of causal attention (one or two keys) and padded keys are\n'
+                      'never mistaken for saturation; rows left with a single key are not judged at all.\n'
+                      '\n'
+                      "The statistics come from at most 8 heads x 64 query rows per op (512 rows): a row's\n"
+                      "normalised entropy lies in [0, 1], so the mean's standard error is below 0.022, and the\n"
+                      'heads of a layer are alike at initialisation (i.i.d. weights).\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def attention_with_its_scale_inverted():\n'
+                      '    class Attention(nn.Module):\n'
+                      '        def __init__(self, dim=256, heads=8, dim_head=32):\n'
+                      '            super().__init__()\n'
+                      '            self.heads, self.scale = heads, dim_head ** 0.5  # should be dim_head ** -0.5\n'
+                      '            self.to_qkv = nn.Linear(dim, heads * dim_head * 3, bias=False)\n'
+                      '\n'
+                      '        def forward(self, x):\n'
+                      '            q, k, v = (t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in '
+                      'self.to_qkv(x).chunk(3, dim=-1))\n'
+                      '            attn = (q @ k.transpose(-1, -2) * self.scale).softmax(dim=-1)\n'
+                      '            return (attn @ v).transpose(1, 2).flatten(2)\n'
+                      '\n'
+                      '    return Attention(), torch.randn(2, 32, 256)\n'
+                      '```\n'
+                      'Flagged at ``<model>``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def attention_scaled_by_dim_head_to_the_minus_half():\n'
+                      '    model, x = attention_with_its_scale_inverted()\n'
+                      '    model.scale = 32 ** -0.5\n'
+                      '    return model, x\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      "Use the scale ``head_dim ** -0.5`` (or leave SDPA's ``scale`` at its default):\n"
+                      '```python\n'
+                      'self.scale = dim_head ** -0.5\n'
+                      '```\n'
+                      'For oversized projections, initialise them with ``std = 1 / sqrt(fan_in)`` (or a\n'
+                      "transformer's usual 0.02) rather than ``N(0, 1)``; for a large input, normalise it\n"
+                      '(``nn.LayerNorm``) before the projections. The value path is not the cause and is never\n'
+                      'the fix.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``min-entropy`` (default ``0.5``): flag when the mean row entropy divided by\n'
+                      '  ``ln(admissible keys)`` is below this. Healthy attention at init scores 0.85 to 1; scores\n'
+                      '  with standard deviation 3 over 64 keys about 0.4; one-hot rows 0.\n'
+                      '- ``max-standard-score-std`` (default ``2``): the scores q and k would give under the usual\n'
+                      '  scale ``head_dim ** -0.5``; at or below this the projections are of a normal size and a\n'
+                      "  saturated op's cause is its scale.\n"},
+    'IL012': {'code': 'IL012',
+              'name': 'residual-growth',
+              'severity': 'warning',
+              'role': 'symptom',
+              'summary': 'A residual branch dwarfs the stream it is added to at initialisation.',
+              'options': {'max-post-norm-ratio': 1.0, 'max-branch-ratio': 4.0, 'max-embedding-ratio': 100.0},
+              'option_ranges': {'max-post-norm-ratio': (0, None),
+                                'max-branch-ratio': (0, None),
+                                'max-embedding-ratio': (0, None)},
+              'needs': ('activations',),
+              'uses': (),
+              'page': '# IL012 `residual-growth`\n'
+                      '\n'
+                      'Severity: **warning**. Role: symptom. Needs: activations.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Finds the residual additions of the model (``x + f(x)``: an ``add`` whose one input is\n'
+                      'computed from the other through at least one weight layer) and compares, at each, the\n'
+                      'scale (root mean square) of what the branch adds with the scale of the stream it is added\n'
+                      'to. It flags branches that dwarf the stream at initialisation, at the block where it\n'
+                      "happens, with the fix on the branch's output projection. Three kinds of addition have\n"
+                      'their own limit: post-norm ones (``LN(x + f(x))`` on a normalised stream: BERT, the\n'
+                      'original Transformer), the first branch added to an embedding or to the model input, and\n'
+                      'all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals).\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'After ``x_{l+1} = x_l + f_l(x_l)`` with a branch independent of the stream,\n'
+                      '``Var(x_{l+1}) = Var(x_l) + Var(f_l)``: the stream is the sum of the embedding and every\n'
+                      "earlier branch. A branch ``r`` times larger than the stream leaves the stream's earlier\n"
+                      'content (the embedding, the earlier blocks) a share ``1 / (1 + r^2)`` of the variance: the\n'
+                      'skip connection, whose point is to carry the input and the gradient through depth, is\n'
+                      'drowned. In a post-norm block the norm then rescales everything, so the identity path\n'
+                      'shrinks by ``sqrt(1 + r^2)`` at every block and compounds. In a pre-norm stack, scaling\n'
+                      "every branch alike changes nothing but the embedding's share (each branch sees a\n"
+                      'normalised input, and the final norm undoes the scale); a single block that dwarfs what\n'
+                      'the stream gathered before it does matter.\n'
+                      '\n'
+                      'Calibration. ``benchmarks/residual_training.py`` trains a small GPT (width 128, 4 blocks,\n'
+                      "GPT-2's init) on a copy task, with output projections scaled up, 2 seeds each, 250 AdamW\n"
+                      'steps; the unscaled model learns the copy (loss below 1) after about 85-110 steps:\n'
+                      '- post-norm, every block scaled: learning slows as the ratio grows (0.02 unscaled: 85\n'
+                      '  steps; 0.19: 108-118; 0.6: 192 steps in one seed, never in the other) and stops from\n'
+                      "  ratio 2 (x100) on. BERT-base's default (0.37) and ``nn.TransformerEncoder``'s (0.26) lie\n"
+                      '  in the range where this model still learns; the limit 1 sits between them and the\n'
+                      '  ratio at which it never learns (2);\n'
+                      '- pre-norm, one block (the third of four) scaled: ratio 2.6 (x10) learns 25-45% later and\n'
+                      '  its loss spikes afterwards; ratio 5 (x30) takes 1.5-2x as long, ratio 16 (x100) 1.5-2.3x;\n'
+                      '- pre-norm, every block scaled: no harm up to x1000 (the first branch 193x the\n'
+                      '  embedding); it even learns sooner (69 steps).\n'
+                      'Default initialisations stay below the limits with room to spare, measured at real width\n'
+                      'and depth: post-norm BERT-base at most 0.37, ``nn.TransformerEncoder`` 0.26; pre-norm GPT-2\n'
+                      '(12 x 768) at most 2.0 (its first MLP on 32 tokens; 2.55 on 1024), Llama (hidden 1024, 32\n'
+                      "layers) 1.5, T5-small 0.72, ViT-B/16 0.65, x-transformers' ``Decoder`` 1.34; first branches\n"
+                      'on the embedding: Llama 7.7, x-transformers 1.6, GPT-2 0.8. An embedding drowned beyond\n'
+                      '``max-embedding-ratio`` is reported as information only, since the experiment found no\n'
+                      'harm in it.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def pre_norm_transformer_with_output_projections_times_twenty():\n'
+                      '    layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True, '
+                      'norm_first=True)\n'
+                      '    model = nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False)\n'
+                      '    with torch.no_grad():\n'
+                      '        for block in model.layers:\n'
+                      "            block.linear2.weight.mul_(20)  # the MLP branch's output projection\n"
+                      '    return model, torch.randn(2, 32, 256)\n'
+                      '```\n'
+                      'Flagged at ``layers.0.linear2``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def pre_norm_transformer_at_default_init():\n'
+                      '    layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True, '
+                      'norm_first=True)\n'
+                      '    return nn.TransformerEncoder(layer, num_layers=4, enable_nested_tensor=False), torch.randn(2, '
+                      '32, 256)\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      "Initialise the branch's output projection smaller, so that what the branch adds is at\n"
+                      'most comparable with the stream (GPT-2 and nanoGPT use ``0.02 / sqrt(2 * n_layers)``):\n'
+                      '```python\n'
+                      'nn.init.normal_(block.output.dense.weight, std=0.02)\n'
+                      '```\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``max-post-norm-ratio`` (default ``1``): flag a post-norm block whose branch is larger\n'
+                      '  than the normalised stream it is added to.\n'
+                      '- ``max-branch-ratio`` (default ``4``): flag any other residual branch that exceeds the\n'
+                      '  stream by more than this factor.\n'
+                      '- ``max-embedding-ratio`` (default ``100``): report (as information) a first branch that\n'
+                      '  exceeds the embedding or model input it is added to by more than this factor.\n'},
+    'IL013': {'code': 'IL013',
+              'name': 'token-collapse',
+              'severity': 'warning',
+              'role': 'symptom',
+              'summary': 'The tokens of a sequence become near-identical through depth (rank collapse).',
+              'options': {'max-cosine': 0.95, 'min-rise': 0.3},
+              'option_ranges': {'max-cosine': (0, 1), 'min-rise': (0, 1)},
+              'needs': ('activations',),
+              'uses': (),
+              'page': '# IL013 `token-collapse`\n'
+                      '\n'
+                      'Severity: **warning**. Role: symptom. Needs: activations.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Follows how similar the tokens of one sequence are as the signal goes through depth:\n'
+                      'at every block output (the residual stream after each residual addition, or, in a stack\n'
+                      'without residual connections, the output of each attention layer) it measures the mean\n'
+                      'pairwise cosine similarity of the token vectors, and flags a sequence whose tokens have\n'
+                      'become near-identical by the last block although they were not at the start.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'At initialisation attention is close to uniform, so an attention layer replaces every\n'
+                      'token by nearly the same average of all tokens: ``softmax(Q K^T) V ~ (1/n) 1 1^T V``.\n'
+                      "Without a residual path that carries each token's own vector, the tokens' differences\n"
+                      'shrink with every layer, doubly exponentially in depth for pure attention (Dong et al.\n'
+                      '2021, "Attention is not all you need: pure attention loses rank doubly exponentially with\n'
+                      'depth"): the representation collapses to rank one. Then every token gets the same output,\n'
+                      'and the gradients of the queries and keys vanish (Noci et al. 2022, "Signal propagation in\n'
+                      'transformers: theoretical perspectives and the role of rank collapse"), so the attention\n'
+                      'cannot learn to tell the tokens apart. The mean pairwise cosine of the token vectors is 1\n'
+                      'exactly when they are all parallel.\n'
+                      '\n'
+                      'Healthy transformers drift towards it slowly at init (near-uniform attention adds the\n'
+                      'same vector to every token): GPT-2 (12 layers) ends near 0.6, Llama (32 layers) near 0.8,\n'
+                      'the T5 decoder near 0.85; attention-only stacks reach 0.99 within a few layers. A stream\n'
+                      "that attends to another sequence (a decoder's cross-attention to the encoder output) is\n"
+                      'not judged from that block on: near-uniform cross-attention adds the same summary of the\n'
+                      "other sequence to every token by design (``nn.Transformer``'s post-norm decoder reaches\n"
+                      '0.98 at its default init and trains). The\n'
+                      'similarity is measured on 2 sequences of the probe batch, 64 tokens each (2016 pairs per\n'
+                      'sequence), cheap next to the layer itself.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def attention_only_stack():\n'
+                      '    class AttentionOnly(nn.Module):\n'
+                      '        def __init__(self, dim=256, heads=8, depth=6):\n'
+                      '            super().__init__()\n'
+                      '            self.layers = nn.ModuleList(nn.MultiheadAttention(dim, heads, batch_first=True) for _ '
+                      'in range(depth))\n'
+                      '\n'
+                      '        def forward(self, x):\n'
+                      '            for attn in self.layers:\n'
+                      '                x = attn(x, x, x, need_weights=False)[0]  # no residual path\n'
+                      '            return x\n'
+                      '\n'
+                      '    return AttentionOnly(), torch.randn(2, 32, 256)\n'
+                      '```\n'
+                      'Flagged at ``layers.1``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def attention_stack_with_residuals_and_norms():\n'
+                      '    class Residual(nn.Module):\n'
+                      '        def __init__(self, dim=256, heads=8, depth=6):\n'
+                      '            super().__init__()\n'
+                      '            self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(depth))\n'
+                      '            self.layers = nn.ModuleList(nn.MultiheadAttention(dim, heads, batch_first=True) for _ '
+                      'in range(depth))\n'
+                      '\n'
+                      '        def forward(self, x):\n'
+                      '            for norm, attn in zip(self.norms, self.layers):\n'
+                      '                h = norm(x)\n'
+                      '                x = x + attn(h, h, h, need_weights=False)[0]\n'
+                      '            return x\n'
+                      '\n'
+                      '    return Residual(), torch.randn(2, 32, 256)\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Keep a residual path around every attention layer (and normalise the branch input):\n'
+                      '```python\n'
+                      'x = x + attn(norm(x), norm(x), norm(x), need_weights=False)[0]\n'
+                      '```\n'
+                      'When the model has residual connections and still collapses, its branches dwarf the\n'
+                      "stream (see IL012): scale each block's output projection down, for example by\n"
+                      '``1 / sqrt(2 * n_layers)``.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``max-cosine`` (default ``0.95``): flag when the mean pairwise cosine of the tokens at\n'
+                      '  the last block output is above this.\n'
+                      '- ``min-rise`` (default ``0.3``): and it rose by at least this much from the start of the\n'
+                      "  network (inputs that are already alike are not a collapse of the network's making).\n"},
+}
