@@ -178,3 +178,119 @@ def test_the_same_command_gives_the_same_numbers(tmp_path):
     assert len(naive) == 3 and rngs, first.stdout  # IL001 on fc1, fc2, fc3 of NaiveMLP; on ThreeRngs' layers
     for a, b in zip(naive + rngs, sum(weight_stds(other_seed), [])):
         assert a != b  # the seed reaches the build of both models
+
+
+def test_rule_catalog_is_up_to_date():
+    """The catalog ``initlint rules`` and ``explain`` read without torch is generated from the rule classes."""
+    from initlint.docs import CATALOG, catalog_source, render
+    from initlint.rules import _catalog
+
+    with open(CATALOG, encoding="utf-8") as fh:
+        assert fh.read() == catalog_source(), "initlint/rules/catalog.py is stale; run: python -m initlint.docs"
+    from initlint.rules import all_rules
+
+    rules = all_rules()
+    assert list(_catalog()) == list(rules)
+    for code, info in _catalog().items():
+        rule = rules[code]
+        assert (info.name, info.severity, info.role, info.summary) == (rule.name, rule.severity, rule.role, rule.summary)
+        assert dict(info.options) == rule.options and info.page == render(rule)
+
+
+NO_TORCH_SCRIPT = r'''
+import contextlib, io, json, sys
+from initlint.cli import main
+results = []
+for args in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code
+    results.append({"args": args, "code": code, "stdout": out.getvalue(), "stderr": err.getvalue(),
+                    "torch": "torch" in sys.modules})
+print(json.dumps(results))
+'''
+
+BAD_ARGUMENTS = [
+    (["check", "missing.py"], "missing.py: no such file"),
+    (["check", "examples/kaiming_mlp.py", "nowhere/missing.py"], "nowhere/missing.py: no such file"),
+    (["check", "examples/kaiming_mlp.py", "nowhere/"], "nowhere/: no such file or folder"),
+    (["check", "examples/kaiming_mlp.py", "--format", "yaml"], "unknown format 'yaml'"),
+    (["check", "examples/kaiming_mlp.py", "--select", "IL999"], "unknown rule code 'IL999'"),
+    (["check", "examples/kaiming_mlp.py", "--ignore", "dead-relus"], "unknown rule code 'dead-relus'"),
+    (["check", "examples/kaiming_mlp.py", "--input-shape", "4,x"], "--input-shape '4,x' is not a list"),
+    (["check", "examples/kaiming_mlp.py", "--input-shape", "4;200"], "--input-shape '4;200' is not a list"),
+    (["check", "examples/kaiming_mlp.py", "--device", "gpu"], "--device must be auto, cpu, cuda, cuda:N or mps"),
+    (["check", "examples/kaiming_mlp.py", "--fail-on", "never"], "--fail-on takes one of"),
+    (["check", "examples/kaiming_mlp.py", "--seed", "-1", "--batch-size", "0"], "--batch-size must be"),
+    (["check", "--skip-files-without-models", "README.md", "--format", "yaml"], "unknown format 'yaml'"),
+    (["explain", "IL999"], "unknown rule 'IL999'"),
+]
+
+
+def _without_torch(cases, env=None):
+    out = subprocess.run([sys.executable, "-c", NO_TORCH_SCRIPT, json.dumps(cases)], capture_output=True, text=True,
+                         cwd=ROOT, env=env or ENV, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_bad_arguments_answer_in_one_sentence_without_importing_torch():
+    """Each bad argument is refused with exit 2 and one line, before torch is imported; a fresh interpreter
+    runs them one after another and looks for torch in ``sys.modules`` after each."""
+    results = _without_torch([args for args, _ in BAD_ARGUMENTS])
+    for (args, message), result in zip(BAD_ARGUMENTS, results):
+        assert result["code"] == 2, result
+        lines = result["stderr"].strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("initlint: error: ") and message in lines[0], result
+        assert result["stdout"] == "" and not result["torch"], result
+
+
+def test_rules_and_explain_answer_without_importing_torch():
+    from initlint.docs import render
+    from initlint.rules import all_rules
+
+    listed, explained, by_name = _without_torch([["rules"], ["explain", "IL003"], ["explain", "saturated-softmax"]])
+    assert [r["code"] for r in (listed, explained, by_name)] == [0, 0, 0]
+    assert not any(r["torch"] for r in (listed, explained, by_name))
+    rows = [line.split()[:3] for line in listed["stdout"].splitlines()[2:]]
+    assert rows == [[code, rule.name, rule.severity] for code, rule in all_rules().items()]
+    assert explained["stdout"] == render(all_rules()["IL003"])
+    assert by_name["stdout"] == render(all_rules()["IL004"])
+
+
+def test_rule_plugins_are_loaded_only_for_what_the_catalog_does_not_know(tmp_path):
+    """With a plugin installed, a built-in rule is still explained without torch; the plugin's own code
+    loads the plugins (and torch) and is found; ``rules`` lists both."""
+    info = tmp_path / "initlint_example_rules-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: initlint-example-rules\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[initlint.rules]\nhuge-weight = initlint_example_rules:HugeWeight\n")
+    shutil.copy(os.path.join(ROOT, "tests", "plugin_example", "initlint_example_rules.py"), tmp_path)
+    env = dict(ENV, PYTHONPATH=os.pathsep.join([str(tmp_path), ROOT, os.environ.get("PYTHONPATH", "")]))
+    builtin, plugin = _without_torch([["explain", "IL003"], ["explain", "XA001"]], env)
+    assert builtin["code"] == 0 and not builtin["torch"] and builtin["stdout"].startswith("# IL003 `dead-relu`")
+    assert plugin["code"] == 0 and plugin["torch"] and plugin["stdout"].startswith("# XA001 `huge-weight`")
+    listed, = _without_torch([["rules"]], env)
+    assert "IL003" in listed["stdout"] and "XA001" in listed["stdout"]
+
+
+def test_input_shape_forms_and_forced_progress_lines():
+    """``8x3x32x32`` and ``(8,3,32,32)`` mean 8,3,32,32 (as --help says); INITLINT_PROGRESS=1 shows the
+    progress lines when stderr is not a terminal."""
+    from initlint.config import parse_shape
+
+    assert parse_shape("8,3,32,32") == parse_shape("8x3x32x32") == parse_shape("(8, 3, 32, 32)") == (8, 3, 32, 32)
+    helped = run("check", "--help")
+    assert "8x3x32x32" in helped.stdout and "(8,3,32,32)" in helped.stdout and "INITLINT_PROGRESS=1" in helped.stdout
+    quiet = dict(ENV)
+    quiet.pop("INITLINT_NO_PROGRESS")
+    for env, shown in ((quiet, False), (dict(quiet, INITLINT_PROGRESS="1"), True)):
+        out = subprocess.run([sys.executable, "-m", "initlint", "check", "examples/kaiming_mlp.py", "--logits",
+                              "--input-shape", "4x200"], capture_output=True, text=True, cwd=ROOT, env=env)
+        assert out.returncode == 0, out.stderr
+        assert ("initlint: loading examples/kaiming_mlp.py" in out.stderr) is shown, out.stderr
+        assert ("initlint: reporting" in out.stderr) is shown
