@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import List
 
 import pytest
+from cli_server import run_initlint
 import torch
 import torch.nn as nn
 
@@ -35,6 +36,8 @@ class M(nn.Module):
 def run_cli(*args: str, cwd: Path, script: bool = False) -> subprocess.CompletedProcess:
     command = [os.path.join(os.path.dirname(sys.executable), "initlint")] if script else [sys.executable, "-m", "initlint"]
     env = dict(os.environ, INITLINT_NO_PROGRESS="1", NO_COLOR="1")
+    if not script:
+        return run_initlint(list(args), cwd=cwd, env=env)
     return subprocess.run(command + list(args), cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_server import run_initlint
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -13,7 +14,7 @@ ENV = dict(os.environ, INITLINT_NO_PROGRESS="1", NO_COLOR="1")
 
 
 def run(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "initlint", *args], capture_output=True, text=True, cwd=cwd, env=ENV)
+    return run_initlint(list(args), cwd=cwd, env=ENV)
 
 
 def test_clean_model_exits_0():

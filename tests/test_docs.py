@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_server import run_initlint
 
 from initlint.docs import pages, readme_with_table, render
 from initlint.rules import all_rules
@@ -39,7 +40,7 @@ def test_rule_pages_are_up_to_date():
 
 def test_explain_prints_the_same_text():
     rule = all_rules()["IL003"]
-    out = subprocess.run([sys.executable, "-m", "initlint", "explain", "dead-relu"], capture_output=True, text=True)
+    out = run_initlint(["explain", "dead-relu"])
     assert out.returncode == 0
     assert out.stdout.strip() == render(rule).strip()
 

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+from cli_server import run_initlint
 import torch
 import torch.nn as nn
 
@@ -369,8 +370,7 @@ class Folded(nn.Module):
 
 
 def cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "initlint", "fix", *args], capture_output=True, text=True,
-                          cwd=cwd, env=ENV)
+    return run_initlint(["fix", *args], cwd=cwd, env=ENV)
 
 
 def test_cli_repairs_and_writes_the_code_never_the_source(tmp_path):

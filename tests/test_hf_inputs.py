@@ -7,6 +7,7 @@ import textwrap
 
 import torch
 import transformers as tf
+from cli_server import run_initlint
 
 import initlint
 from initlint.load import LoadError, infer_inputs
@@ -86,7 +87,6 @@ def test_the_command_line_audits_an_encoder_decoder_without_inputs(tmp_path):
             config = tf.T5Config(d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16, vocab_size=100)
             return tf.T5ForConditionalGeneration(config)
     """))
-    out = subprocess.run([sys.executable, "-m", "initlint", "check", f"{source}:build", "--batch-size", "2",
-                          "--format", "concise"], capture_output=True, text=True, timeout=300)
+    out = run_initlint(["check", f"{source}:build", "--batch-size", "2", "--format", "concise"])
     assert out.returncode in (0, 1), out.stderr
     assert "decoder" not in out.stderr and "Traceback" not in out.stderr

@@ -2,6 +2,7 @@
 import textwrap
 
 import pytest
+from cli_server import run_initlint
 
 import initlint
 from initlint.load import import_file
@@ -53,7 +54,6 @@ def test_text_output_uses_path_line_col(tmp_path):
 
     path = tmp_path / "net.py"
     path.write_text(SOURCE)
-    out = subprocess.run([sys.executable, "-m", "initlint", "check", "net.py", "--format", "concise"],
-                         capture_output=True, text=True, cwd=tmp_path)
+    out = run_initlint(["check", "net.py", "--format", "concise"], cwd=tmp_path)
     assert out.returncode == 1
     assert f"net.py:{line_of('self.conv1 = nn.Conv2d')}:1: IL002 [conv1]" in out.stdout

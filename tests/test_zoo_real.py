@@ -12,6 +12,8 @@ import torch
 
 from zoo_real import ZOO, audit, build
 
+pytestmark = pytest.mark.slow  # real widths and vocabularies: about a minute on 2 cores
+
 
 @pytest.fixture(scope="module", params=list(ZOO))
 def zoo_model(request):
