@@ -2,16 +2,19 @@
 fails only on real findings.
 
 The ``initlint`` hook (``language: python``) builds its own environment with torch the
-first time it runs (about three minutes here, from a local wheel); that is pre-commit's
-business, so the end-to-end test runs ``initlint-system``, the same entry with the
-initlint of this environment, through the real ``pre-commit try-repo``.
+first time it runs (about three minutes here, from a local wheel, and it needs the package
+index); that is pre-commit's business, so the end-to-end tests run ``initlint-system``, the
+same entry with the initlint of this environment, offline: through the real ``pre-commit
+try-repo``, and as the README's own configuration snippets.
 """
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,3 +139,40 @@ def test_pre_commit_hook_fails_only_on_real_findings(tmp_path):
         assert f"initlint: note: {name} skipped: Python {sys.version_info[0]}.{sys.version_info[1]} cannot parse it" \
             in out.stdout
     assert "error" not in out.stdout.lower().replace("severity", "")
+
+
+README_URL = "https://github.com/ORG/initlint"
+
+
+def _readme_snippets() -> list:
+    """The YAML blocks of the README's pre-commit section, as written there."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## pre-commit\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)
+
+
+@pytest.mark.parametrize("which", ["remote", pytest.param("local", marks=pytest.mark.slow)])
+def test_readme_snippet_runs_offline(tmp_path, which):
+    """The README's configuration, copied into a project holding a model with a finding and a plain file,
+    runs with ``pre-commit run`` offline (git may only read local repositories, pip may not reach an
+    index): the remote snippet pins a commit this repository holds, and only its URL is replaced by
+    this checkout's path."""
+    remote, local = _readme_snippets()[:2]
+    snippet = remote if which == "remote" else local
+    config = yaml.safe_load(snippet)["repos"][0]
+    if which == "remote":
+        assert config["repo"] == README_URL and re.fullmatch(r"[0-9a-f]{40}", config["rev"]), config
+        held = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", config["rev"] + "^{commit}"], env=_env())
+        assert held.returncode == 0, f"README.md pins {config['rev']}, which this repository does not hold"
+        snippet = snippet.replace(README_URL, str(ROOT))
+    assert [h["id"] for h in config["hooks"]] == ["initlint-system" if which == "remote" else "initlint"]
+    repo = tmp_path / "project"
+    _git_repo(repo)
+    (repo / ".pre-commit-config.yaml").write_text(snippet)
+    env = dict(_env(), PRE_COMMIT_HOME=str(tmp_path / "cache"), GIT_ALLOW_PROTOCOL="file", PIP_NO_INDEX="1")
+    subprocess.run(["git", "add", "."], cwd=repo, check=True, env=env)
+    out = subprocess.run([sys.executable, "-m", "pre_commit", "run", "--files", "good.py", "bad.py", "plain.py"],
+                         cwd=repo, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "Failed" in out.stdout and "bad.py:Bad" in out.stdout and "IL002" in out.stdout
+    assert "good.py:Good" in out.stdout and "1 finding(s) in 2 model(s)" in out.stdout  # plain.py: not a model
