@@ -1,6 +1,14 @@
-"""CLI start-up on files without models, and what a folder of mostly plain files costs.
+"""CLI start-up: commands that need no model, files without models, and a folder of mostly plain files.
 
-    python benchmarks/bench_startup.py [--files 100] [--folder-files 200] [--models 5] [--repeats 5]
+    python benchmarks/bench_startup.py [--files 100] [--folder-files 200] [--models 5] [--repeats 5] [--only-commands]
+
+Part 0, answers without a model: ``initlint rules``, ``initlint explain IL003`` and the
+refusal of bad arguments (a missing file, ``--format yaml``, ``--select IL999``, a malformed
+``--input-shape``) through the installed ``initlint`` script, in fresh processes next to
+``python -c pass`` and ``python -c "import torch"``: median wall time and CPU time (user +
+system, which other jobs on a shared machine disturb much less). Each command is run once
+more under ``python -X importtime``; the script fails if one imports a ``torch*`` module,
+exits with another code than expected, or takes 0.5 s of CPU time or more.
 
 Part 1, the pre-commit path: ``--files`` ordinary Python files (functions, classes,
 imports, no ``nn.Module``) in a temporary directory, timed in fresh processes:
@@ -136,6 +144,47 @@ class Net{i}(nn.Module):
 '''
 
 
+# ----------------------------------------------------------------------------- part 0
+NO_MODEL_COMMANDS = [
+    # (label, arguments of initlint, expected exit code)
+    ("initlint rules", ["rules"], 0),
+    ("initlint explain IL003", ["explain", "IL003"], 0),
+    ("initlint check missing.py", ["check", "missing.py"], 2),
+    ("initlint check net.py --format yaml", ["check", "net.py", "--format", "yaml"], 2),
+    ("initlint check net.py --select IL999", ["check", "net.py", "--select", "IL999"], 2),
+    ("initlint check net.py --input-shape 8,x", ["check", "net.py", "--input-shape", "8,x"], 2),
+]
+CPU_LIMIT = 0.5
+
+
+def part_zero(repeats: int) -> None:
+    py = sys.executable
+    script = os.path.join(os.path.dirname(py), "initlint")
+    with tempfile.TemporaryDirectory() as directory:
+        with open(os.path.join(directory, "net.py"), "w") as fh:
+            fh.write(MODEL_FILE.format(i=0))
+        commands = {"python -c pass": ([py, "-c", "pass"], 0)}
+        commands.update({label: ([script, *args], code) for label, args, code in NO_MODEL_COMMANDS})
+        commands["python -c 'import torch'"] = ([py, "-c", "import torch"], 0)
+        for argv, code in commands.values():
+            run(argv, directory, ok=(code,))  # warm the file system cache
+        samples: Dict[str, List[Tuple[float, float]]] = {k: [] for k in commands}
+        for _ in range(repeats):  # interleaved, so load on the machine hits every command alike
+            for key, (argv, code) in commands.items():
+                samples[key].append(run_timed(argv, directory, ok=(code,)))
+        imported = {label: torch_imports(["-m", "initlint", *args], directory, ok=(code,))
+                    for label, args, code in NO_MODEL_COMMANDS}
+    rows = [[k, f"{statistics.median(w for w, _ in v) * 1000:.0f}", f"{statistics.median(c for _, c in v) * 1000:.0f}",
+             str(len(imported[k])) if k in imported else ""] for k, v in samples.items()]
+    print(f"\nPart 0: commands that need no model. Median of {repeats} fresh processes.\n")
+    print(C.table(["command", "wall time (ms)", "CPU time (ms)", "torch modules imported"], rows))
+    if any(imported.values()):
+        raise SystemExit(f"FAILED: torch imported by {[k for k, v in imported.items() if v]}")
+    slow = [k for k, _, _ in NO_MODEL_COMMANDS if statistics.median(c for _, c in samples[k]) >= CPU_LIMIT]
+    if slow:
+        raise SystemExit(f"FAILED: {CPU_LIMIT} s of CPU time or more: {slow}")
+
+
 # ----------------------------------------------------------------------------- part 1
 def write_files(directory: str, count: int) -> List[str]:
     paths = []
@@ -168,10 +217,10 @@ def run_timed(argv: List[str], cwd: str, ok=(0,)) -> Tuple[float, float]:
     return elapsed, cpu
 
 
-def torch_imports(argv: List[str], cwd: str) -> List[str]:
+def torch_imports(argv: List[str], cwd: str, ok=(0,)) -> List[str]:
     traced = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=cwd, env=env(), capture_output=True,
                             text=True)
-    if traced.returncode != 0:
+    if traced.returncode not in ok:
         raise SystemExit(f"FAILED: exit {traced.returncode}: {traced.stderr.strip()[-500:]}")
     imported = [line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines()
                 if line.startswith("import time:")]
@@ -300,9 +349,13 @@ def main() -> None:
     parser.add_argument("--folder-files", type=int, default=200)
     parser.add_argument("--models", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--only-commands", action="store_true", help="part 0 alone")
     opts = parser.parse_args()
     print(f"machine: {C.machine()}")
     print(f"code: {C.revision()}")
+    part_zero(opts.repeats)
+    if opts.only_commands:
+        return
     part_one(opts.files, opts.repeats)
     part_two(opts.folder_files, opts.models, opts.repeats)
 

@@ -120,12 +120,12 @@ def _one_answer(command: Any, *args: Any) -> None:
 
 
 def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
-    from .runner import prepare
-    from .targets import TargetError, collect
-
     for target in targets:  # a typo answers at once, before a model of another target is audited
         if missing_path(target):
             _fail(missing_path(target))
+    from .runner import prepare
+    from .targets import TargetError, collect
+
     per_file = prepare(list(targets), opts)  # every option, without torch
     if per_file is None:
         sys.exit(EXIT_ERROR)
