@@ -4,13 +4,14 @@
 Importing this package does not import torch: :func:`rule_info`, :func:`find_rule` and rule
 selection read the generated :mod:`initlint.rules.catalog` (the built-in rules' metadata and
 pages, written by ``python -m initlint.docs`` from the rule classes) until the rule classes
-are needed or a rule plugin is installed. ``Rule``, ``Audit`` and the other names of
+are needed, torch is imported or a rule plugin is installed. ``Rule``, ``Audit`` and the other names of
 :mod:`initlint.rules.base` are loaded on first use.
 """
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type
 
@@ -176,9 +177,10 @@ def rule_info() -> Mapping[str, Any]:
     """Code -> each rule's code, name, severity, role, summary, options and option ranges, sorted by code.
 
     These are the rule classes once they are loaded, or when a rule plugin is installed (its
-    metadata lives in its class); before that, the built-in catalog, so that listing rules and
-    checking a selection or a rule option never import torch."""
-    if _RULES is None and not _plugins_installed():
+    metadata lives in its class) or torch is imported already (the classes then cost little to load,
+    and a rule added since the catalog was generated still counts); before that, the built-in
+    catalog, so that listing rules and checking a selection or a rule option never import torch."""
+    if _RULES is None and "torch" not in sys.modules and not _plugins_installed():
         return _catalog()
     return all_rules()
 
@@ -188,7 +190,7 @@ def find_rule(code_or_name: str) -> Any:
     its :class:`RuleInfo`, or its class once the rules are loaded. Rule plugins are loaded only for a
     code or name the catalog does not know."""
     found = _lookup(_RULES if _RULES is not None else _catalog(), code_or_name)
-    if found is None and _RULES is None and _plugins_installed():
+    if found is None and _RULES is None and ("torch" in sys.modules or _plugins_installed()):
         found = _lookup(all_rules(), code_or_name)
     if found is None:
         raise _unknown_rule(code_or_name)
