@@ -162,9 +162,27 @@ def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
               help="A pyproject.toml to read [tool.initlint] from.")
 def fix(target: str, **opts: Any) -> None:
     """Re-initialise what the findings blame in the model TARGET and print the code of the repair."""
+    _one_answer(_fix, target, opts)
+
+
+def _fix(target: str, opts: Dict[str, Any]) -> None:
+    from .config import ConfigError, check_flags, parse_shape
+    from .errors import UsageError
+    from .rules import UnknownCode, select_rules
+
+    if missing_path(target):  # the command line's own values, checked before torch is imported
+        _fail(missing_path(target))
+    try:
+        check_flags(opts)
+        for text in opts.get("input_shapes") or ():
+            parse_shape(text)
+        select_rules([c for v in opts.get("select") or () for c in v.split(",")] or None,
+                     [c for v in opts.get("ignore") or () for c in v.split(",")])
+    except (ConfigError, UsageError, UnknownCode) as exc:
+        _fail(str(exc))
     from .fix_cli import run_fix
 
-    _one_answer(lambda: sys.exit(run_fix(target, opts)))
+    sys.exit(run_fix(target, opts))
 
 
 @main.command("rules")

@@ -229,6 +229,10 @@ BAD_ARGUMENTS = [
     (["check", "examples/kaiming_mlp.py", "--seed", "-1", "--batch-size", "0"], "--batch-size must be"),
     (["check", "--skip-files-without-models", "README.md", "--format", "yaml"], "unknown format 'yaml'"),
     (["explain", "IL999"], "unknown rule 'IL999'"),
+    (["fix", "missing.py"], "missing.py: no such file"),
+    (["fix", "examples/naive_mlp.py", "--select", "IL999"], "unknown rule code 'IL999'"),
+    (["fix", "examples/naive_mlp.py", "--input-shape", "4,x"], "--input-shape '4,x' is not a list"),
+    (["fix", "examples/naive_mlp.py", "--device", "tpu"], "--device must be auto, cpu, cuda, cuda:N or mps"),
 ]
 
 
