@@ -1,27 +1,24 @@
 """The findings table: shared by the text format and :meth:`Report.assert_clean`.
 
 It reads findings by their fields only, so it imports neither the report nor the formats.
+Files are named as every format names them (:func:`initlint.locate.shown_path`).
 """
 from __future__ import annotations
 
-import os
 from typing import Any, Sequence
 
 from tabulate import tabulate
 
-
-def relpath(path: str) -> str:
-    """Path relative to the working directory when it lies below it."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
+from .locate import is_library, shown_path
 
 
 def where(f: Any) -> str:
-    """``path:line:col`` (col is always 1) or ``-``."""
-    return f"{relpath(f.location[0])}:{f.location[1]}:1" if f.location else "-"
+    """``path:line:col`` (col is always 1) in the user's files, ``package/file.py:line`` in an installed
+    library (not a place to edit, so no column), or ``-``."""
+    if not f.location:
+        return "-"
+    path, line = f.location
+    return f"{shown_path(path)}:{line}" if is_library(path) else f"{shown_path(path)}:{line}:1"
 
 
 SEVERITY_COLOURS = {"info": "36", "warning": "33", "error": "31"}
