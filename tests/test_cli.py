@@ -47,7 +47,7 @@ def test_json_document_schema():
     out = run("check", "examples/naive_mlp.py", "examples/kaiming_mlp.py", "--logits", "--format", "json")
     assert out.returncode == 1
     doc = json.loads(out.stdout)
-    assert set(doc) == {"initlint", "results"}
+    assert set(doc) == {"initlint", "results", "notes"} and doc["notes"] == []
     assert [r["model"] for r in doc["results"]] == ["NaiveMLP", "KaimingMLP"]
     for result in doc["results"]:
         assert {"target", "model", "device", "capture", "findings", "error"} <= set(result)
