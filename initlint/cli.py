@@ -142,7 +142,8 @@ def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
         _fail(found.nothing)
     from .runner import run_check
 
-    code = run_check(found.targets, opts, progress=show_progress(), implicit=found.implicit, per_file=per_file)
+    code = run_check(found.targets, opts, progress=show_progress(), implicit=found.implicit, per_file=per_file,
+                     notes=found.notes)
     sys.exit(code)
 
 
