@@ -517,16 +517,30 @@ def init_call(kind: str, std: float, fan_in: int, param: Optional[torch.Tensor])
 
 
 # ------------------------------------------------------------------------------------ LSUV
+def transposed_linear(module: nn.Module) -> bool:
+    """A Linear whose weight is stored transposed, ``(in, out)`` with ``y = x @ W + b``: HF's ``Conv1D``
+    (GPT-2, GPT-J's ancestors), recognised by its class name, its 2-D weight and its ``nf`` (out features)
+    without importing transformers."""
+    weight = getattr(module, "weight", None)
+    return type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.dim() == 2 \
+        and getattr(module, "nf", None) == weight.shape[1]
+
+
 def lsuv_possible(model: nn.Module, op: Op) -> bool:
-    """The op is a Linear/Conv module's own call, whose output a forward hook sees as ``W x + b``."""
-    if not op.attrs.get("module_op") or op.kind not in O.WEIGHT_KINDS:
+    """The op is a Linear/Conv module's own call (or a ``Conv1D``'s), whose output a forward hook sees as
+    ``W x + b``."""
+    if op.kind not in O.WEIGHT_KINDS:
         return False
     try:
         module = model.get_submodule(op.module)
     except AttributeError:
         return False
     own = f"{op.module}.weight" if op.module else "weight"
-    return isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) and op.params.get("weight") == own \
+    if op.params.get("weight") != own:
+        return False
+    if transposed_linear(module):
+        return True  # its forward is one addmm: the op is the module's output
+    return bool(op.attrs.get("module_op")) and isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) \
         and not isinstance(module, nn.modules.conv._ConvTransposeNd)
 
 

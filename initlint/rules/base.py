@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import textwrap
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -626,6 +627,40 @@ def lsuv_stretch(plan: RepairPlan, module: str, rule: str, why: str, *, from_lay
                   max_factor=SYMPTOM_MAX_FACTOR, fallback_std=fallback(layer))
 
 
+BRANCH_GAIN_MAX = 3.0
+"""A weight layer whose gain ``std * sqrt(fan_in)`` exceeds this is off in scale: twice He's sqrt(2) for
+ReLU, and well above every default init of a transformer (GPT-2's 0.02 at width 768 is 0.55, PyTorch's
+``nn.Linear`` 0.58, Llama's 0.02 at width 4096 is 1.28)."""
+
+
+def gain_of(audit: AuditContext, op: Op, name: Optional[str] = None) -> Tuple[float, int]:
+    """``(std * sqrt(fan_in), fan_in)`` of ``op``'s weight (or of the parameter ``name``, stored ``(out, in, ...)``)."""
+    name = name or op.params.get("weight", "")
+    weight = audit.param(name)
+    if weight is None or weight.dim() < 2:
+        return 0.0, 1
+    fan = (audit.fan_in(op) if name == op.params.get("weight") else None) or int(weight[0].numel())
+    std = float(weight.detach().float().pow(2).mean().sqrt())
+    return std * math.sqrt(fan), fan
+
+
+def reference_std(plan: RepairPlan, op: Op, name: Optional[str] = None) -> float:
+    """The std a weight layer off in scale is redrawn with: the median std of its peers (the parameters of the
+    same shape whose names differ only in block numbers, ``h.0.mlp.c_fc.weight`` for ``h.1.mlp.c_fc.weight``)
+    when they are of a sound scale, else ``gain / sqrt(fan_in)`` for the activation after it."""
+    name = name or op.params["weight"]
+    weight = plan.ctx.param(name)
+    gain, fan = gain_of(plan.ctx, op, name)
+    pattern = re.sub(r"\d+", "#", name)
+    peers = sorted(float(p.detach().float().pow(2).mean().sqrt()) for n, p in plan.ctx.model.named_parameters()
+                   if n != name and weight is not None and p.shape == weight.shape and re.sub(r"\d+", "#", n) == pattern)
+    if peers:
+        median = peers[len(peers) // 2]
+        if 0 < median * math.sqrt(fan) <= BRANCH_GAIN_MAX:
+            return median
+    return activation_gain(plan.graph, op) / math.sqrt(fan)
+
+
 def output_weight(op: Op) -> Optional[str]:
     """The weight of a branch's last layer: its own, or an attention op's output projection."""
     if op.kind == "attention":  # nn.MultiheadAttention: its output projection is inside the op
@@ -639,19 +674,30 @@ def self_residual_count(audit: AuditContext) -> int:
 
 
 def shrink_branch(plan: RepairPlan, res: Residual, rule: str, why: str) -> None:
-    """Depth-aware init of a residual branch's last layer: its textbook std ``1 / sqrt(fan_in)`` over
-    ``sqrt(N)`` for the model's ``N`` residual additions (GPT-2's ``1 / sqrt(2 * n_layer)``), so that
-    the ``N`` branches together add a variance comparable with one layer's. Never grows the layer."""
-    proj = res.layers[-1]
-    name = output_weight(proj)
-    weight = plan.ctx.param(name) if name else None
-    if weight is None or weight.dim() < 2:
+    """Repair a residual branch that dwarfs its stream. A layer of the branch whose gain exceeds
+    ``BRANCH_GAIN_MAX`` is off: it is redrawn at :func:`reference_std` (the branch's last layer is not to
+    blame for an oversized layer before it). With no such layer, the last layer gets the depth-aware init:
+    its textbook std ``1 / sqrt(fan_in)`` over ``sqrt(N)`` for the model's ``N`` residual additions
+    (GPT-2's ``1 / sqrt(2 * n_layer)``), so that the ``N`` branches together add about one layer's variance;
+    never larger than it is."""
+    layers = [(op, output_weight(op)) for op in res.layers]
+    layers = [(op, name) for op, name in layers if name and plan.ctx.param(name) is not None]
+    if not layers:
         return
-    fan = (plan.ctx.fan_in(proj) if name == proj.params.get("weight") else None) or int(weight[0].numel())
+    off = [(op, name) for op, name in layers if gain_of(plan.ctx, op, name)[0] > BRANCH_GAIN_MAX]
+    for op, name in off:
+        own = name == op.params.get("weight")
+        gain, _ = gain_of(plan.ctx, op, name)
+        std = reference_std(plan, op, name)
+        plan.redraw(op, std, rule, f"{why}: {op.module or '<model>'} has gain {fmt(gain)} (std x sqrt(fan_in); "
+                    f"limit {fmt(BRANCH_GAIN_MAX)}), redrawn at std {fmt(std)}", param=None if own else name)
+    if off:
+        return
+    proj, name = layers[-1]
+    gain, fan = gain_of(plan.ctx, proj, name)
     adds = self_residual_count(plan.ctx)
     std = 1.0 / math.sqrt(fan * adds)
-    now = float(weight.detach().float().pow(2).mean().sqrt())
-    if not now > std:
-        return
-    plan.redraw(proj, std, rule, f"{why}: 1/sqrt(fan_in {fan}) / sqrt({adds} residual additions), "
-                f"weight std {fmt(now)} -> {fmt(std)}", param=None if name == proj.params.get("weight") else name)
+    now = gain / math.sqrt(fan)
+    if now > std:
+        plan.redraw(proj, std, rule, f"{why}: 1/sqrt(fan_in {fan}) / sqrt({adds} residual additions), "
+                    f"weight std {fmt(now)} -> {fmt(std)}", param=None if name == proj.params.get("weight") else name)
