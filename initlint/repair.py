@@ -20,7 +20,7 @@ and ``plan.data_driven(op)``. A rule whose finding another repair usually remove
 ``repair_after_causes = True``; ``Rule.repairs(finding)`` says which findings a repair can act on.
 
 ``method`` decides how a layer's scale is repaired: ``analytic`` from its fans and the gain
-of its activation (IL001's own target), ``lsuv`` from measurements, ``auto`` analytic where
+of its activation (the init-scale rule's own target), ``lsuv`` from measurements, ``auto`` analytic where
 the gain is known and measured where it is not (custom activations, residual branches).
 
 Every step is applied in place under ``torch.no_grad`` and written into
@@ -76,7 +76,7 @@ class Change:
     name: str
     """Qualified parameter name (``layers.3.weight``)."""
     rule: str
-    """The code(s) of the finding(s) that asked for it (``IL001``; ``IL001, IL004`` when two did)."""
+    """The code(s) of the finding(s) that asked for it (one code, or two joined by a comma when two did)."""
     module: str
     before_std: float
     """Measured std of the parameter before the fix."""
@@ -173,7 +173,7 @@ def fix(model: nn.Module, example_inputs: Any = None, *, method: str = "auto", s
         ignore: Optional[Iterable[str]] = None, seed: int = 0, **audit_options: Any) -> FixReport:
     """Audit ``model``, re-initialise in place only what the findings blame, and re-audit.
 
-    ``method``: ``analytic`` (fans and gains: the std IL001 computes), ``lsuv`` (scale
+    ``method``: ``analytic`` (fans and gains: the std the init-scale rule computes), ``lsuv`` (scale
     factors measured on the probe batch, layer after layer) or ``auto`` (analytic where the
     gain of the next activation is known, LSUV for custom activations and residual
     branches). ``seed`` seeds the generator of fresh draws and the probe. Other keywords
@@ -302,7 +302,7 @@ class LsuvRequest:
     tolerance: float = 1.0
     """Leave the layer alone when its factor is within this ratio of 1 (1: always rescale)."""
     max_factor: Optional[float] = None
-    """At most this factor either way (symptom repairs of layers whose scale IL001 accepts)."""
+    """At most this factor either way (symptom repairs of layers whose scale the init-scale rule accepts)."""
 
 
 class Planner:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Type
 
 from ..errors import UnknownCode
-from .base import ROLES, Audit, AuditContext, Example, Rule, order_by_uses
+from .base import ROLES, Audit, AuditContext, Example, RepairPlan, Rule, order_by_uses
 
-__all__ = ["Audit", "AuditContext", "Example", "Rule", "all_rules", "get_rule", "select_rules", "resolve_selection",
+__all__ = ["Audit", "AuditContext", "Example", "RepairPlan", "Rule", "all_rules", "get_rule", "select_rules", "resolve_selection",
            "Selection", "with_uses", "plugin_errors", "UnknownCode"]
 
 ENTRY_POINT_GROUP = "initlint.rules"
