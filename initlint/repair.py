@@ -330,9 +330,14 @@ class Planner:
                 self._handle(f, rule)
         if (self.steps or self.requests) and not self.last:
             return  # the re-audit judges the symptoms once their causes are repaired
-        for f, rule in findings:
-            if rule.repair_after_causes and not self.through_cause(f):
-                self._handle(f, rule)
+        # a symptom at one place names its layer; one about a stretch (drift through depth) is measured over
+        # every layer of the stretch and often follows from the other: it waits for their re-audit
+        for stretch in (False, True):
+            if stretch and (self.steps or self.requests) and not self.last:
+                return
+            for f, rule in findings:
+                if rule.repair_after_causes and bool(rule.stretch) == stretch and not self.through_cause(f):
+                    self._handle(f, rule)
 
     def _handle(self, finding: Finding, rule: Any) -> None:
         instance = rule(**self.rule_options(rule))
