@@ -146,7 +146,7 @@ class FixReport:
 
     @property
     def remaining(self) -> List[Finding]:
-        """Warnings and errors left after the fix that a repair handler exists for."""
+        """Warnings and errors left after the fix that their rule's repair can act on."""
         return [f for f in self.after.findings if repairable(f)]
 
     @property
@@ -423,7 +423,7 @@ class Planner:
             self.notes.append(text)
 
     def _claim(self, name: str, module: str) -> bool:
-        """One step per parameter and round; the first handler to ask wins."""
+        """One step per parameter and round; the first repair to ask wins."""
         if name in {s.param for s in self.steps} or name in {r.op.params["weight"] for r in self.requests}:
             return False
         self._planned.add(module)
