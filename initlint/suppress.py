@@ -90,7 +90,6 @@ def normalise_ignores(value: Any, where: str = "per_module_ignores") -> Dict[str
 def unknown_code(per_module_ignores: Mapping[str, Sequence[str]]) -> Optional[Tuple[str, str]]:
     """The first ``(code, pattern)`` whose code matches no registered rule, if any."""
     from .rules import all_rules
-    from .rules.il010_unused_suppression import UnusedSuppression
 
     registry = all_rules()
     for pattern, codes in per_module_ignores.items():
