@@ -10,7 +10,8 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Op
 from ..report import Finding
-from .base import AuditContext, Example, Residual, Rule, fmt, measured, py_path, residuals_of
+from .base import (AuditContext, Example, RepairPlan, Residual, Rule, fmt, measured, py_path, residuals_of,
+                   shrink_branch)
 
 
 
@@ -94,6 +95,7 @@ class ResidualGrowth(Rule):
     needs = frozenset({"activations"})
     summary = "A residual branch dwarfs the stream it is added to at initialisation."
     role = "symptom"
+    repair_after_causes = True
     bad = (Example(pre_norm_transformer_with_output_projections_times_twenty, expect={"layers.0.linear2"}),)
     good = (Example(pre_norm_transformer_at_default_init),)
     options = {"max-post-norm-ratio": 1.0, "max-branch-ratio": 4.0, "max-embedding-ratio": 100.0}
@@ -130,6 +132,17 @@ class ResidualGrowth(Rule):
         severity = "info" if place == "embedding" else None  # no measured harm: worth knowing, not failing
         return self.finding(audit, proj, message, _fix(audit, proj, ratio), value=ratio, threshold=limit,
                             severity=severity)
+
+    # ------------------------------------------------------------------ repair (initlint.fix)
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """The branch ending at ``module``: redraw a layer of it that is off in scale, else give its last
+        layer the depth-aware init (``shrink_branch`` in ``rules/base.py``)."""
+        if plan.through_cause(finding):
+            return
+        for res in residuals_of(plan.ctx):
+            if res.layers[-1].module == module:
+                shrink_branch(plan, res, self.code, "the residual branch dwarfs the stream")
+                return
 
 
 _LIMITS = {"embedding": "max-embedding-ratio", "post-norm": "max-post-norm-ratio", "stream": "max-branch-ratio"}
