@@ -11,6 +11,9 @@ slower; the corrupted layers do not depend on it). Task: a copy task built in co
 tokens out of 64, then the same 12 again; the loss is the cross-entropy on the repeated half
 (``ln 64 = 4.16`` for a guess). AdamW (lr 3e-4, batch 8, fixed data order per seed), one thread.
 
+``LAYER*K`` multiplies the layer's weight by K instead (``h.0.mlp.c_proj*50``: the output
+projection scaled up, as in IL012's calibration, benchmarks/residual_training.py).
+
 For each corrupted layer (``none``: the intact model) and seed it reports the mean copy loss
 over the last 25 steps, and once per layer initlint's findings at init on the same model (all
 rules, a 2 x 23 token probe) and the branch-to-stream ratio IL012 measures at the corrupted
@@ -48,8 +51,10 @@ def build(layer: Optional[str], seed: int) -> torch.nn.Module:
                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     model = tf.GPT2LMHeadModel(config)
     if layer:
+        name, _, factor = layer.partition("*")
         with torch.no_grad():
-            model.transformer.get_submodule(layer).weight.normal_(0.0, 1.0)
+            weight = model.transformer.get_submodule(name).weight
+            weight.mul_(float(factor)) if factor else weight.normal_(0.0, 1.0)
     return model
 
 
@@ -85,7 +90,7 @@ def verdict(model: torch.nn.Module, layer: Optional[str]) -> str:
     if not layer:
         return found
     audit = Audit(model=model, graph=report.graph, probe=report.probe)
-    block = "transformer." + layer.rsplit(".", 1)[0]
+    block = "transformer." + layer.split("*")[0].rsplit(".", 1)[0]
     for res in residual_adds(report.graph):
         if res.layers[-1].module.startswith(block):
             stream, branch = measured(audit, res.stream), measured(audit, res.branch)

@@ -38,8 +38,11 @@ class ResidualGrowth(Rule):
     Finds the residual additions of the model (``x + f(x)``: an ``add`` whose one input is
     computed from the other through at least one weight layer) and compares, at each, the
     scale (root mean square) of what the branch adds with the scale of the stream it is added
-    to. It flags branches that dwarf the stream at initialisation, at the block where it
-    happens, with the fix on the branch's output projection. Three kinds of addition have
+    to. It flags branches that dwarf the stream at initialisation, at the layer the excess comes
+    from: a weight layer of the branch whose scale is more than 4x what a sound init gives it
+    (``gain / sqrt(fan_in)`` for the activation after it) or 4x the same layer in the other
+    blocks (``h.0.mlp.c_fc`` for ``h.1.mlp.c_fc``), else the branch's output projection.
+    Three kinds of addition have
     their own limit: post-norm ones (``LN(x + f(x))`` on a normalised stream: BERT, the
     original Transformer), the first branch added to an embedding or to the model input, and
     all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals).
@@ -77,8 +80,16 @@ class ResidualGrowth(Rule):
     harm in it.
 
     ## Fix
-    Initialise the branch's output projection smaller, so that what the branch adds is at
-    most comparable with the stream (GPT-2 and nanoGPT use ``0.02 / sqrt(2 * n_layers)``):
+    When one layer of the branch is out of scale (a weight drawn with ``randn``, a layer
+    multiplied by mistake), re-initialise that layer, at the scale of the same layer in the
+    other blocks or of a sound init for its fan-in; shrinking the healthy output projection to
+    compensate would hide it:
+    ```python
+    nn.init.normal_(model.transformer.h[1].mlp.c_fc.weight, std=0.02)  # as transformer.h.0.mlp.c_fc
+    ```
+    When every layer is at a sound scale, initialise the branch's output projection smaller,
+    so that what the branch adds is at most comparable with the stream (GPT-2 and nanoGPT use
+    ``0.02 / sqrt(2 * n_layers)``):
     ```python
     nn.init.normal_(block.output.dense.weight, std=0.02)
     ```
@@ -190,7 +201,7 @@ def _names(modules: List[str], most: int = 2) -> str:
 
 def _over_scaled(audit: AuditContext, layers: List[Op]) -> List[_Scaled]:
     """The weight layers of a branch more than ``OVER_SCALED`` times a sound init's scale or their
-    siblings', the largest excess first."""
+    siblings', in the order the signal passes them."""
     found = []
     for op in layers:
         name = op.params.get("weight")
@@ -206,7 +217,7 @@ def _over_scaled(audit: AuditContext, layers: List[Op]) -> List[_Scaled]:
                          statistics.median(r for _, r in siblings) if sound_siblings else None)
         if scaled.excess > OVER_SCALED:
             found.append(scaled)
-    return sorted(found, key=lambda s: -s.excess)
+    return found
 
 
 def _culprit_fix(culprits: List[_Scaled]) -> str:
