@@ -14,10 +14,12 @@ tokens out of 64, then the same 12 again; the loss is the cross-entropy on the r
 ``LAYER*K`` multiplies the layer's weight by K instead (``h.0.mlp.c_proj*50``: the output
 projection scaled up, as in IL012's calibration, benchmarks/residual_training.py).
 
-For each corrupted layer (``none``: the intact model) and seed it reports the mean copy loss
-over the last 25 steps, and once per layer initlint's findings at init on the same model (all
+For each corrupted layer (``none``: the intact model) and seed it reports ``steps<1``, the
+first step at which the running mean copy loss (over 10 steps) drops below 1 (``-``: never),
+the mean loss over all steps (how fast it learns) and over the last 25, and once per layer initlint's findings at init on the same model (all
 rules, a 2 x 23 token probe) and the branch-to-stream ratio IL012 measures at the corrupted
-block. Training "suffers" when the loss stays clearly above the intact model's.
+block. Training "suffers" when the copy is learnt clearly later than by the intact model, or
+its loss stays clearly above.
 
 Write-up: docs/benchmarks.md ("One corrupted layer in GPT-2").
 """
@@ -79,6 +81,14 @@ def train(model: torch.nn.Module, steps: int, seed: int) -> List[float]:
     return losses
 
 
+def first_below(losses: List[float], level: float = 1.0, window: int = 10) -> str:
+    """The first step at which the running mean loss (over ``window`` steps) is below ``level``."""
+    for i in range(window, len(losses) + 1):
+        if sum(losses[i - window:i]) / window < level:
+            return str(i)
+    return "-"
+
+
 def verdict(model: torch.nn.Module, layer: Optional[str]) -> str:
     """initlint's findings at init, and IL012's branch-to-stream ratio at the corrupted block."""
     import initlint
@@ -113,7 +123,7 @@ def main() -> None:
     rows = []
     for name in opts.layers.split(","):
         layer = None if name == "none" else name
-        finals = []
+        finals, reached, means = [], [], []
         start = time.time()
         found = verdict(build(layer, seeds[0]), layer)
         if not opts.steps:
@@ -122,17 +132,20 @@ def main() -> None:
         for seed in seeds:
             losses = train(build(layer, seed), opts.steps, seed)
             finals.append(statistics.mean(losses[-25:]))
-        per_seed = ", ".join(f"{x:.3f}" for x in finals)
-        spread = f" +- {statistics.stdev(finals):.2f}" if len(finals) > 1 else ""
-        rows.append([name, f"{statistics.mean(finals):.3f}{spread}", per_seed, found])
-        print(f"  {name}: loss {statistics.mean(finals):.3f}{spread} ({per_seed}); initlint: {found} "
+            reached.append(first_below(losses))
+            means.append(statistics.mean(losses))
+        final = f"{statistics.mean(finals):.3f} ({', '.join(f'{x:.3f}' for x in finals)})"
+        mean = f"{statistics.mean(means):.2f} ({', '.join(f'{x:.2f}' for x in means)})"
+        rows.append([name, ", ".join(reached), mean, final, found])
+        print(f"  {name}: steps<1 {reached}, mean loss {mean}, final {final}; initlint: {found} "
               f"({time.time() - start:.0f} s)", flush=True)
     if not rows:
         return
     print()
-    print(f"Copy-task loss (ln 64 = 4.16 for a guess) after {opts.steps} steps, last 25, seeds {opts.seeds}.")
+    print(f"Copy-task loss (ln 64 = 4.16 for a guess) over {opts.steps} steps, seeds {opts.seeds}.")
     print()
-    print(C.table(["redrawn at std 1", f"loss@{opts.steps} mean", "per seed", "initlint at init"], rows))
+    print(C.table(["corrupted layer", "steps<1 per seed", f"mean loss, steps 1-{opts.steps}",
+                   "loss, last 25 steps", "initlint at init"], rows))
 
 
 if __name__ == "__main__":
