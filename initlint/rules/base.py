@@ -288,6 +288,15 @@ def downstream(graph: Graph, op: Op, limit: int = 64) -> List[Op]:
     return found
 
 
+def activation_after(terms: List[Op]) -> Tuple[str, Tuple[float, float]]:
+    """The activation among ``terms`` (what :func:`downstream` found after a weight layer) and the gain
+    band ``(lo, hi)`` it needs; ``identity`` with gain 1 when none follows."""
+    act_op = next((t for t in terms if t.kind in O.ACTIVATIONS), None)
+    if act_op is None:
+        return "identity", O.IDENTITY.band({})
+    return act_op.kind, O.ACTIVATIONS[act_op.kind].band(act_op.attrs)
+
+
 _KAIMING = {"relu": "relu", "relu6": "relu", "leaky_relu": "leaky_relu", "prelu": "leaky_relu",
             "rrelu": "leaky_relu", "tanh": "tanh", "hardtanh": "tanh", "softsign": "tanh", "sigmoid": "sigmoid",
             "hardsigmoid": "sigmoid", "selu": "linear", "identity": "linear"}

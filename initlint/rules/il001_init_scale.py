@@ -10,7 +10,7 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Op
 from ..report import Finding
-from .base import AuditContext, Example, RepairPlan, Rule, downstream, fmt, init_fix
+from .base import AuditContext, Example, RepairPlan, Rule, activation_after, downstream, fmt, init_fix
 
 
 
@@ -165,9 +165,7 @@ class InitScale(Rule):
             terms = downstream(audit.graph, op)
             if any(t.kind in O.NORM_KINDS for t in terms):
                 continue
-            act_op = next((t for t in terms if t.kind in O.ACTIVATIONS), None)
-            act_kind = act_op.kind if act_op is not None else "identity"
-            lo, hi = O.ACTIVATIONS[act_kind].band(act_op.attrs if act_op is not None else {})
+            act_kind, (lo, hi) = activation_after(terms)
             band = (lo / math.sqrt(fan), hi / math.sqrt(fan))
             std = stats["rms"]
             if std <= 0:
