@@ -232,15 +232,39 @@ def draw_of(t: torch.Tensor, full: bool = False) -> Draw:
 
 
 def _scan(t: torch.Tensor, found: Draw) -> None:
-    tiny = torch.finfo(t.dtype).tiny
     flat = t.detach().reshape(-1)
     for i in range(0, flat.numel(), _CHUNK):
         chunk = flat[i:i + _CHUNK]
-        finite = torch.isfinite(chunk)
-        size = torch.where(finite, chunk.abs(), 0)
-        found.absmax = max(found.absmax, float(size.max())) if size.numel() else found.absmax
-        found.denormal += int(((size < tiny) & (size > 0)).sum())
-        found.finite = found.finite and bool(finite.all())
+        if chunk.numel() and not (t.dtype == torch.float32 and _plain_float32(chunk, found)):
+            _count(chunk, found)
+
+
+_FLOAT32_INF = 0x7F800000
+_FLOAT32_HUGE = 0x60AD78EC  # the bits of 1e20
+_FLOAT32_NORMAL = 0x00800000  # the bits of the smallest normal float32
+
+
+def _plain_float32(chunk: torch.Tensor, found: Draw) -> bool:
+    """True when a float32 chunk holds no denormal, huge or non-finite value (its maximum magnitude is recorded).
+
+    Magnitudes of float32 values order as their bits do, so two integer reductions decide it."""
+    bits = chunk.view(torch.int32) & 0x7FFFFFFF
+    low, high = (int(v) for v in torch.aminmax(bits))
+    if low == 0:  # exact zeros: the smallest magnitude that is not zero
+        low = int(torch.where(bits == 0, _FLOAT32_INF, bits).min())
+    if high >= _FLOAT32_HUGE or 0 < low < _FLOAT32_NORMAL:
+        return False
+    found.absmax = max(found.absmax, float(torch.tensor([high], dtype=torch.int32).view(torch.float32)))
+    return True
+
+
+def _count(chunk: torch.Tensor, found: Draw) -> None:
+    tiny = torch.finfo(chunk.dtype).tiny
+    finite = torch.isfinite(chunk)
+    size = torch.where(finite, chunk.abs(), 0)
+    found.absmax = max(found.absmax, float(size.max()))
+    found.denormal += int(((size < tiny) & (size > 0)).sum())
+    found.finite = found.finite and bool(finite.all())
 
 
 def same(a: Draw, b: Draw, tol: float) -> bool:
@@ -454,20 +478,29 @@ class _Declared:
     """Parameter -> the module whose ``reset_parameters()`` gave it its default (a tied weight: the last one)."""
 
 
-def _declare_applied(copy_unit: nn.Module, path: str, originals: List[nn.Module],
-                     owners: Dict[int, _Owner]) -> _Declared:
-    """PyTorch's defaults, then each module's own ``_init_weights``, then the whole declared init (children
-    first), on the private copy; each pass keeps the statistics of what it wrote."""
-    modules = _post_order(copy_unit, path)
-    by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
-    tensors = {_join(path, n): p for n, p in copy_unit.named_parameters()}
+def _declare_applied(make_copy: Callable[[], nn.Module], path: str, originals: List[nn.Module],
+                     owners: Dict[int, _Owner], differs: Callable[[str, Draw], bool]) -> _Declared:
+    """The whole declared init (children first) on a private copy; when it differs from what a parameter
+    holds, PyTorch's defaults and then each module's own ``_init_weights`` on a second copy, to tell
+    where the parameter was left. Each pass keeps the statistics of what it wrote."""
     result = _Declared({}, {}, {}, {}, {})
+    private = make_copy()
+    modules = _post_order(private, path)
+    by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
+    tensors = {_join(path, n): p for n, p in private.named_parameters()}
+    result.full = _pass(tensors, [(p, m, _owner_step(owners, by_copy[id(m)], m)) for p, m in modules],
+                        result.writer)
+    if not any(differs(n, d) for n, d in result.full.items()):
+        return result  # an intact model costs one pass
+    del private, modules, tensors, by_copy
+    private = make_copy()
+    modules = _post_order(private, path)
+    by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
+    tensors = {_join(path, n): p for n, p in private.named_parameters()}
     result.default = _pass(tensors, [(p, m, _torch_reset(m)) for p, m in modules], result.reset_by)
     own_steps = [(p, m, _owner_step(owners, by_copy[id(m)], m)) for p, m in modules
                  if any(True for _ in m.parameters(recurse=False))]
     result.own = _pass(tensors, own_steps)
-    result.full = _pass(tensors, [(p, m, _owner_step(owners, by_copy[id(m)], m)) for p, m in modules],
-                        result.writer)
     return result
 
 
@@ -570,9 +603,12 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
                    params: Dict[str, torch.Tensor], actual: Dict[str, Draw], judged: set,
                    empty: Dict[str, Verdict], tol: float) -> Iterator[Verdict]:
     originals = [m for _, m in _post_order(unit, path)] if whole else [unit]
+    def differs(name: str, declared: Draw) -> bool:
+        return name in params and name not in judged and not same(actual[name], declared, tol)
+
     try:
         with _own_random_stream():
-            dec = _declare_applied(_private_copy(model, unit, whole), path, originals, owners)
+            dec = _declare_applied(lambda: _private_copy(model, unit, whole), path, originals, owners, differs)
     except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
         return
     modules = dict(unit.named_modules(prefix=path)) if whole else {path: unit}
@@ -606,9 +642,13 @@ def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, pa
         with _own_random_stream():
             private = _private_copy(model, scope, True)
             tensors = {_join(path, n): p for n, p in private.named_parameters()}
-            reset_by: Dict[str, str] = {}
-            default = _pass(tensors, [(p, m, _torch_reset(m)) for p, m in _post_order(private, path)], reset_by)
             full = _pass(tensors, [(path, private, getattr(private, method))])
+            reset_by: Dict[str, str] = {}
+            default: Dict[str, Draw] = {}
+            if any(n in params and n not in judged and not same(actual[n], d, tol) for n, d in full.items()):
+                private = _private_copy(model, scope, True)
+                tensors = {_join(path, n): p for n, p in private.named_parameters()}
+                default = _pass(tensors, [(p, m, _torch_reset(m)) for p, m in _post_order(private, path)], reset_by)
     except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
         return
     modules = dict(scope.named_modules(prefix=path))
