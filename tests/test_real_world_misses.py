@@ -25,3 +25,35 @@ def test_meta_token_ids_are_refused_in_one_sentence():
         model = nn.Sequential(nn.Embedding(10, 8), nn.Linear(8, 8))
     with pytest.raises(UsageError, match="on the meta device, which holds no values"):
         initlint.audit(model, torch.zeros(2, 4, dtype=torch.long, device="meta"))
+
+
+class FrozenBNBackbone(nn.Module):
+    """An mmdetection-style backbone: ``norm_eval=True`` keeps its BatchNorm in eval mode while training."""
+
+    def __init__(self, norm_eval: bool) -> None:
+        super().__init__()
+        self.norm_eval = norm_eval
+        self.conv1, self.bn1 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16, 10)
+
+    def train(self, mode: bool = True) -> "FrozenBNBackbone":
+        super().train(mode)
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.eval()
+        return self
+
+    def forward(self, x):
+        x = torch.relu(self.bn1(self.conv1(x)))
+        x = torch.relu(self.bn2(self.conv2(x)))
+        return self.fc(x.mean((2, 3)))
+
+
+def test_bias_before_a_frozen_batchnorm_is_not_cancelled():
+    x = torch.randn(4, 3, 16, 16)
+    frozen = FrozenBNBackbone(norm_eval=True).eval()
+    assert ("IL002", "conv1") not in initlint.audit(frozen, x).codes()
+    assert frozen.training is False and frozen.bn1.training is False  # the user's modes are left alone
+    assert ("IL002", "conv1") in initlint.audit(FrozenBNBackbone(norm_eval=False), x).codes()
