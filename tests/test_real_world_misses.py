@@ -57,3 +57,29 @@ def test_bias_before_a_frozen_batchnorm_is_not_cancelled():
     assert ("IL002", "conv1") not in initlint.audit(frozen, x).codes()
     assert frozen.training is False and frozen.bn1.training is False  # the user's modes are left alone
     assert ("IL002", "conv1") in initlint.audit(FrozenBNBackbone(norm_eval=False), x).codes()
+
+
+class PackedTagger(nn.Module):
+    """An LSTM over a ``pack_padded_sequence``: the LSTM makes its zero initial state inside its forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 32)
+        self.lstm = nn.LSTM(32, 64, batch_first=True)
+        self.out = nn.Linear(64, 5)
+
+    def forward(self, ids, lengths):
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+        packed = pack_padded_sequence(self.emb(ids), lengths, batch_first=True, enforce_sorted=False)
+        y, _ = pad_packed_sequence(self.lstm(packed)[0], batch_first=True)
+        return self.out(y)
+
+
+def test_lstm_zero_initial_state_is_not_a_vanishing_signal():
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (4, 12), generator=torch.Generator().manual_seed(0))
+    report = initlint.audit(PackedTagger(), (ids, torch.tensor([12, 9, 7, 3])))
+    zeros = [op for op in report.graph if op.target == "torch.zeros"]
+    assert zeros and report.probe.ops[zeros[0].id].rms == 0  # the state the old judgement ended at
+    assert [c for c, _ in report.codes() if c == "IL005"] == []
