@@ -83,3 +83,25 @@ def test_lstm_zero_initial_state_is_not_a_vanishing_signal():
     zeros = [op for op in report.graph if op.target == "torch.zeros"]
     assert zeros and report.probe.ops[zeros[0].id].rms == 0  # the state the old judgement ended at
     assert [c for c, _ in report.codes() if c == "IL005"] == []
+
+
+def zero_filter_net(bias: bool, zero: bool = True) -> nn.Module:
+    """torch-audit's demo_cv: a conv with 13 of its 16 filters exactly zero, then BatchNorm and ReLU."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=bias), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+    if zero:
+        with torch.no_grad():
+            model[0].weight[3:].zero_()
+    return model
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_zero_filters_in_front_of_batchnorm_are_reported_with_their_cause(bias):
+    x = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    report = initlint.audit(zero_filter_net(bias), x)
+    found = [f for f in report.findings if f.code == "IL008"]
+    assert [f.module for f in found] == ["0"]
+    assert found[0].message.startswith("13 of the 16 filters of 0.weight are exactly zero and feed")
+    assert ("frozen" in found[0].message) != bias and ("rounding noise" in found[0].message) == bias
+    assert ("IL008", "0") not in initlint.audit(zero_filter_net(bias, zero=False), x).codes()
