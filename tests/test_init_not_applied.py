@@ -10,14 +10,14 @@ import torch
 import torch.nn as nn
 
 import initlint
-from declared_models import NanoGPT, gpt2, ids, tiny_hf, titan_llama, undo_c_proj_scaling
+from declared_models import NanoGPT, TitanLlama, gpt2, ids, tiny_hf, titan_llama, undo_c_proj_scaling
 from initlint.rules.il014_init_not_applied import draw_of, judge
 from model_state import deep_state
 
 
-def il014(model: nn.Module, inputs) -> dict:
+def il014(model: nn.Module, inputs, **options) -> dict:
     """Module -> its IL014 finding (a run of identical layers reported once: each member maps to it)."""
-    report = initlint.audit(model, inputs, select=["IL014"])
+    report = initlint.audit(model, inputs, select=["IL014"], **options)
     assert report.error is None
     return {module: f for f in report.findings if f.code == "IL014" for module in f.members or [f.module]}
 
@@ -150,3 +150,30 @@ def test_family_tells_pytorch_default_from_declared_normal_at_equal_std():
     a, b = draw_of(uniform), draw_of(normal)
     assert abs(a.std / b.std - 1) < 0.02
     assert a.family() == "uniform" and b.family() == "normal"
+
+
+def _per_module_gpt2_init(module: nn.Module) -> None:
+    """GPT-2's per-module init (std 0.02), without the c_proj scaling its blocks apply."""
+    if type(module).__name__ == "Conv1D":
+        nn.init.normal_(module.weight, std=0.02)
+        nn.init.zeros_(module.bias)
+
+
+def test_streamed_audit_checks_the_declared_init():
+    with torch.device("meta"):
+        model = gpt2()
+    inputs = {"input_ids": ids(1000)}
+    assert il014(model, inputs) == {}  # streamed with GPT-2's own _init_weights, block scalings included
+    report = initlint.audit(model, inputs, select=["IL014"], init=_per_module_gpt2_init)
+    assert set(report.codes()) == {("IL014", f"transformer.h.{i}.{part}.c_proj") for i in range(2)
+                                   for part in ("attn", "mlp")}
+    assert any("init= leaves 2 weight(s) unset (transformer.wte.weight, transformer.wpe.weight)" in note
+               for note in report.notes)
+    assert model.transformer.wte.weight.device.type == "meta"
+
+
+def test_streamed_model_declaring_a_whole_model_init_says_so():
+    with torch.device("meta"):
+        model = TitanLlama()
+    report = initlint.audit(model, ids(1024), select=["IL014"])
+    assert any("declares its init in TitanLlama.init_weights()" in note for note in report.notes)

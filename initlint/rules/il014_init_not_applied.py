@@ -136,7 +136,7 @@ class InitNotApplied(Rule):
         tol = float(self.opts["std-tolerance"])
         by_module: Dict[str, List[Verdict]] = {}
         with _one_thread():
-            verdicts = list(judge(audit.model, tol))
+            verdicts = list(judge(audit.model, tol, drawn=audit.probe.drawn))
         for verdict in verdicts:
             if verdict.kind == "zeros" and not _random_zero_is_a_bug(audit, verdict.name):
                 continue
@@ -148,8 +148,8 @@ class InitNotApplied(Rule):
         parts = [v.describe() for v in verdicts]
         first = verdicts[0]
         message = f"{'; '.join(parts)}"
-        return self.finding(audit, module, message, f"help: {first.fix}",
-                            value=first.actual.std, threshold=first.declared.std if first.declared else 0.0)
+        declared = float(f"{first.declared.std:.{DECLARED_DIGITS}g}") if first.declared else 0.0
+        return self.finding(audit, module, message, f"help: {first.fix}", value=first.actual.std, threshold=declared)
 
 
 def _random_zero_is_a_bug(audit: AuditContext, name: str) -> bool:
@@ -173,6 +173,8 @@ BLOCK = 1 << 25
 """Elements of the largest subtree copied at once for the declared init (128 MB in float32); a larger
 module is split into its children, so the copy never holds more than this or the largest single module."""
 _CHUNK = 1 << 22
+DECLARED_DIGITS = 2
+"""Significant digits of a declared std: a property of the init, measured on one draw of it (0.0199 is 0.02)."""
 _WATCHED = 1024
 """Elements compared to tell whether an init step wrote a tensor (besides its version counter)."""
 
@@ -203,10 +205,14 @@ class Draw:
             return "uniform"
         return "normal" if self.kurt > 2.7 else "truncated normal"
 
-    def describe(self) -> str:
+    def describe(self, digits: int = 3) -> str:
         if self.std == 0:
             return f"all {fmt(self.mean)}"
-        return f"std {fmt(self.std)}, {self.family()}"
+        return f"std {_round(self.std, digits)}, {self.family()}"
+
+
+def _round(x: float, digits: int) -> str:
+    return fmt(float(f"{x:.{digits}g}"))
 
 
 def _sample(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
@@ -308,7 +314,7 @@ class Verdict:
         if self.kind == "empty":
             return (f"{short} holds {self.detail} that no init draws: never initialised (the memory of torch.empty "
                     f"or to_empty())")
-        declared = self.declared.describe() if self.declared is not None else "n/a"
+        declared = self.declared.describe(DECLARED_DIGITS) if self.declared is not None else "n/a"
         if self.kind == "zeros":
             return (f"{short} is exactly zero, as never-initialised memory often is, where {self.declared_by} "
                     f"draws it at random ({declared})")
@@ -445,10 +451,11 @@ def _private_copy(root: nn.Module, unit: nn.Module, whole: bool) -> nn.Module:
         shell._parameters = {k: copy.deepcopy(v) for k, v in unit._parameters.items()}
         shell._buffers = {k: (v.clone() if v is not None else None) for k, v in unit._buffers.items()}
         shell._modules = {}
-        return shell
+        return shell.to_empty(device="cpu") if _on_meta(shell) else shell
     inside = {id(m) for m in unit.modules()}
     memo = {id(m): m for m in root.modules() if id(m) not in inside}
-    return copy.deepcopy(unit, memo)
+    private = copy.deepcopy(unit, memo)
+    return private.to_empty(device="cpu") if _on_meta(private) else private  # a streamed model's block
 
 
 def _written(before: Dict[str, Tuple[int, torch.Tensor]], tensors: Dict[str, torch.Tensor]) -> List[str]:
@@ -469,13 +476,11 @@ def _snapshot(tensors: Dict[str, torch.Tensor]) -> Dict[str, Tuple[int, torch.Te
 class _Declared:
     """What the declared init makes of the parameters of one unit."""
 
-    default: Dict[str, Draw]
+    default: Dict[str, List[Tuple[str, Draw]]]
     own: Dict[str, Draw]
     full: Dict[str, Draw]
     writer: Dict[str, str]
     """Parameter -> the module whose init call wrote it last (a block that rescales it)."""
-    reset_by: Dict[str, str]
-    """Parameter -> the module whose ``reset_parameters()`` gave it its default (a tied weight: the last one)."""
 
 
 def _declare_applied(make_copy: Callable[[], nn.Module], path: str, originals: List[nn.Module],
@@ -483,7 +488,7 @@ def _declare_applied(make_copy: Callable[[], nn.Module], path: str, originals: L
     """The whole declared init (children first) on a private copy; when it differs from what a parameter
     holds, PyTorch's defaults and then each module's own ``_init_weights`` on a second copy, to tell
     where the parameter was left. Each pass keeps the statistics of what it wrote."""
-    result = _Declared({}, {}, {}, {}, {})
+    result = _Declared({}, {}, {}, {})
     private = make_copy()
     modules = _post_order(private, path)
     by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
@@ -497,7 +502,7 @@ def _declare_applied(make_copy: Callable[[], nn.Module], path: str, originals: L
     modules = _post_order(private, path)
     by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
     tensors = {_join(path, n): p for n, p in private.named_parameters()}
-    result.default = _pass(tensors, [(p, m, _torch_reset(m)) for p, m in modules], result.reset_by)
+    result.default = _defaults(tensors, modules)
     own_steps = [(p, m, _owner_step(owners, by_copy[id(m)], m)) for p, m in modules
                  if any(True for _ in m.parameters(recurse=False))]
     result.own = _pass(tensors, own_steps)
@@ -513,6 +518,21 @@ def _torch_reset(m: nn.Module) -> Optional[Callable[[], Any]]:
 def _owner_step(owners: Dict[int, _Owner], original: nn.Module, m: nn.Module) -> Optional[Callable[[], Any]]:
     owner = owners.get(id(original))
     return None if owner is None else (lambda: owner.module._init_weights(m))
+
+
+def _defaults(tensors: Dict[str, torch.Tensor], modules: List[Tuple[str, nn.Module]]) -> Dict[str, List[Tuple[str, Draw]]]:
+    """Each parameter's PyTorch default, per module that holds it (a tied weight has one per holder)."""
+    names = {id(t): n for n, t in tensors.items()}
+    found: Dict[str, List[Tuple[str, Draw]]] = {}
+    for _, module in modules:
+        reset = _torch_reset(module)
+        if reset is None:
+            continue
+        reset()
+        for p in module.parameters(recurse=False):
+            if id(p) in names:
+                found.setdefault(names[id(p)], []).append((type(module).__name__, draw_of(p)))
+    return found
 
 
 def _pass(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Optional[Callable[[], Any]]]],
@@ -550,10 +570,14 @@ def _module_of(name: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name else ""
 
 
-def judge(model: nn.Module, tol: float, budget: int = BLOCK) -> Iterator[Verdict]:
-    """Every parameter of ``model`` that is not what its declared init makes it, or that no init wrote."""
-    params = {n: p for n, p in model.named_parameters() if p.device.type != "meta" and p.is_floating_point()}
-    actual = {n: draw_of(p, full=True) for n, p in params.items()}
+def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dict[str, Draw]] = None) -> Iterator[Verdict]:
+    """Every parameter of ``model`` that is not what its declared init makes it, or that no init wrote.
+
+    ``drawn``: the statistics a streamed audit recorded for parameters that are back on the meta device."""
+    drawn = drawn or {}
+    params = {n: p for n, p in model.named_parameters()
+              if (p.device.type != "meta" or n in drawn) and p.is_floating_point()}
+    actual = {n: drawn[n] if p.device.type == "meta" else draw_of(p, full=True) for n, p in params.items()}
     empty = {n: _empty(model, n, a) for n, a in actual.items() if a.denormal or a.absmax >= HUGE}
     judged = set(empty)
     owners = _applied_owners(model)
@@ -579,8 +603,10 @@ def _empty(model: nn.Module, name: str, a: Draw) -> Verdict:
 
 
 def _wanted(path: str, unit: nn.Module, whole: bool, params: Dict[str, torch.Tensor], judged: set) -> bool:
-    names = (_join(path, n) for n, _ in unit.named_parameters(recurse=whole))
-    return not _on_meta(unit) and any(n in params and n not in judged for n in names)
+    """A unit with a parameter left to judge, every one of whose parameters holds values or was recorded."""
+    names = [_join(path, n) for n, p in unit.named_parameters(recurse=whole)]
+    return all(n in params for n, (_, p) in zip(names, unit.named_parameters(recurse=whole))
+               if p.device.type == "meta") and any(n in params and n not in judged for n in names)
 
 
 def _called_scopes(model: nn.Module, owners: Dict[int, _Owner], budget: int) -> Iterator[Tuple[str, nn.Module, str]]:
@@ -628,9 +654,7 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
             continue
         judged.add(name)
         writer = type(modules[target]).__name__ if target in modules else target
-        reset_by = modules.get(dec.reset_by.get(name, _module_of(name)), modules.get(_module_of(name)))
-        verdict = _compare(name, actual[name], dec.default.get(name), dec.own.get(name), full, tol,
-                           type(reset_by).__name__, writer)
+        verdict = _compare(name, actual[name], dec.default.get(name, []), dec.own.get(name), full, tol, writer)
         if verdict is not None:
             kind, detail = verdict
             yield Verdict(name, _module_of(name), kind, actual[name], full, by, fix, detail)
@@ -643,12 +667,11 @@ def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, pa
             private = _private_copy(model, scope, True)
             tensors = {_join(path, n): p for n, p in private.named_parameters()}
             full = _pass(tensors, [(path, private, getattr(private, method))])
-            reset_by: Dict[str, str] = {}
-            default: Dict[str, Draw] = {}
+            default: Dict[str, List[Tuple[str, Draw]]] = {}
             if any(n in params and n not in judged and not same(actual[n], d, tol) for n, d in full.items()):
                 private = _private_copy(model, scope, True)
                 tensors = {_join(path, n): p for n, p in private.named_parameters()}
-                default = _pass(tensors, [(p, m, _torch_reset(m)) for p, m in _post_order(private, path)], reset_by)
+                default = _defaults(tensors, _post_order(private, path))
     except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
         return
     modules = dict(scope.named_modules(prefix=path))
@@ -663,21 +686,21 @@ def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, pa
         if name in judged:
             continue
         judged.add(name)
-        reset_module = modules.get(reset_by.get(name, _module_of(name)), modules.get(_module_of(name)))
-        verdict = _compare(name, actual[name], default.get(name), None, declared, tol, type(reset_module).__name__, "")
+        verdict = _compare(name, actual[name], default.get(name, []), None, declared, tol, "")
         if verdict is not None:
             yield Verdict(name, _module_of(name), verdict[0], actual[name], declared, by, fix, verdict[1])
 
 
-def _compare(name: str, a: Draw, default: Optional[Draw], own: Optional[Draw], full: Draw, tol: float,
-             module_type: str, writer: str) -> Optional[Tuple[str, str]]:
+def _compare(name: str, a: Draw, defaults: List[Tuple[str, Draw]], own: Optional[Draw], full: Draw, tol: float,
+             writer: str) -> Optional[Tuple[str, str]]:
     """Why ``a`` is not the declared ``full`` draw, when it is still where that init was meant to take it from."""
     if not (a.finite and math.isfinite(a.std)) or same(a, full, tol):
         return None
     if a.std == 0 and a.mean == 0 and full.std > 0:
         return "zeros", ""
-    if default is not None and same(a, default, tol) and not same(default, full, tol):
-        return "default", module_type
+    for module_type, default in defaults:
+        if same(a, default, tol) and not same(default, full, tol):
+            return "default", module_type
     if own is not None and same(a, own, tol) and not same(own, full, tol):
         return "unscaled", writer
     return None
