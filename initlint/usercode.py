@@ -17,6 +17,7 @@ import random
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Iterator, Optional, Set
 
@@ -136,9 +137,22 @@ def _interrupting_timer(seconds: float) -> Iterator[None]:
     timer.start()
     try:
         yield
+    except TimedOut:
+        raise
+    else:
+        # the body ended: a timer that fired just now left an interrupt pending; let it arrive here,
+        # while our handler is still installed, rather than after the previous one is back
+        timer.cancel()
+        timer.join()
+        if fired.is_set():
+            try:
+                time.sleep(0.01)  # the pending interrupt runs at the next check of the main loop
+            except TimedOut:
+                pass
     finally:
         timer.cancel()
-        signal.signal(signal.SIGINT, previous)
+        # a handler installed from C reads as None: there is nothing of Python's to put back
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 @contextlib.contextmanager
