@@ -286,3 +286,14 @@ def test_a_reports_own_notes_are_in_json_and_sarif():
     jsonschema.Draft4Validator(SCHEMA).validate(doc)
     (note,) = doc["runs"][0]["invocations"][0]["toolExecutionNotifications"]
     assert note["level"] == "note" and note["message"]["text"].endswith("retried with a batch of 8")
+
+
+def test_a_long_module_path_wraps_after_a_dot_never_inside_a_name():
+    from initlint.table import wrap_path
+
+    path = "backbone.transformer.h.{0..11}.attention.self.query_key_value"
+    lines = wrap_path(path).splitlines()
+    assert "".join(lines) == path and len(lines) > 1
+    assert all(len(line) <= 32 and line.endswith(".") for line in lines[:-1])
+    assert "h.{0..11}." in lines[0]  # a grouped run stays whole
+    assert wrap_path("fc1") == "fc1"
