@@ -2,7 +2,10 @@
 
 Found statically from the parent module's class source, so it works for models built
 anywhere. A child of a container (``nn.Sequential``, ``nn.ModuleList``) takes the line
-where the container was assigned.
+where the container was assigned. A line inside an installed library is no place to edit:
+a finding there moves to the user's line that built the enclosing module
+(:func:`user_location`) or the line of the user's factory that built the model
+(:func:`construction_site`). :func:`shown_path` is how every output format names a file.
 """
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ class Finding:
     threshold: Optional[float] = None
     """The limit it crossed."""
     location: Optional[Tuple[str, int]] = None
-    """``(file, line)`` where the module was constructed or the functional op was called."""
+    """``(file, line)`` where the module was constructed or the functional op was called; for one inside an
+    installed library, the user's line that built its enclosing module when there is one."""
     caused_by: List[str] = field(default_factory=list)
     """``CODE module`` references of the findings that explain this one."""
     members: List[str] = field(default_factory=list)

@@ -22,6 +22,7 @@ import traceback
 from typing import Iterator, Optional, Set
 
 from .errors import LoadError
+from .locate import shown_path
 
 
 class TimedOut(BaseException):
@@ -229,4 +230,4 @@ def user_frame(exc: BaseException) -> str:
     own = os.path.dirname(os.path.abspath(__file__)) + os.sep
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not os.path.abspath(f.filename).startswith(own)
               and os.sep + "torch" + os.sep not in f.filename and not f.filename.startswith("<frozen")]
-    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f" (at {shown_path(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""

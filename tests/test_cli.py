@@ -359,6 +359,6 @@ def test_the_input_shape_advice_comes_only_with_errors_about_the_inputs(tmp_path
     assert set(lines) == {"errors.py:NotWarmedUp", "errors.py:WrongWidth"}
     assert "call warm_up() first" in lines["errors.py:NotWarmedUp"]
     assert "--input-shape" not in lines["errors.py:NotWarmedUp"]
-    assert "errors.py:11" in lines["errors.py:NotWarmedUp"]  # where the model's code raised
+    assert "(at errors.py:11)" in lines["errors.py:NotWarmedUp"]  # where the model's code raised, named as everywhere
     assert "mat1 and mat2 shapes cannot be multiplied" in lines["errors.py:WrongWidth"]
     assert "pass matching --input-shape" in lines["errors.py:WrongWidth"]

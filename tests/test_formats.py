@@ -275,3 +275,25 @@ def test_a_library_location_is_no_physical_location_in_sarif_and_github():
     assert line.startswith("::warning title=IL011 attention-collapse::h.0.attn: m")
     assert "constructed in: transformers/models/gpt2/modeling_gpt2.py:233" in line.replace("%0A", "\n")
     assert "site-packages" not in json.dumps(doc) + line
+
+
+def test_a_reports_own_notes_are_in_json_and_sarif():
+    retried = Report(model="Big", target="models/big.py:Big",
+                     notes=["the probe ran out of memory; retried with a batch of 8"])
+    (result,) = json.loads(FORMATS["json"]([retried]))["results"]
+    assert result["notes"] == ["the probe ran out of memory; retried with a batch of 8"]
+    doc = to_sarif([retried])
+    jsonschema.Draft4Validator(SCHEMA).validate(doc)
+    (note,) = doc["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert note["level"] == "note" and note["message"]["text"].endswith("retried with a batch of 8")
+
+
+def test_a_long_module_path_wraps_after_a_dot_never_inside_a_name():
+    from initlint.table import wrap_path
+
+    path = "backbone.transformer.h.{0..11}.attention.self.query_key_value"
+    lines = wrap_path(path).splitlines()
+    assert "".join(lines) == path and len(lines) > 1
+    assert all(len(line) <= 32 and line.endswith(".") for line in lines[:-1])
+    assert "h.{0..11}." in lines[0]  # a grouped run stays whole
+    assert wrap_path("fc1") == "fc1"

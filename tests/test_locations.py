@@ -68,7 +68,7 @@ GPT2 = textwrap.dedent('''
 
 
     def config():
-        return GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32, initializer_range=2.0)
+        return GPT2Config(n_layer=1, n_embd=64, n_head=4, vocab_size=100, n_positions=32, initializer_range=2.0)
 
 
     def build():
@@ -123,7 +123,7 @@ def test_a_library_model_on_its_own_is_located_in_the_library_shortened():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32,
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=64, n_head=4, vocab_size=100, n_positions=32,
                                        initializer_range=2.0))
     report = initlint.audit(model, torch.randint(0, 100, (4, 16)))
     il011 = next(f for f in report.findings if f.code == "IL011")
@@ -144,22 +144,28 @@ def test_a_library_model_built_by_a_factory_points_at_the_factory_line_in_every_
     from pathlib import Path
 
     import jsonschema
+    from click.testing import CliRunner
+
+    from initlint.cli import main
+
+    def check(fmt):  # in this process: transformers is imported once
+        result = CliRunner().invoke(main, ["check", "gpt.py:build", "--format", fmt])
+        assert result.exit_code == 1, result.output
+        return result.stdout
 
     line = gpt2_line("return GPT2LMHeadModel(config())")
-    out = run_cli("gpt.py:build", "--format", "json", cwd=gpt2_file.parent)
-    assert out.returncode == 1, out.stderr
-    (result,) = json.loads(out.stdout)["results"]
+    (result,) = json.loads(check("json"))["results"]
     assert ("IL011", "transformer.h.0.attn.c_attn") in {(f["code"], f["module"]) for f in result["findings"]}
     assert {(f["location"]["path"], f["location"]["line"]) for f in result["findings"]} == {("gpt.py", line)}
 
-    sarif = json.loads(run_cli("gpt.py:build", "--format", "sarif", cwd=gpt2_file.parent).stdout)
+    sarif = json.loads(check("sarif"))
     schema = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
     jsonschema.Draft4Validator(schema).validate(sarif)
     physical = [loc["physicalLocation"] for r in sarif["runs"][0]["results"] for loc in r["locations"]]
     assert physical and all(p == {"artifactLocation": {"uri": "gpt.py", "uriBaseId": "%SRCROOT%"},
                                   "region": {"startLine": line}} for p in physical)
 
-    github = run_cli("gpt.py:build", "--format", "github", cwd=gpt2_file.parent).stdout.splitlines()
+    github = check("github").splitlines()
     assert github and all(f"file=gpt.py,line={line}," in annotation for annotation in github)
 
 
