@@ -459,6 +459,16 @@ def check_flags(opts: Dict[str, Any]) -> None:
             raise ConfigError(f"{flag} must be {exc}, not {value}") from None
 
 
+def check_choices(settings: Dict[str, Any]) -> None:
+    """Refuse an unknown output ``format`` or ``fail-on`` severity with one sentence."""
+    fmt = settings.get("format") or "text"
+    if fmt not in _formats():
+        raise UsageError(f"unknown format '{fmt}' (choose from {', '.join(_formats())})")
+    fail_on = settings.get("fail_on") or "warning"
+    if fail_on not in _severities():
+        raise UsageError(f"--fail-on takes one of {', '.join(_severities())}, not '{fail_on}'")
+
+
 def _api_shapes(value: Any) -> List[Tuple[int, ...]]:
     flat = isinstance(value, (list, tuple)) and value and all(isinstance(s, int) for s in value)
     given = [value] if flat or not isinstance(value, (list, tuple)) else value
