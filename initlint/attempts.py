@@ -3,6 +3,7 @@ and one sentence for a forward that raised (the model's fault, initlint's, or a 
 for BatchNorm in training mode)."""
 from __future__ import annotations
 
+import re
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -13,6 +14,7 @@ from .errors import LoadError
 from .probe import ProbeResult, run_probe
 from .report import Report
 from .rules import all_rules
+from .usercode import user_frame
 
 
 def model_device(model: nn.Module) -> torch.device:
@@ -33,6 +35,9 @@ class ForwardFailed(Exception):
         self.ours = _raised_by_initlint(exc)
         self.one_per_channel = isinstance(exc, ValueError) and "Expected more than 1 value per channel" in str(exc)
         self.copy_on_write = "COW" in str(exc)
+        self.about_inputs = isinstance(exc, (RuntimeError, ValueError, TypeError, IndexError)) and bool(
+            _INPUT_MISMATCH.search(str(exc)))
+        self.where = user_frame(exc)
 
     def as_load_error(self, model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> LoadError:
         inputs = describe_inputs(args, kwargs)
@@ -41,8 +46,17 @@ class ForwardFailed(Exception):
                              f"{inputs}; this is a bug in initlint, please report it")
         if self.one_per_channel:
             return LoadError(_one_value_per_channel(model, inputs))
-        return LoadError(f"the model's forward raised {self.reason} on the probe input {inputs}; "
-                         f"pass matching --input-shape or example_inputs")
+        if self.about_inputs:
+            return LoadError(f"the model's forward raised {self.reason} on the probe input {inputs}; "
+                             f"pass matching --input-shape or example_inputs")
+        return LoadError(f"the model's forward raised {self.reason}{self.where} on the probe input {inputs}")
+
+
+_INPUT_MISMATCH = re.compile(
+    r"shape|size|dimension|\bdims?\b|channels|mat1 and mat2|must match|to unpack|out of range|out of bounds"
+    r"|positional argument|keyword argument|expected .*input", re.IGNORECASE)
+"""What a forward says when its inputs do not fit it (sizes, number of dimensions, of channels or of
+arguments, token ids beyond the vocabulary): only then is ``--input-shape`` the advice."""
 
 
 def _one_value_per_channel(model: nn.Module, inputs: str) -> str:

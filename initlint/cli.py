@@ -136,7 +136,7 @@ def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
         _fail(found.nothing)
     from .runner import run_check
 
-    code = run_check(found.targets, opts, progress=show_progress(), implicit=found.implicit)
+    code = run_check(found.targets, opts, progress=show_progress(), implicit=found.implicit, notes=found.notes)
     sys.exit(code)
 
 

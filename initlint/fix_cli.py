@@ -1,6 +1,7 @@
 """What ``initlint fix TARGET`` does: seed, build the model, repair it, print the summary and the code.
 
-It never writes to the user's source files: the code goes to stdout or to ``--output FILE``.
+It never writes to the user's source files: the code goes to stdout or to ``--output FILE``. On
+stdout the summary leads as Python comments, so ``initlint fix x.py > fixes.py`` is a module.
 Exit codes: 0 when no repairable finding remains, 1 when some remain, 2 on errors.
 """
 from __future__ import annotations
@@ -41,9 +42,9 @@ def run_fix(target: str, opts: Dict[str, Any]) -> int:
     except (FixError, LoadError, UnknownCode, ConfigError, UsageError) as exc:
         click.echo(f"initlint: error: {exc}", err=True)
         return EXIT_ERROR
-    click.echo(rep.summary())
     code = rep.code()
     if opts.get("output"):
+        click.echo(rep.summary())
         try:
             with open(opts["output"], "w", encoding="utf-8") as fh:
                 fh.write(code)
@@ -52,8 +53,13 @@ def run_fix(target: str, opts: Dict[str, Any]) -> int:
             return EXIT_ERROR
         click.echo(f"code: written to {opts['output']}")
     else:
-        click.echo("\n" + code.rstrip("\n"))
+        click.echo(as_comments(rep.summary()) + "\n\n" + code.rstrip("\n"))
     return EXIT_CLEAN if rep.fixed else EXIT_FINDINGS
+
+
+def as_comments(text: str) -> str:
+    """``text`` as Python comment lines."""
+    return "\n".join(f"# {line}".rstrip() for line in text.splitlines())
 
 
 def _settings(target: str, opts: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[int, ...]]]:

@@ -1,6 +1,9 @@
 """Output formats for a list of reports: text, concise, json, sarif and github.
 
-Every format is a function ``(reports, colour=False) -> str`` registered in :data:`FORMATS`.
+Every format is a function ``(reports, colour=False, notes=()) -> str`` registered in :data:`FORMATS`;
+``notes`` are the files and models passed over (``models/block.py:Block skipped: ...``). Every format
+names files the same way (:func:`initlint.locate.shown_path`): relative to the working directory,
+an installed library's file relative to its package folder.
 """
 from __future__ import annotations
 
@@ -9,12 +12,13 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import quote
 
 
+from .locate import is_library, shown_path
 from .report import Finding, Report
-from .table import colour_text, findings_table, relpath, where
+from .table import colour_text, findings_table, where
 from .version import __version__
 
 
@@ -25,7 +29,7 @@ def use_colour(stream: Any, environ: Optional[Dict[str, str]] = None) -> bool:
     return bool(isatty and isatty()) and not env.get("NO_COLOR")
 
 
-def format_text(reports: List[Report], colour: bool = False) -> str:
+def format_text(reports: List[Report], colour: bool = False, notes: Sequence[str] = ()) -> str:
     """Default format: one block per model with a table of its findings."""
     out: List[str] = []
     for r in reports:
@@ -46,8 +50,14 @@ def format_text(reports: List[Report], colour: bool = False) -> str:
     return "\n".join(out)
 
 
-def format_concise(reports: List[Report], colour: bool = False) -> str:
-    """One line per finding: ``path:line:col: CODE [module] message``."""
+ALL_PASSED = "All checks passed!"
+"""What the concise format prints when no model has a finding or an error (as ruff does)."""
+
+
+def format_concise(reports: List[Report], colour: bool = False, notes: Sequence[str] = ()) -> str:
+    """One line per finding: ``path:line:col: CODE [module] message``; one line when all is clean."""
+    if not any(r.findings or r.error for r in reports):
+        return ALL_PASSED
     lines = []
     for r in reports:
         if r.error:
@@ -57,9 +67,17 @@ def format_concise(reports: List[Report], colour: bool = False) -> str:
     return "\n".join(lines)
 
 
-def to_json_document(reports: List[Report]) -> Dict[str, Any]:
-    """``{"initlint": VERSION, "results": [...]}``."""
-    return {"initlint": __version__, "results": [r.to_dict() for r in reports]}
+def to_json_document(reports: List[Report], notes: Sequence[str] = ()) -> Dict[str, Any]:
+    """``{"initlint": VERSION, "results": [...], "notes": [...]}``: ``notes`` as ``{"path", "message"}``."""
+    return {"initlint": __version__, "results": [r.to_dict() for r in reports],
+            "notes": [{"path": path, "message": message} for path, message in map(split_note, notes)]}
+
+
+def split_note(note: str) -> Tuple[Optional[str], str]:
+    """``models/block.py:Block skipped: ...`` -> (``models/block.py``, the whole note): the file it is about, if any."""
+    subject = note.partition(" skipped: ")[0] if " skipped: " in note else ""
+    path = subject if os.path.isfile(subject) else subject.rpartition(":")[0]
+    return (shown_path(path) if path and os.path.isfile(path) else None), note
 
 
 def _finite(obj: Any) -> Any:
@@ -77,9 +95,9 @@ def _dumps(document: Dict[str, Any]) -> str:
     return json.dumps(_finite(document), indent=2, default=str, allow_nan=False)
 
 
-def format_json(reports: List[Report], colour: bool = False) -> str:
+def format_json(reports: List[Report], colour: bool = False, notes: Sequence[str] = ()) -> str:
     """The JSON document, indented."""
-    return _dumps(to_json_document(reports))
+    return _dumps(to_json_document(reports, notes))
 
 
 # ----------------------------------------------------------------------------- SARIF
@@ -117,7 +135,7 @@ def sarif_rules() -> List[Dict[str, Any]]:
 
 def artifact_location(path: str) -> Dict[str, str]:
     """A relative URI under ``%SRCROOT%`` (the working directory) when possible, else an absolute ``file:`` URI."""
-    rel = relpath(path)
+    rel = shown_path(path)
     if os.path.isabs(rel):
         return {"uri": Path(path).resolve().as_uri()}
     return {"uri": quote(Path(rel).as_posix()), "uriBaseId": SRCROOT}
@@ -130,18 +148,31 @@ def target_file(report: Report) -> Optional[str]:
     return path if path.endswith(".py") and os.path.isfile(path) else None
 
 
+def source_place(report: Report, f: Finding) -> Tuple[Optional[str], Optional[int], Optional[str]]:
+    """``(file, line, library)`` of a finding for code scanning: its line in the user's code; for a line
+    inside an installed library, which no project file holds, the target's file without a line and the
+    library's place as text (``transformers/models/gpt2/modeling_gpt2.py:233``)."""
+    if f.location and is_library(f.location[0]):
+        return target_file(report), None, where(f)
+    if f.location:
+        return f.location[0], int(f.location[1]) if f.location[1] >= 1 else None, None
+    return target_file(report), None, None
+
+
 def _sarif_result(report: Report, f: Finding, index: Dict[str, int]) -> Dict[str, Any]:
     module = f.module or "<model>"
+    path, line, library = source_place(report, f)
     text = f"{module}: {f.message}\nhelp: {f.fix}"
     if f.caused_by:
         text += "\ncaused by: " + ", ".join(f.caused_by)
+    if library:
+        text += f"\nconstructed in: {library}"
     location: Dict[str, Any] = {"logicalLocations": [{"name": module, "fullyQualifiedName": f"{report.model}.{module}"
                                                        if f.module else report.model, "kind": "module"}]}
-    path = f.location[0] if f.location else target_file(report)
     if path:
         physical: Dict[str, Any] = {"artifactLocation": artifact_location(path)}
-        if f.location and f.location[1] >= 1:
-            physical["region"] = {"startLine": int(f.location[1])}
+        if line:
+            physical["region"] = {"startLine": line}
         location["physicalLocation"] = physical
     result: Dict[str, Any] = {
         "ruleId": f.code,
@@ -149,21 +180,32 @@ def _sarif_result(report: Report, f: Finding, index: Dict[str, int]) -> Dict[str
         "message": {"text": text},
         "locations": [location],
         "properties": {"model": report.model, "target": report.target, "module": f.module, "value": f.value,
-                       "threshold": f.threshold, "fix": f.fix, "caused_by": f.caused_by, "members": f.members},
+                       "threshold": f.threshold, "fix": f.fix, "caused_by": f.caused_by, "members": f.members,
+                       "library_location": library},
     }
     if f.code in index:
         result["ruleIndex"] = index[f.code]
     return result
 
 
-def to_sarif(reports: List[Report]) -> Dict[str, Any]:
-    """The SARIF 2.1.0 log: one run, the rule registry as ``tool.driver.rules``, one result per finding."""
+def _notification(level: str, text: str, path: Optional[str]) -> Dict[str, Any]:
+    """A ``toolExecutionNotifications`` entry, located at the file it is about when there is one."""
+    out: Dict[str, Any] = {"level": level, "message": {"text": text}}
+    if path:
+        out["locations"] = [{"physicalLocation": {"artifactLocation": artifact_location(path)}}]
+    return out
+
+
+def to_sarif(reports: List[Report], notes: Sequence[str] = ()) -> Dict[str, Any]:
+    """The SARIF 2.1.0 log: one run, the rule registry as ``tool.driver.rules``, one result per finding;
+    errors, the reports' notes and the files passed over as the invocation's notifications."""
     rules = sarif_rules()
     index = {r["id"]: i for i, r in enumerate(rules)}
-    notifications = [{"level": "error", "message": {"text": f"{r.target or r.model}: {r.error}"}}
+    notifications = [_notification("error", f"{r.target or r.model}: {r.error}", target_file(r))
                      for r in reports if r.error]
-    notifications += [{"level": "note", "message": {"text": f"{r.target or r.model}: {note}"}}
+    notifications += [_notification("note", f"{r.target or r.model}: {note}", target_file(r))
                       for r in reports for note in r.notes]
+    notifications += [_notification("note", text, path) for path, text in map(split_note, notes)]
     run = {
         "tool": {"driver": {"name": "initlint", "version": __version__, "semanticVersion": __version__,
                             "rules": rules}},
@@ -175,9 +217,9 @@ def to_sarif(reports: List[Report]) -> Dict[str, Any]:
     return {"$schema": SARIF_SCHEMA, "version": "2.1.0", "runs": [run]}
 
 
-def format_sarif(reports: List[Report], colour: bool = False) -> str:
+def format_sarif(reports: List[Report], colour: bool = False, notes: Sequence[str] = ()) -> str:
     """SARIF 2.1.0, for GitHub code scanning and other SARIF viewers."""
-    return _dumps(to_sarif(reports))
+    return _dumps(to_sarif(reports, notes))
 
 
 # ----------------------------------------------------------------------------- GitHub Actions
@@ -198,26 +240,29 @@ def _github_line(command: str, message: str, title: str, path: Optional[str] = N
                  line: Optional[int] = None) -> str:
     props = []
     if path:
-        props.append(f"file={github_property(relpath(path))}")
+        props.append(f"file={github_property(shown_path(path))}")
         if line:
             props.append(f"line={int(line)}")
     props.append(f"title={github_property(title)}")
     return f"::{command} {','.join(props)}::{github_data(message)}"
 
 
-def format_github(reports: List[Report], colour: bool = False) -> str:
+def format_github(reports: List[Report], colour: bool = False, notes: Sequence[str] = ()) -> str:
     """GitHub Actions workflow commands: one annotation per finding, error or note."""
     lines = []
     for r in reports:
         if r.error:
             lines.append(_github_line("error", f"{r.target or r.model}: {r.error}", "initlint", target_file(r)))
         for f in r.findings:
-            path, line = f.location if f.location else (target_file(r), None)
+            path, line, library = source_place(r, f)
             message = f"{f.module or '<model>'}: {f.message}\nhelp: {f.fix}"
+            if library:
+                message += f"\nconstructed in: {library}"
             lines.append(_github_line(GITHUB_COMMANDS.get(f.severity, "warning"), message, f"{f.code} {f.name}",
                                       path, line))
         for note in r.notes:
             lines.append(_github_line("notice", f"{r.target or r.model}: {note}", "initlint note", target_file(r)))
+    lines += [_github_line("notice", text, "initlint note", path) for path, text in map(split_note, notes)]
     return "\n".join(lines)
 
 

@@ -6,12 +6,15 @@ where the container was assigned.
 """
 from __future__ import annotations
 
+import ast
 import inspect
+import os
 import re
 from functools import lru_cache
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple
 
-import torch.nn as nn
+if TYPE_CHECKING:  # torch is imported by the caller; the path helpers serve the formats without it
+    import torch.nn as nn
 
 Location = Tuple[str, int]
 
@@ -32,7 +35,7 @@ def _class_source(cls: type) -> Optional[Tuple[str, int, Tuple[str, ...]]]:
 
 def _assignment_line(cls: type, attr: str) -> Optional[Location]:
     for klass in cls.__mro__:
-        if klass is nn.Module or klass is object:
+        if klass is object or klass.__module__.startswith("torch."):  # nn.Module and its kin hold no user lines
             break
         src = _class_source(klass)
         if src is None:
@@ -63,3 +66,97 @@ def module_locations(model: nn.Module) -> Dict[str, Location]:
         if loc is not None:
             found[path] = loc
     return found
+
+
+# ----------------------------------------------------------------------------- user code and libraries
+@lru_cache(maxsize=1)
+def _library_roots() -> Tuple[str, ...]:
+    """Folders of installed packages and of the standard library, longest first."""
+    import site
+    import sysconfig
+
+    roots = {sysconfig.get_paths().get(key) for key in ("purelib", "platlib", "stdlib", "platstdlib")}
+    try:
+        roots.update(site.getsitepackages())
+        roots.add(site.getusersitepackages())
+    except AttributeError:  # an embedded or virtualenv `site` without these helpers
+        pass
+    return tuple(sorted({os.path.abspath(r) for r in roots if r}, key=len, reverse=True))
+
+
+_INSTALLED = re.compile(r"[\\/](site|dist)-packages[\\/]")
+
+
+def library_root(path: str) -> Optional[str]:
+    """The folder of installed packages (or the standard library) holding ``path``; None for the user's code."""
+    full = os.path.abspath(path)
+    match = _INSTALLED.search(full)
+    if match:
+        return full[:match.end() - 1]
+    for root in _library_roots():
+        if full.startswith(root + os.sep):
+            return root
+    return None
+
+
+def is_library(path: str) -> bool:
+    """True for a file of an installed package or the standard library: not a line the user can edit."""
+    return library_root(path) is not None
+
+
+def shown_path(path: str) -> str:
+    """How every output format names a file: relative to the working directory when it lies below it,
+    relative to its package folder for an installed library (``transformers/models/gpt2/modeling_gpt2.py``),
+    else absolute."""
+    root = library_root(path)
+    if root is not None:  # even inside the project (a .venv below it): the package path is what one looks up
+        return os.path.relpath(os.path.abspath(path), root)
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return os.path.abspath(path)
+    return os.path.abspath(path) if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
+def user_location(location: Optional[Location], module: str,
+                  locations: Dict[str, Location]) -> Optional[Location]:
+    """``location`` unless it lies in an installed library; then the user's line that built the nearest
+    enclosing module (``self.backbone = GPT2Model(config)``), when there is one."""
+    if location is None or not is_library(location[0]):
+        return location
+    path = module
+    while True:
+        found = locations.get(path)
+        if found is not None and not is_library(found[0]):
+            return found
+        if not path:
+            return location
+        path = path.rpartition(".")[0]
+
+
+def construction_site(path: str, name: str, model: nn.Module) -> Optional[Location]:
+    """The line of the user's file ``path`` that builds the model named ``name``: inside a factory
+    ``def name():``, the line that calls the model's class; else the line that binds ``name``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    calls_class = re.compile(rf"\b{re.escape(type(model).__name__)}\b")
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            calls = [n.lineno for n in ast.walk(node)
+                     if isinstance(n, ast.Call) and calls_class.search(ast.unparse(n.func))]
+            return (os.path.abspath(path), min(calls) if calls else node.lineno)
+        if _binds(node, name):
+            return (os.path.abspath(path), node.lineno)
+    return None
+
+
+def _binds(node: ast.stmt, name: str) -> bool:
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t))
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return any((a.asname or a.name.split(".")[0]) == name for a in node.names)
+    return False

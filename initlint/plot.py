@@ -8,6 +8,7 @@ matplotlib is an optional dependency (``pip install 'initlint[plot]'``).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Set, Tuple
 
@@ -105,6 +106,24 @@ def signal_series(report: Any) -> Dict[str, Series]:
     return out
 
 
+def depth_labels(layers: List[Any]) -> List[str]:
+    """The name of each point on the depth axis: a module call by its path; a functional call
+    (``torch.relu``) by what was called and where: its enclosing module, else its source line."""
+    from .locate import shown_path
+
+    labels = []
+    for op in layers:
+        if op.attrs.get("module_op"):
+            labels.append(op.module or "<model>")
+        elif op.module:
+            labels.append(f"{op.module}: {op.target}")
+        elif op.location:
+            labels.append(f"{op.target} ({os.path.basename(shown_path(op.location[0]))}:{op.location[1]})")
+        else:
+            labels.append(op.target)
+    return labels
+
+
 def plot_signal(report: Any, path: str, *, dpi: int = 120) -> Dict[str, Series]:
     """Save the four-panel figure of ``report`` to ``path``; return the plotted series."""
     fig, series = signal_figure(report)
@@ -131,7 +150,7 @@ def signal_figure(report: Any) -> Tuple[Any, Dict[str, Series]]:
     axes[-1].set_xlabel("depth (measured weight layers and activations, in execution order)")
     if depth <= MAX_NAMED_TICKS:  # name the layers while the names still fit
         axes[-1].set_xticks(range(depth))
-        axes[-1].set_xticklabels([op.module or "<model>" for op in layers], rotation=90, fontsize=7)
+        axes[-1].set_xticklabels(depth_labels(layers), rotation=90, fontsize=7)
     fig.suptitle(f"{report.model}: signal at initialisation (red: flagged layers)")
     return fig, series
 

@@ -5,6 +5,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from .locate import shown_path
 from .table import findings_table
 
 SEVERITIES = ("info", "warning", "error")
@@ -39,7 +40,8 @@ class Finding:
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form."""
         data = asdict(self)
-        data["location"] = None if self.location is None else {"path": self.location[0], "line": self.location[1]}
+        data["location"] = None if self.location is None else {"path": shown_path(self.location[0]),
+                                                               "line": self.location[1]}
         return data
 
 
@@ -126,6 +128,7 @@ class Report:
             "capture": self.capture,
             "findings": [f.to_dict() for f in self.findings],
             "error": self.error,
+            "notes": list(self.notes),
         }
 
 

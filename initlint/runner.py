@@ -11,11 +11,14 @@ from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, echo_error
 from .report import SEVERITIES, Report
 
 
-def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, implicit: Collection[str] = ()) -> int:
+def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, implicit: Collection[str] = (),
+              notes: Collection[str] = ()) -> int:
     """Audit every target; print the report; return the exit code.
 
     ``implicit`` targets were found by walking a folder: like every target under
     ``--skip-files-without-models``, they are passed over when they hold no model to build.
+    ``notes`` name the files the walk passed over; with the models passed over here, every format
+    that carries them (json, sarif, github) reports them.
     """
     from .formats import FORMATS, use_colour
 
@@ -23,21 +26,25 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
         if progress:
             click.echo(f"initlint: {msg}", err=True)
 
-    per_file = _prepare(targets, opts)
+    per_file = prepare(targets, opts)
     if per_file is None:
         return EXIT_ERROR
     settings = per_file.base
     reports: List[Report] = []
     fail_levels: Dict[int, str] = {}
     load_failed = False
+    skipped = list(notes)
     for target in targets:
         lenient = bool(opts.get("skip_files_without_models")) or target in implicit
         load_failed |= _check_target(target, per_file, opts, say, reports, fail_levels, lenient,
-                                     several=len(targets) > 1)
+                                     several=len(targets) > 1, notes=skipped)
     say("reporting")
     fmt = settings.get("format") or "text"
     colour = fmt == "text" and not opts.get("output") and use_colour(sys.stdout)
-    text = FORMATS[fmt](_shown_reports(reports, fmt, opts), colour=colour)
+    shown = _shown_reports(reports, fmt, opts)
+    text = FORMATS[fmt](shown, colour=colour, notes=skipped)
+    if fmt == "concise" and len(shown) < len(reports) and not any(r.findings for r in reports):
+        text = ""  # not "All checks passed!": the errors that follow on stderr say otherwise
     if fmt == "text" and not opts.get("output") and any(r.error for r in reports):
         text += f", {sum(1 for r in reports if r.error)} could not be audited"  # their errors follow on stderr
     if opts.get("output"):
@@ -58,9 +65,9 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
     return EXIT_FINDINGS if failing else EXIT_CLEAN
 
 
-def _prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Any]:
+def prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Any]:
     """Read the configuration and check every setting before any user code runs (and before torch is
-    imported); None after an error.
+    imported); None after an error, which is printed.
 
     Returns the per-file settings (:class:`initlint.targets.FileSettings`): each target's own
     ``[tool.initlint]`` merged with the command line."""
@@ -93,8 +100,15 @@ def _prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Any]:
     return FileSettings(opts, targets[0], config, settings)
 
 
+def _note(notes: List[str], text: str) -> None:
+    """A model passed over: said on stderr at once, and kept for the formats that carry notes."""
+    click.echo(f"initlint: note: {text}", err=True)
+    notes.append(text)
+
+
 def _check_target(target: str, per_file: Any, opts: Dict[str, Any], say: Callable[[str], None],
-                  reports: List[Report], fail_levels: Dict[int, str], lenient: bool, several: bool) -> bool:
+                  reports: List[Report], fail_levels: Dict[int, str], lenient: bool, several: bool,
+                  notes: List[str]) -> bool:
     """Load, build and audit the models of one target into ``reports``; True when something failed.
 
     The user's code runs with its own folder first on ``sys.path``, its stdout sent to stderr,
@@ -136,11 +150,11 @@ def _check_target(target: str, per_file: Any, opts: Dict[str, Any], say: Callabl
         for cand in candidates:
             if cand not in buildable:
                 # a building block such as Block(dim): the file's models that can be built are audited
-                click.echo(f"initlint: note: {cand.origin} skipped: it needs constructor arguments "
-                           f"({', '.join(cand.required_args())})", err=True)
+                _note(notes, f"{cand.origin} skipped: it needs constructor arguments "
+                             f"({', '.join(cand.required_args())})")
                 continue
             seed_everything(seed)
-            report = _audit_candidate(cand, settings, shapes, say, lenient)
+            report = _audit_candidate(cand, settings, shapes, say, lenient, notes)
             if report is None:
                 continue
             failed |= report.error is not None
@@ -152,7 +166,7 @@ def _check_target(target: str, per_file: Any, opts: Dict[str, Any], say: Callabl
 
 
 def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Callable[[str], None],
-                     lenient: bool) -> Optional[Report]:
+                     lenient: bool, notes: List[str]) -> Optional[Report]:
     """The report for one model; a model that cannot be built or probed gives a report with an error
     (None: a layer-less helper of a folder walk or a hook run, passed over with a note)."""
     from .api import audit
@@ -163,20 +177,39 @@ def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Cal
         model = cand.instantiate()
         say(f"auditing {cand.name}: capture, probe, rules")
         with user_code(f"running {cand.name}"):
-            return audit(model, device=settings.get("device") or "auto", select=settings.get("select"),
-                         ignore=settings.get("ignore"), logits=settings.get("logits"), seed=settings.get("seed") or 0,
-                         batch_size=settings.get("batch_size"), input_shapes=shapes or None,
-                         rule_options=settings.get("rule_options"), name=cand.name, target=cand.origin,
-                         per_module_ignores=settings.get("per_module_ignores"))
+            report = audit(model, device=settings.get("device") or "auto", select=settings.get("select"),
+                           ignore=settings.get("ignore"), logits=settings.get("logits"),
+                           seed=settings.get("seed") or 0, batch_size=settings.get("batch_size"),
+                           input_shapes=shapes or None, rule_options=settings.get("rule_options"), name=cand.name,
+                           target=cand.origin, per_module_ignores=settings.get("per_module_ignores"))
+        _point_at_the_user_file(report, cand.origin, model)
+        return report
     except (LoadError, UnknownCode) as exc:
         if lenient and cand.implicit and isinstance(exc, NoProbeInputError):
-            click.echo(f"initlint: note: {cand.origin} skipped: {exc}", err=True)
+            _note(notes, f"{cand.origin} skipped: {exc}")
             return None
         return Report(model=cand.name, target=cand.origin, error=str(exc))
     except Exception as exc:  # the CLI's promise: one sentence, never a traceback
         if os.environ.get("INITLINT_TRACEBACK"):
             raise
         return Report(model=cand.name, target=cand.origin, error=_unexpected(exc))
+
+
+def _point_at_the_user_file(report: Report, origin: str, model: Any) -> None:
+    """Findings still located inside an installed library (a model such as ``GPT2Model`` built whole by a
+    factory of the user's file) point at the line of that file that builds the model."""
+    from .locate import construction_site, is_library
+
+    path, _, name = origin.rpartition(":")
+    if not (path.endswith(".py") and os.path.isfile(path)):
+        return
+    site = None
+    for f in report.findings:
+        if f.location and is_library(f.location[0]):
+            site = site or construction_site(path, name, model)
+            if site is None:
+                return
+            f.location = site
 
 
 def _unexpected(exc: Exception) -> str:

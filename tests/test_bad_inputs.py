@@ -655,7 +655,7 @@ def test_probe_batch_beyond_memory_is_one_sentence(tmp_path, monkeypatch):
 def test_an_error_inside_initlint_is_one_line_unless_asked(tmp_path, monkeypatch):
     import initlint.formats as formats
 
-    def broken(reports, colour=False):
+    def broken(reports, colour=False, notes=()):
         raise KeyError("internal")
 
     monkeypatch.chdir(tmp_path)

@@ -47,7 +47,7 @@ def test_json_document_schema():
     out = run("check", "examples/naive_mlp.py", "examples/kaiming_mlp.py", "--logits", "--format", "json")
     assert out.returncode == 1
     doc = json.loads(out.stdout)
-    assert set(doc) == {"initlint", "results"}
+    assert set(doc) == {"initlint", "results", "notes"} and doc["notes"] == []
     assert [r["model"] for r in doc["results"]] == ["NaiveMLP", "KaimingMLP"]
     for result in doc["results"]:
         assert {"target", "model", "device", "capture", "findings", "error"} <= set(result)
@@ -299,3 +299,66 @@ def test_input_shape_forms_and_forced_progress_lines():
         assert out.returncode == 0, out.stderr
         assert ("initlint: loading examples/kaiming_mlp.py" in out.stderr) is shown, out.stderr
         assert ("initlint: reporting" in out.stderr) is shown
+def test_fix_prints_a_module_that_reproduces_the_repair(tmp_path):
+    """`initlint fix x.py > fixes.py`: stdout is Python (the summary as comments) that repairs a fresh build."""
+    import torch
+
+    import initlint
+    from initlint.usercode import seed_everything
+
+    out = run("fix", "examples/naive_mlp.py", "--logits")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("# NaiveMLP: initlint fix") and "# after: clean" in out.stdout
+    namespace = {}
+    exec(compile(out.stdout, "fixes.py", "exec"), namespace)
+    sys.path.insert(0, EXAMPLES)
+    try:
+        from naive_mlp import NaiveMLP
+    finally:
+        sys.path.remove(EXAMPLES)
+    seed_everything(0)  # as the CLI builds it
+    model = namespace["apply_initlint_fixes"](NaiveMLP())
+    assert [f.code for f in initlint.audit(model, logits=True).findings if f.severity != "info"] == []
+    seed_everything(0)
+    expected = NaiveMLP()
+    initlint.fix(expected, logits=True)  # repairs in place
+    assert expected.state_dict().keys() == model.state_dict().keys()
+    for name, tensor in expected.state_dict().items():
+        assert torch.equal(model.state_dict()[name], tensor), name
+
+
+FORWARD_ERRORS = '''
+import torch.nn as nn
+
+
+class NotWarmedUp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        raise ValueError("call warm_up() first")
+
+
+class WrongWidth(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.head = nn.Linear(9, 2)
+
+    def forward(self, x):
+        return self.head(self.fc(x))
+'''
+
+
+def test_the_input_shape_advice_comes_only_with_errors_about_the_inputs(tmp_path):
+    (tmp_path / "errors.py").write_text(FORWARD_ERRORS)
+    out = run("check", "errors.py", cwd=tmp_path)
+    assert out.returncode == 2
+    lines = dict(line.split(": ", 3)[2:] for line in out.stderr.strip().splitlines())
+    assert set(lines) == {"errors.py:NotWarmedUp", "errors.py:WrongWidth"}
+    assert "call warm_up() first" in lines["errors.py:NotWarmedUp"]
+    assert "--input-shape" not in lines["errors.py:NotWarmedUp"]
+    assert "errors.py:11" in lines["errors.py:NotWarmedUp"]  # where the model's code raised
+    assert "mat1 and mat2 shapes cannot be multiplied" in lines["errors.py:WrongWidth"]
+    assert "pass matching --input-shape" in lines["errors.py:WrongWidth"]

@@ -206,3 +206,72 @@ def test_progress_on_stderr_when_it_is_a_terminal(model_file, monkeypatch, capsy
         assert f"initlint: {stage}" in progress
     out = capsys.readouterr().out
     assert "IL002" in out and "initlint:" not in out  # the report goes to stdout, progress never does
+
+
+BLOCK = '''
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return self.fc(x)
+'''
+
+
+@pytest.fixture()
+def folder_with_skipped_files(model_file, tmp_path):
+    (tmp_path / "models" / "block.py").write_text(BLOCK)
+    (tmp_path / "models" / "py2.py").write_text(MODEL + "\nprint 'python 2'\n")
+    return "models"
+
+
+def test_skipped_files_are_notes_in_json_sarif_and_github(folder_with_skipped_files):
+    result = check(folder_with_skipped_files, "--format", "json")
+    assert result.exit_code == 1, result.output
+    notes = {n["path"]: n["message"] for n in json.loads(result.stdout)["notes"]}
+    assert set(notes) == {"models/block.py", "models/py2.py"}
+    assert "constructor arguments (dim)" in notes["models/block.py"]
+    assert "initlint: note: " + notes["models/block.py"] in result.stderr  # still said on stderr
+
+    doc = json.loads(check(folder_with_skipped_files, "--format", "sarif").stdout)
+    jsonschema.Draft4Validator(SCHEMA).validate(doc)
+    (invocation,) = doc["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is True  # passed over, not failed
+    located = {n["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]: n["level"]
+               for n in invocation["toolExecutionNotifications"]}
+    assert located == {"models/block.py": "note", "models/py2.py": "note"}
+
+    github = check(folder_with_skipped_files, "--format", "github").stdout.splitlines()
+    assert sum(line.startswith("::notice file=models/block.py,title=initlint note::") for line in github) == 1
+
+
+def test_concise_says_all_checks_passed_for_a_clean_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "clean.py").write_text(MODEL.replace("nn.Conv2d(3, 8, 3)", "nn.Conv2d(3, 8, 3, bias=False)"))
+    result = check("clean.py", "--format", "concise")
+    assert (result.exit_code, result.stdout) == (0, "All checks passed!\n")
+    (tmp_path / "broken.py").write_text(MODEL.replace("return self.bn", "raise ValueError('no'); return self.bn"))
+    result = check("clean.py", "broken.py", "--format", "concise")
+    assert result.exit_code == 2 and result.stdout == ""  # not all passed: the error is on stderr
+    assert "broken.py:ConvBN" in result.stderr
+
+
+def test_a_library_location_is_no_physical_location_in_sarif_and_github():
+    import transformers.models.gpt2.modeling_gpt2 as gpt2
+
+    inside = Finding(code="IL011", name="attention-collapse", severity="warning", module="h.0.attn", message="m",
+                     fix="f", location=(gpt2.__file__, 233))
+    doc = to_sarif([Report(model="GPT2Model", findings=[inside])])
+    jsonschema.Draft4Validator(SCHEMA).validate(doc)
+    (result,) = doc["runs"][0]["results"]
+    (location,) = result["locations"]
+    assert "physicalLocation" not in location and location["logicalLocations"][0]["name"] == "h.0.attn"
+    assert result["properties"]["library_location"] == "transformers/models/gpt2/modeling_gpt2.py:233"
+    (line,) = format_github([Report(model="GPT2Model", findings=[inside])]).splitlines()
+    assert line.startswith("::warning title=IL011 attention-collapse::h.0.attn: m")
+    assert "constructed in: transformers/models/gpt2/modeling_gpt2.py:233" in line.replace("%0A", "\n")
+    assert "site-packages" not in json.dumps(doc) + line

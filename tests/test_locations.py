@@ -1,7 +1,9 @@
 """Every finding points at source: the construction line of a module, the call line of a functional op."""
+import os
 import textwrap
 
 import pytest
+import torch
 from cli_server import run_initlint
 
 import initlint
@@ -57,3 +59,118 @@ def test_text_output_uses_path_line_col(tmp_path):
     out = run_initlint(["check", "net.py", "--format", "concise"], cwd=tmp_path)
     assert out.returncode == 1
     assert f"net.py:{line_of('self.conv1 = nn.Conv2d')}:1: IL002 [conv1]" in out.stdout
+
+
+# ----------------------------------------------------------------------------- models built inside a library
+GPT2 = textwrap.dedent('''
+    import torch.nn as nn
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+
+    def config():
+        return GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32, initializer_range=2.0)
+
+
+    def build():
+        return GPT2LMHeadModel(config())
+
+
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = GPT2LMHeadModel(config())
+
+        def forward(self, input_ids):
+            return self.backbone(input_ids).logits
+''')
+"""A GPT-2 whose weights are drawn 16x too wide: its attention rows are one-hot (IL011)."""
+
+
+def gpt2_line(text):
+    return next(i for i, line in enumerate(GPT2.splitlines(), start=1) if text in line)
+
+
+@pytest.fixture()
+def gpt2_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt.py").write_text(GPT2)
+    return tmp_path / "gpt.py"
+
+
+def test_library_files_are_named_from_their_package_folder():
+    import transformers.models.gpt2.modeling_gpt2 as gpt2
+
+    from initlint.locate import is_library, shown_path
+    from initlint.report import Finding
+    from initlint.table import where
+
+    assert is_library(gpt2.__file__) and not is_library(__file__)
+    assert shown_path(gpt2.__file__) == os.path.join("transformers", "models", "gpt2", "modeling_gpt2.py")
+    inside = Finding("IL011", "n", "warning", "h.0.attn", "m", "f", location=(gpt2.__file__, 233))
+    assert where(inside) == "transformers/models/gpt2/modeling_gpt2.py:233"  # a line to read, not to edit: no column
+    own = Finding("IL011", "n", "warning", "fc", "m", "f", location=(os.path.abspath("net.py"), 7))
+    assert where(own) == "net.py:7:1"
+
+
+def test_a_library_model_inside_a_user_module_points_at_the_line_that_built_it(gpt2_file):
+    module = import_file(str(gpt2_file))
+    report = initlint.audit(module.Wrapped(), torch.randint(0, 100, (4, 16)))
+    assert ("IL011", "backbone.transformer.h.0.attn.c_attn") in report.codes()
+    assert {f.location for f in report.findings} == {(str(gpt2_file), gpt2_line("self.backbone = GPT2LMHeadModel"))}
+
+
+def test_a_library_model_on_its_own_is_located_in_the_library_shortened():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100, n_positions=32,
+                                       initializer_range=2.0))
+    report = initlint.audit(model, torch.randint(0, 100, (4, 16)))
+    il011 = next(f for f in report.findings if f.code == "IL011")
+    assert os.path.basename(il011.location[0]) == "modeling_gpt2.py"
+    with pytest.raises(AssertionError) as failed:
+        report.assert_clean()
+    assert "transformers/models/gpt2/modeling_gpt2.py:" in str(failed.value)
+    assert "site-packages" not in str(failed.value)
+
+
+def run_cli(*args, cwd):
+    env = dict(os.environ, INITLINT_NO_PROGRESS="1", NO_COLOR="1")
+    return run_initlint(["check", *args], cwd=cwd, env=env)
+
+
+def test_a_library_model_built_by_a_factory_points_at_the_factory_line_in_every_format(gpt2_file):
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    line = gpt2_line("return GPT2LMHeadModel(config())")
+    out = run_cli("gpt.py:build", "--format", "json", cwd=gpt2_file.parent)
+    assert out.returncode == 1, out.stderr
+    (result,) = json.loads(out.stdout)["results"]
+    assert ("IL011", "transformer.h.0.attn.c_attn") in {(f["code"], f["module"]) for f in result["findings"]}
+    assert {(f["location"]["path"], f["location"]["line"]) for f in result["findings"]} == {("gpt.py", line)}
+
+    sarif = json.loads(run_cli("gpt.py:build", "--format", "sarif", cwd=gpt2_file.parent).stdout)
+    schema = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
+    jsonschema.Draft4Validator(schema).validate(sarif)
+    physical = [loc["physicalLocation"] for r in sarif["runs"][0]["results"] for loc in r["locations"]]
+    assert physical and all(p == {"artifactLocation": {"uri": "gpt.py", "uriBaseId": "%SRCROOT%"},
+                                  "region": {"startLine": line}} for p in physical)
+
+    github = run_cli("gpt.py:build", "--format", "github", cwd=gpt2_file.parent).stdout.splitlines()
+    assert github and all(f"file=gpt.py,line={line}," in annotation for annotation in github)
+
+
+def test_json_and_text_name_a_file_the_same_way_whatever_the_target_spelling(tmp_path):
+    import json
+
+    path = tmp_path / "net.py"
+    path.write_text(SOURCE)
+    line = line_of("self.conv1 = nn.Conv2d")
+    text = run_cli(str(path), cwd=tmp_path).stdout  # an absolute target
+    doc = json.loads(run_cli(str(path), "--format", "json", cwd=tmp_path).stdout)
+    il002 = next(f for r in doc["results"] for f in r["findings"] if f["code"] == "IL002")
+    assert il002["location"] == {"path": "net.py", "line": line}
+    assert f"net.py:{line}:1 " in text and str(tmp_path) not in text.split("\n", 1)[1]

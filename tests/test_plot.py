@@ -113,3 +113,29 @@ def test_cli_plot_without_matplotlib_exits_2(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert "pip install 'initlint[plot]'" in result.stderr
     assert not (tmp_path / "signal.png").exists()
+
+
+class FunctionalRelu(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(32, 64)
+        self.block = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
+        self.fc2 = nn.Linear(64, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        return self.fc2(self.block(h))
+
+
+def test_a_functional_call_is_named_by_its_source_line_not_model():
+    import inspect
+
+    from initlint.plot import depth_labels, signal_figure
+
+    report = initlint.audit(FunctionalRelu())
+    lines, start = inspect.getsourcelines(FunctionalRelu.forward)
+    relu_line = start + next(i for i, line in enumerate(lines) if "torch.relu" in line)
+    expected = ["fc1", f"torch.relu (test_plot.py:{relu_line})", "block.0", "block.1", "fc2"]
+    assert depth_labels(measured_ops(report)) == expected
+    fig, _ = signal_figure(report)
+    assert [t.get_text() for t in fig.axes[-1].get_xticklabels()] == expected

@@ -13,6 +13,7 @@ import torch.nn as nn
 
 from .. import ops as O
 from ..graph import Graph, Op
+from ..locate import user_location
 from ..probe import ProbeResult
 from ..stats import OpStats
 from ..report import Finding
@@ -101,6 +102,7 @@ class Rule:
             module, location = op_or_module.module, audit.location(op_or_module)
         else:
             module, location = op_or_module, audit.graph.module_locations.get(op_or_module)
+        location = user_location(location, module, audit.graph.module_locations)  # not a line inside a library
         return Finding(code=self.code, name=self.name, severity=severity or self.severity, module=module,
                        message=message, fix=fix, value=value, threshold=threshold, location=location)
 
