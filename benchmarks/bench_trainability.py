@@ -64,9 +64,80 @@ class Row:
     label: str
     build: Callable[[], nn.Module]
     input_shape: Tuple[int, ...]
-    task: str  # "regression", "logits" or "probs"
-    activation: str  # of the hidden layers, for the textbook init: relu, tanh or linear
+    task: str  # "regression", "logits", "probs" or "tokens" (a regression target per token of a sequence)
+    activation: str  # of the hidden layers, for the textbook init: relu, tanh or linear; gpt2 for a transformer
     family: str  # of the seed's own draws, kept by the textbook init: normal or uniform
+
+
+# ------------------------------------------------------------------------------ transformer rows
+SEQ, WIDTH, HEADS, DEPTH = 16, 64, 4, 4
+
+
+class Block(nn.Module):
+    """A pre-norm GPT block: fused q/k/v projection, SDPA, output projection; a GELU MLP."""
+
+    def __init__(self, dim: int = WIDTH, heads: int = HEADS) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        x = x + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class TinyGPT(nn.Module):
+    """An input projection (the embedding's place: the residual stream starts at GPT-2's small scale),
+    ``DEPTH`` blocks on a sequence of ``SEQ`` vectors of width ``WIDTH``, a linear head per token."""
+
+    def __init__(self, d_out: int = 8) -> None:
+        super().__init__()
+        self.embed = nn.Linear(WIDTH, WIDTH)
+        self.blocks = nn.ModuleList(Block() for _ in range(DEPTH))
+        self.ln_f, self.head = nn.LayerNorm(WIDTH), nn.Linear(WIDTH, d_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def gpt2_init(model: nn.Module) -> None:
+    """GPT-2's init, the transformer's textbook one: N(0, 0.02) weights, the residual branches' last
+    projections N(0, 0.02 / sqrt(2 * n_layer)), zero biases, LayerNorm at (1, 0)."""
+    n_layer = sum(isinstance(m, Block) for m in model.modules())
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            if isinstance(m, nn.Linear):
+                last = name.endswith(("proj", "fc2"))
+                nn.init.normal_(m.weight, std=0.02 / math.sqrt(2 * n_layer) if last else 0.02)
+                nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.LayerNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+
+def tiny_gpt(corrupt: str) -> nn.Module:
+    """TinyGPT at GPT-2's init with one corruption, each drawn N(0, 1) as a forgotten init would be: ``qk``
+    the q/k/v projections (attention saturates, IL011); ``mlp_out`` block 2's MLP output projection (its
+    branch dwarfs the stream, IL012); ``attn_out`` every attention output projection (the tokens collapse,
+    IL013)."""
+    model = TinyGPT()
+    gpt2_init(model)
+    with torch.no_grad():
+        for i, block in enumerate(model.blocks):
+            if corrupt == "qk":
+                nn.init.normal_(block.qkv.weight, std=1.0)
+            elif corrupt == "mlp_out" and i == 2:
+                nn.init.normal_(block.fc2.weight, std=1.0)
+            elif corrupt == "attn_out":
+                nn.init.normal_(block.proj.weight, std=1.0)
+    return model
 
 
 ROWS = [
@@ -82,6 +153,12 @@ ROWS = [
         "uniform"),
     Row("deadconv", "conv net, bias -4 (dead units)", DeadConvNet, (3, 16, 16), "regression", "relu", "uniform"),
     Row("hot", "softmax head x30", HotSoftmaxHead, (64,), "probs", "relu", "uniform"),
+    Row("gpt_qk", "4-block GPT (width 64), q/k/v projections N(0, 1)", lambda: tiny_gpt("qk"), (SEQ, WIDTH),
+        "tokens", "gpt2", "normal"),
+    Row("gpt_mlp", "4-block GPT (width 64), block 2's MLP output N(0, 1)", lambda: tiny_gpt("mlp_out"), (SEQ, WIDTH),
+        "tokens", "gpt2", "normal"),
+    Row("gpt_attn", "4-block GPT (width 64), attention outputs N(0, 1)", lambda: tiny_gpt("attn_out"), (SEQ, WIDTH),
+        "tokens", "gpt2", "normal"),
 ]
 
 
@@ -92,20 +169,23 @@ class Task:
     def __init__(self, row: Row, d_out: int) -> None:
         self.row = row
         gen = torch.Generator().manual_seed(12345)
-        d_in = math.prod(row.input_shape)
+        d_in = row.input_shape[-1] if row.task == "tokens" else math.prod(row.input_shape)
         self.w1 = torch.randn(d_in, 64, generator=gen) / math.sqrt(d_in)
         self.w2 = torch.randn(64, d_out, generator=gen) / math.sqrt(64)
+        self.w_mix = torch.randn(d_in, 64, generator=gen) / math.sqrt(d_in)
         ref = self._raw(torch.randn(4096, *row.input_shape, generator=gen))
         self.mean, self.std = ref.mean(0), ref.std(0).clamp_min(1e-6)
         self.x_eval = torch.randn(1024, *row.input_shape, generator=torch.Generator().manual_seed(999))
         self.y_eval = self.target(self.x_eval)
 
     def _raw(self, x: torch.Tensor) -> torch.Tensor:
+        if self.row.task == "tokens":  # each token's own vector and the sequence's mean: residual path and attention
+            return torch.tanh(x @ self.w1 + x.mean(1, keepdim=True) @ self.w_mix) @ self.w2
         return torch.tanh(x.flatten(1) @ self.w1) @ self.w2
 
     def target(self, x: torch.Tensor) -> torch.Tensor:
         y = (self._raw(x) - self.mean) / self.std
-        return y.argmax(-1) if self.row.task != "regression" else y
+        return y.argmax(-1) if self.row.task in ("logits", "probs") else y
 
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         if self.row.task == "logits":
@@ -146,7 +226,11 @@ def orthogonal(model: nn.Module, activation: str) -> None:
 
 def textbook(model: nn.Module, activation: str, family: str) -> None:
     """He for hidden layers feeding a ReLU, LeCun for tanh and for the output layer, zero biases; drawn in
-    the seed's own family (seed 004's inits are uniform, PyTorch's default is uniform, randn is normal)."""
+    the seed's own family (seed 004's inits are uniform, PyTorch's default is uniform, randn is normal).
+    A transformer row gets GPT-2's init."""
+    if activation == "gpt2":
+        gpt2_init(model)
+        return
     layers = [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
     draw = nn.init.kaiming_uniform_ if family == "uniform" else nn.init.kaiming_normal_
     with torch.no_grad():
@@ -173,7 +257,7 @@ def initialise(column: str, model: nn.Module, row: Row, seed: int) -> Dict[str, 
     """Apply ``column``'s init in place; return what it reports."""
     info: Dict[str, Any] = {}
     if column == "initlint.fix":
-        rep = initlint.fix(model, logits=row.task == "logits", seed=seed)
+        rep = initlint.fix(model, seed=seed, **fix_options(row))
         info.update(after=_codes(rep.after), audits=rep.audits, changes=len(rep.changes))
     elif column == "lsuv":
         import lsuv
@@ -193,6 +277,14 @@ def initialise(column: str, model: nn.Module, row: Row, seed: int) -> Dict[str, 
     return info
 
 
+def fix_options(row: Row) -> Dict[str, Any]:
+    """What ``audit`` and ``fix`` are told about the row's model: logits, and a sequence's probe shape."""
+    options: Dict[str, Any] = {"logits": row.task == "logits"}
+    if row.task == "tokens":
+        options["input_shapes"] = [(8, *row.input_shape)]
+    return options
+
+
 def _codes(report: Any) -> str:
     codes = sorted({c for c, _ in report.codes() if c not in ("IL000", "IL010")})
     return ", ".join(codes) or "clean"
@@ -203,16 +295,16 @@ def fix_cost(row: Row, repeats: int = 5) -> Tuple[int, float]:
     """(audits fix ran, median time of fix / median time of one audit), interleaved on fresh copies."""
     torch.manual_seed(0)
     base = row.build()
-    logits = row.task == "logits"
-    initlint.fix(copy.deepcopy(base), logits=logits)  # warm-up: imports, first-call costs
+    options = fix_options(row)
+    initlint.fix(copy.deepcopy(base), **options)  # warm-up: imports, first-call costs
     audit_t, fix_t, audits = [], [], 0
     for _ in range(repeats):
         model = copy.deepcopy(base)
         start = time.perf_counter()
-        initlint.audit(model, logits=logits)
+        initlint.audit(model, **options)
         audit_t.append(time.perf_counter() - start)
         start = time.perf_counter()
-        audits = initlint.fix(model, logits=logits).audits
+        audits = initlint.fix(model, **options).audits
         fix_t.append(time.perf_counter() - start)
     return audits, statistics.median(fix_t) / statistics.median(audit_t)
 
@@ -236,7 +328,7 @@ def run_seed(key: str, seed: int, steps: int, batch: int, columns: List[str], th
     base = row.build()
     out: Dict[str, Any] = {"losses": {}, "errors": {}}
     if seed == 0:
-        out["findings"] = _codes(initlint.audit(base, logits=row.task == "logits"))
+        out["findings"] = _codes(initlint.audit(base, **fix_options(row)))
     out["d_out"] = _output_dim(base, row)
     task = Task(row, out["d_out"])
     for column in columns:
@@ -284,7 +376,7 @@ def _output_dim(model: nn.Module, row: Row) -> int:
 
 def baseline(row: Row, d_out: int) -> float:
     """The loss of a model that learned nothing: MSE 1 (standardised targets), ln(classes) for classifiers."""
-    return math.log(d_out) if row.task != "regression" else 1.0
+    return math.log(d_out) if row.task in ("logits", "probs") else 1.0
 
 
 def verdict(row: Row, res: Dict[str, List[float]], d_out: int) -> str:

@@ -17,11 +17,12 @@ from .guard import guarded
 from .probe import ProbeResult, run_probe
 from .report import Finding, Report, group_runs
 from .rules import AuditContext, all_rules, plugin_errors, select_rules, with_uses
+from .rules.il000_rule_error import RuleError
 from .suppress import apply_suppressions
 
 
-RULE_ERROR = "IL000"
-"""The code :func:`_run_rules` reports a rule's crash under (documented in ``rules/il000_rule_error.py``)."""
+RULE_ERROR = RuleError.code
+"""The code :func:`_run_rules` reports a rule's crash under (the rule class in ``rules/il000_rule_error.py``)."""
 
 
 def unwrap(model: Any) -> nn.Module:
@@ -92,7 +93,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     report = Report(model=name or type(user_model).__name__, target=target)
     codes = select_rules(options["select"], options["ignore"], options.get("extend_select"))
     if RULE_ERROR not in codes and RULE_ERROR in select_rules(None, options["ignore"]):
-        codes = codes + [RULE_ERROR]  # a selected rule's crash stays visible unless IL000 is ignored
+        codes = codes + [RULE_ERROR]  # a selected rule's crash stays visible unless its code is ignored
     rules = _instantiate(codes, options["rule_options"] or {})
     streamed = _streamed(user_model, options["device"], init)
     sharded = not streamed and _sharded(user_model)

@@ -1,26 +1,34 @@
 """``initlint.fix``: re-initialise what the findings blame, re-audit, and hand the repair back as code.
 
-The repair is planned per finding by a *handler* registered for its code with
-:func:`handles`; a new rule (an attention-scale rule, say) becomes repairable by adding one
-handler function. A handler reads the finding and the audit (graph, probe statistics) and
-asks the :class:`Planner` for steps on parameters:
+Each rule carries its own repair: a :class:`~initlint.rules.base.Rule` subclass that implements
+``repair(self, plan, finding, module)`` makes its findings repairable (a plugin rule the same way),
+and this module holds only the planner machinery. ``repair`` reads the finding and the audit
+and asks the plan (a :class:`Planner`, the interface ``rules/base.py`` declares as ``RepairPlan``)
+for steps on parameters:
 
-- ``redraw``: a fresh ``nn.init`` draw with the std the rule computed, in the parameter's
+- ``plan.redraw(op, std, rule, why)``: a fresh ``nn.init`` draw with ``std``, in the parameter's
   own distribution family (normal or uniform), from a generator seeded with ``seed``;
-- ``zero``: ``nn.init.zeros_`` (a bias that kills units, a ``randn`` bias);
-- ``lsuv`` and ``scale``: a factor measured on the probe batch.
+- ``plan.zero(name, module, rule, why)``: ``nn.init.zeros_`` (a bias that kills units, a ``randn`` bias);
+- ``plan.scale(op, factor, rule, why)``: a factor the rule computed from its measurements;
+- ``plan.lsuv(op, rule, why, ...)``: a factor measured on the probe batch after the round's
+  other steps, layer after layer (layer-sequential unit variance);
+- ``plan.note(text)``: a sentence about what is not repaired, and why;
+
+and reads ``plan.graph``, ``plan.ctx`` (the audit), ``plan.judged(RuleClass)`` (another rule's
+findings by module, with the user's options), ``plan.weight_op(module)``, ``plan.through_cause(finding)``
+and ``plan.data_driven(op)``. A rule whose finding another repair usually removes sets
+``repair_after_causes = True``; ``Rule.repairs(finding)`` says which findings a repair can act on.
 
 ``method`` decides how a layer's scale is repaired: ``analytic`` from its fans and the gain
-of its activation (IL001's own target), ``lsuv`` from measurements, ``auto`` analytic where
+of its activation (the init-scale rule's own target), ``lsuv`` from measurements, ``auto`` analytic where
 the gain is known and measured where it is not (custom activations, residual branches).
 
 Every step is applied in place under ``torch.no_grad`` and written into
 :meth:`FixReport.code` in the same order, so the code applied to an identical fresh
-instance gives the same weights bit for bit. Root causes (IL001, IL008, a bias behind
-IL003) are repaired first; symptoms (IL004-IL007, IL009) that the causes explain are left
-to the re-audit, and repaired from measurements only if they remain. At most three audits
-run: before, after the causes, after the symptoms. Findings no init repairs (IL002) stay,
-with their code change.
+instance gives the same weights bit for bit. Root causes (a weight's scale or symmetry, a bias
+that kills units) are repaired first; the repairs that wait for causes run in a round in which
+no cause was repaired, or in the last one. At most three audits run: before, after the causes,
+after the symptoms. Findings no init repairs (a bias before a norm) stay, with their code change.
 """
 from __future__ import annotations
 
@@ -35,7 +43,7 @@ import torch.nn as nn
 from . import ops as O
 from .graph import Op
 from .report import Finding, Report
-from .rules.base import AuditContext, downstream, fmt, py_path, upstream_weight
+from .rules.base import AuditContext, downstream, fmt, py_path
 from .version import __version__
 
 METHODS = ("auto", "analytic", "lsuv")
@@ -43,37 +51,21 @@ MAX_ROUNDS = 2
 """Repair rounds; each is followed by an audit, so ``fix`` runs at most ``MAX_ROUNDS + 1`` audits."""
 LSUV_TARGET = 1.0
 """Root mean square a data-driven rescale gives a layer's output (LSUV's unit variance)."""
-SPAN_TOLERANCE = 2.0
-"""A layer of a drifting span that no finding names is rescaled only when its own gain (output
-rms over input rms on the probe batch) is further than this factor from 1."""
-SYMPTOM_MAX_FACTOR = 4.0
-"""The largest factor (either way) a symptom repair (IL005, IL006, IL007) applies to a layer: the
-causes are repaired first, so what remains are layers whose scale IL001 accepts, and a measured
-factor far beyond that (a narrow layer whose few live units carry a tiny signal asks for 1e4) would
-trade the symptom for an init-scale finding."""
-PREFERRED_GAIN = {"selu": 1.0}
-"""Where IL001 accepts a band of gains, the fix draws the band's low end (LeCun's 1 for tanh and sigmoid),
-except for these activations (SELU is self-normalising with LeCun's 1, the high end)."""
 NAMED_GAINS = {"relu": math.sqrt(2.0), "linear": 1.0, "tanh": 5.0 / 3.0, "selu": 0.75}
 """Gains that ``nn.init.kaiming_*_`` knows by name: a redraw with one of them is written that way."""
 
-Handler = Callable[["Planner", Finding, str], None]
-HANDLERS: Dict[str, Handler] = {}
-SYMPTOMS: Set[str] = set()
 
 
-def handles(code: str, *, symptom: bool = False) -> Callable[[Handler], Handler]:
-    """Register ``fn(planner, finding, module)`` as the repair of ``code``'s findings.
+def _rule_of(code: str) -> Any:
+    from .rules import all_rules
 
-    A symptom handler runs only in a round in which no root cause was repaired (or in the
-    last round): a repaired cause usually removes the symptom, and the re-audit tells.
-    """
-    def register(fn: Handler) -> Handler:
-        HANDLERS[code] = fn
-        if symptom:
-            SYMPTOMS.add(code)
-        return fn
-    return register
+    return all_rules().get(code)
+
+
+def repairable(finding: Finding) -> bool:
+    """A warning or error whose rule has a repair that can act on it."""
+    rule = _rule_of(finding.code)
+    return finding.severity != "info" and rule is not None and rule.repairs(finding)
 
 
 # ------------------------------------------------------------------------------------ results
@@ -84,7 +76,7 @@ class Change:
     name: str
     """Qualified parameter name (``layers.3.weight``)."""
     rule: str
-    """The code(s) of the finding(s) that asked for it (``IL001``; ``IL001, IL004`` when two did)."""
+    """The code(s) of the finding(s) that asked for it (one code, or two joined by a comma when two did)."""
     module: str
     before_std: float
     """Measured std of the parameter before the fix."""
@@ -154,13 +146,13 @@ class FixReport:
 
     @property
     def remaining(self) -> List[Finding]:
-        """Warnings and errors left after the fix that a repair handler exists for."""
-        return [f for f in self.after.findings if f.severity != "info" and f.code in HANDLERS]
+        """Warnings and errors left after the fix that their rule's repair can act on."""
+        return [f for f in self.after.findings if repairable(f)]
 
     @property
     def unrepairable(self) -> List[Finding]:
-        """Warnings and errors no init can repair (IL002 bias before a norm): the code change is in ``fix``."""
-        return [f for f in self.after.findings if f.severity != "info" and f.code not in HANDLERS]
+        """Warnings and errors no init can repair (a bias before a norm): the code change is in ``fix``."""
+        return [f for f in self.after.findings if f.severity != "info" and not repairable(f)]
 
     @property
     def fixed(self) -> bool:
@@ -181,7 +173,7 @@ def fix(model: nn.Module, example_inputs: Any = None, *, method: str = "auto", s
         ignore: Optional[Iterable[str]] = None, seed: int = 0, **audit_options: Any) -> FixReport:
     """Audit ``model``, re-initialise in place only what the findings blame, and re-audit.
 
-    ``method``: ``analytic`` (fans and gains: the std IL001 computes), ``lsuv`` (scale
+    ``method``: ``analytic`` (fans and gains: the std the init-scale rule computes), ``lsuv`` (scale
     factors measured on the probe batch, layer after layer) or ``auto`` (analytic where the
     gain of the next activation is known, LSUV for custom activations and residual
     branches). ``seed`` seeds the generator of fresh draws and the probe. Other keywords
@@ -295,7 +287,7 @@ def _std(t: torch.Tensor) -> float:
 
 
 def _repairable(report: Report) -> bool:
-    return any(f.severity != "info" and f.code in HANDLERS for f in report.findings)
+    return any(repairable(f) for f in report.findings)
 
 
 # ------------------------------------------------------------------------------------ planning
@@ -310,11 +302,14 @@ class LsuvRequest:
     tolerance: float = 1.0
     """Leave the layer alone when its factor is within this ratio of 1 (1: always rescale)."""
     max_factor: Optional[float] = None
-    """At most this factor either way (symptom repairs of layers whose scale IL001 accepts)."""
+    """At most this factor either way (symptom repairs of layers whose scale the init-scale rule accepts)."""
 
 
 class Planner:
-    """What one round repairs: handlers add steps and LSUV requests through it."""
+    """What one round repairs: the rules' ``repair`` methods add steps and LSUV requests through it
+    (the interface ``rules/base.py`` declares as ``RepairPlan``)."""
+
+    lsuv_target = LSUV_TARGET
 
     def __init__(self, fixer: _Fixer, report: Report, last: bool) -> None:
         self.fixer, self.report, self.last = fixer, report, last
@@ -326,46 +321,60 @@ class Planner:
         self.requests: List[LsuvRequest] = []
         self.notes: List[str] = []
         self._planned: Set[str] = set()
-        self._il001: Optional[Dict[str, Finding]] = None
+        self._judged: Dict[str, Dict[str, Finding]] = {}
 
     def plan(self) -> None:
-        findings = [f for f in self.report.findings if f.severity != "info" and f.code in HANDLERS]
-        for f in findings:
-            if f.code not in SYMPTOMS:
-                self._handle(f)
+        findings = [(f, _rule_of(f.code)) for f in self.report.findings if repairable(f)]
+        for f, rule in findings:
+            if not rule.repair_after_causes:
+                self._handle(f, rule)
         if (self.steps or self.requests) and not self.last:
             return  # the re-audit judges the symptoms once their causes are repaired
-        for f in findings:
-            if f.code in SYMPTOMS and not self.through_cause(f):
-                self._handle(f)
+        # a symptom at one place names its layer; one about a stretch (drift through depth) is measured over
+        # every layer of the stretch and often follows from the other: it waits for their re-audit
+        for stretch in (False, True):
+            if stretch and (self.steps or self.requests) and not self.last:
+                return
+            for f, rule in findings:
+                if rule.repair_after_causes and bool(rule.stretch) == stretch and not self.through_cause(f):
+                    self._handle(f, rule)
 
-    def _handle(self, finding: Finding) -> None:
+    def _handle(self, finding: Finding, rule: Any) -> None:
+        instance = rule(**self.rule_options(rule))
         for module in finding.members or [finding.module]:
-            HANDLERS[finding.code](self, finding, module)
+            instance.repair(self, finding, module)
 
-    # -------------------------------------------------------------------- what handlers read
+    # -------------------------------------------------------------------- what repairs read
+    @property
+    def acted(self) -> Set[str]:
+        """Modules repaired in earlier rounds."""
+        return self.fixer.acted
+
     def through_cause(self, finding: Finding) -> bool:
         """True when a cause the finding links to (``caused_by``) was repaired in this or an earlier round."""
         touched = self.fixer.acted | self._planned
         return any(ref.split(" ", 1)[1] in touched for ref in finding.caused_by if " " in ref)
 
     def weight_op(self, module: str) -> Optional[Op]:
-        """The first weight layer (Linear, Conv) of ``module``."""
+        """The first weight layer (Linear, Conv, Conv1D) of ``module``."""
         return next((op for op in self.graph if op.module == module and op.kind in O.WEIGHT_KINDS
                      and "weight" in op.params), None)
 
     def ops_of(self, module: str, kinds: Iterable[str]) -> List[Op]:
+        """The ops of ``module`` of these kinds."""
         kinds = set(kinds)
         return [op for op in self.graph if op.module == module and op.kind in kinds]
 
-    def il001_targets(self) -> Dict[str, Finding]:
-        """IL001's own judgement per module, before grouping: ``threshold`` is the std the layer needs."""
-        if self._il001 is None:
-            from .rules.il001_init_scale import InitScale
+    def judged(self, rule: Any) -> Dict[str, Finding]:
+        """Module -> ``rule``'s own finding there, before grouping (run once per round with the user's options)."""
+        if rule.code not in self._judged:
+            ctx = AuditContext(model=self.ctx.model, graph=self.graph, probe=self.ctx.probe, logits=self.ctx.logits)
+            self._judged[rule.code] = {f.module: f for f in rule(**self.rule_options(rule)).check(ctx)}
+        return self._judged[rule.code]
 
-            self._il001 = {f.module: f for f in InitScale(**rule_options(self.fixer.options, InitScale)).check(
-                AuditContext(model=self.ctx.model, graph=self.graph, probe=self.ctx.probe, logits=self.ctx.logits))}
-        return self._il001
+    def rule_options(self, rule: Any) -> Dict[str, Any]:
+        """The options the user gave ``rule`` (by name or code)."""
+        return rule_options(self.fixer.options, rule)
 
     def data_driven(self, op: Op) -> bool:
         """Whether ``method`` asks for a measured (LSUV) rescale of ``op`` rather than fans and gains."""
@@ -373,33 +382,35 @@ class Planner:
             return self.method == "lsuv"
         return not gain_known(self.graph, op) or residual_branch(self.graph, op)
 
-    # -------------------------------------------------------------------- what handlers ask for
-    def redraw(self, op: Op, std: float, rule: str, why: str) -> None:
-        """A fresh draw of ``op``'s weight with ``std``, in its distribution family."""
-        name = op.params["weight"]
+    # -------------------------------------------------------------------- what repairs ask for
+    def redraw(self, op: Op, std: float, rule: str, why: str, param: Optional[str] = None) -> None:
+        """A fresh draw of ``op``'s weight (or ``param``) with ``std``, in its distribution family."""
+        name = param or op.params["weight"]
         if not self._claim(name, op.module):
             return
-        param = self.ctx.param(name)
-        call, kwargs = init_call(family(param), std, self.ctx.fan_in(op) or 1, param)
+        tensor = self.ctx.param(name)
+        fan = self.ctx.fan_in(op) if param is None else _fan_in(tensor)
+        call, kwargs = init_call(family(tensor), std, fan or 1, tensor)
         self.steps.append(Step(name, call, kwargs, rule, op.module, why))
 
     def zero(self, name: str, module: str, rule: str, why: str) -> None:
+        """``nn.init.zeros_`` on the parameter ``name``."""
         if self._claim(name, module):
             self.steps.append(Step(name, "zeros_", {}, rule, module, why))
 
-    def scale(self, op: Op, factor: float, rule: str, why: str) -> None:
-        """A measured factor on ``op``'s weight."""
-        name = op.params["weight"]
+    def scale(self, op: Op, factor: float, rule: str, why: str, param: Optional[str] = None) -> None:
+        """A factor the rule computed, on ``op``'s weight (or ``param``)."""
+        name = param or op.params["weight"]
         if factor != 1.0 and math.isfinite(factor) and factor > 0 and self._claim(name, op.module):
             self.steps.append(Step(name, "mul_", {"factor": float(factor)}, rule, op.module, why))
 
     def lsuv(self, op: Op, rule: str, why: str, *, shrink_only: bool = False, tolerance: float = 1.0,
-             max_factor: Optional[float] = None) -> None:
-        """Rescale ``op`` from its output measured on the probe batch (its module must be a Linear/Conv)."""
+             max_factor: Optional[float] = None, fallback_std: Optional[float] = None) -> None:
+        """Rescale ``op`` from its output measured on the probe batch (its module must be a Linear, Conv or
+        Conv1D called as itself); otherwise a redraw with ``fallback_std`` when given, else a note."""
         if not lsuv_possible(self.ctx.model, op):
-            target = self.il001_targets().get(op.module)
-            if target is not None and not shrink_only:
-                self.redraw(op, _target_std(self, op, target.threshold), rule, why)
+            if fallback_std is not None and not shrink_only:
+                self.redraw(op, fallback_std, rule, why)
             else:
                 self.note(f"{rule} {op.module or '<model>'}: its weight is not a Linear/Conv module's own, so it "
                           f"cannot be rescaled from measurements")
@@ -412,7 +423,7 @@ class Planner:
             self.notes.append(text)
 
     def _claim(self, name: str, module: str) -> bool:
-        """One step per parameter and round; the first handler to ask wins."""
+        """One step per parameter and round; the first repair to ask wins."""
         if name in {s.param for s in self.steps} or name in {r.op.params["weight"] for r in self.requests}:
             return False
         self._planned.add(module)
@@ -428,6 +439,13 @@ class Planner:
 
     def ordered_requests(self) -> List[LsuvRequest]:
         return sorted(self.requests, key=lambda r: r.op.id)
+
+
+def _fan_in(tensor: Optional[torch.Tensor]) -> Optional[int]:
+    """Fan-in of a weight stored as ``(out, in, *kernel)`` (``nn.MultiheadAttention``'s own projections)."""
+    if tensor is None or tensor.dim() < 2:
+        return None
+    return int(tensor[0].numel())
 
 
 def rule_options(options: Dict[str, Any], rule: Any) -> Dict[str, Any]:
@@ -460,20 +478,6 @@ def residual_branch(graph: Any, op: Op) -> bool:
             if user.kind in O.PASS_KINDS:
                 frontier.append(user)
     return False
-
-
-def activation_gain(graph: Any, op: Op) -> float:
-    """Gain of the activation after ``op`` (the low end of its band; 1 when none follows)."""
-    act = next((t for t in downstream(graph, op) if t.kind in O.ACTIVATIONS), None)
-    return O.ACTIVATIONS[act.kind].band(act.attrs)[0] if act is not None else 1.0
-
-
-def segment_ops(graph: Any, op: Op) -> List[Op]:
-    """Weight layers in the normalisation-free stretch of the network that holds ``op``, in order."""
-    start: Dict[int, int] = {}
-    for o in graph:
-        start[o.id] = o.id if (o.kind in O.NORM_KINDS or not o.inputs) else start.get(o.inputs[0], o.inputs[0])
-    return [o for o in graph if start[o.id] == start[op.id] and o.kind in O.WEIGHT_KINDS and "weight" in o.params]
 
 
 # ------------------------------------------------------------------------------------ draws
@@ -518,16 +522,30 @@ def init_call(kind: str, std: float, fan_in: int, param: Optional[torch.Tensor])
 
 
 # ------------------------------------------------------------------------------------ LSUV
+def transposed_linear(module: nn.Module) -> bool:
+    """A Linear whose weight is stored transposed, ``(in, out)`` with ``y = x @ W + b``: HF's ``Conv1D``
+    (GPT-2, GPT-J's ancestors), recognised by its class name, its 2-D weight and its ``nf`` (out features)
+    without importing transformers."""
+    weight = getattr(module, "weight", None)
+    return type(module).__name__ == "Conv1D" and isinstance(weight, torch.Tensor) and weight.dim() == 2 \
+        and getattr(module, "nf", None) == weight.shape[1]
+
+
 def lsuv_possible(model: nn.Module, op: Op) -> bool:
-    """The op is a Linear/Conv module's own call, whose output a forward hook sees as ``W x + b``."""
-    if not op.attrs.get("module_op") or op.kind not in O.WEIGHT_KINDS:
+    """The op is a Linear/Conv module's own call (or a ``Conv1D``'s), whose output a forward hook sees as
+    ``W x + b``."""
+    if op.kind not in O.WEIGHT_KINDS:
         return False
     try:
         module = model.get_submodule(op.module)
     except AttributeError:
         return False
     own = f"{op.module}.weight" if op.module else "weight"
-    return isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) and op.params.get("weight") == own \
+    if op.params.get("weight") != own:
+        return False
+    if transposed_linear(module):
+        return True  # its forward is one addmm: the op is the module's output
+    return bool(op.attrs.get("module_op")) and isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) \
         and not isinstance(module, nn.modules.conv._ConvTransposeNd)
 
 
@@ -607,184 +625,6 @@ def _factor(z: torch.Tensor, x: Optional[torch.Tensor], req: LsuvRequest) -> tor
         own = rms / _rms(x) if x is not None and x.is_floating_point() else rms / LSUV_TARGET
         ok = ok & (own.log().abs() > math.log(req.tolerance))
     return torch.where(ok, factor, torch.ones_like(factor))
-
-
-# ------------------------------------------------------------------------------------ handlers
-@handles("IL001")
-def _init_scale(plan: Planner, finding: Finding, module: str) -> None:
-    """IL001: the std the next activation needs (the rule's own target), or LSUV where the gain is unknown."""
-    judged = plan.il001_targets().get(module)
-    op = plan.weight_op(module)
-    if judged is None or op is None:
-        return
-    fan = plan.ctx.fan_in(op) or 1
-    std = _target_std(plan, op, judged.threshold)
-    why = (f"weight std {fmt(judged.value)} -> {fmt(std)}, the scale the next activation needs "
-           f"(gain {fmt(std * math.sqrt(fan))} / sqrt(fan_in {fan}))")
-    if module in plan.fixer.acted:  # repaired in the first round and still flagged
-        if plan.method == "analytic":
-            plan.note(f"IL001 {module}: still flagged after the analytic init; method auto or lsuv measures it")
-        else:
-            plan.lsuv(op, "IL001", why)
-    elif plan.data_driven(op):
-        _large_bias(plan, op, LSUV_TARGET)
-        plan.lsuv(op, "IL001", why)
-    else:
-        plan.redraw(op, std, "IL001", why)
-        _large_bias(plan, op, std * math.sqrt(fan))
-
-
-def _target_std(plan: Planner, op: Op, edge: float) -> float:
-    """The std to draw: the activation's preferred gain when IL001 accepts a band (tanh: LeCun's 1 rather
-    than the 5/3 edge it names when the weights are too large), else the rule's target ``edge``."""
-    act = next((t for t in downstream(plan.graph, op) if t.kind in O.ACTIVATIONS), None)
-    if act is None:
-        return edge
-    fan = math.sqrt(plan.ctx.fan_in(op) or 1)
-    lo, hi = O.ACTIVATIONS[act.kind].band(act.attrs)
-    if not any(abs(edge * fan - g) <= 1e-6 * g for g in (lo, hi)):
-        return edge  # the rule judged another activation than the one found here: follow the rule
-    return PREFERRED_GAIN.get(act.kind, lo) / fan
-
-
-def _large_bias(plan: Planner, op: Op, gain: float) -> None:
-    """Reset the bias of a rescaled layer when it, not the weights, would set the pre-activation's scale:
-    rms above half the scale ``gain`` that the new weights give a unit-scale input (``randn`` biases)."""
-    name = op.params.get("bias")
-    bias = plan.ctx.param(name) if name else None
-    if bias is None or bias.numel() == 0:
-        return
-    rms = float(bias.detach().float().pow(2).mean().sqrt())
-    if rms > 0.5 * gain:
-        plan.zero(name, op.module, "IL001", f"bias rms {fmt(rms)} would outweigh the new weights "
-                  f"(pre-activation scale {fmt(gain)} for a unit-scale input)")
-
-
-@handles("IL008")
-def _symmetric(plan: Planner, finding: Finding, module: str) -> None:
-    """IL008: a fresh random draw; the scale is IL001's target, else the layer's own, else the activation's."""
-    op = plan.weight_op(module)
-    if op is None:
-        return
-    judged = plan.il001_targets().get(module)
-    stats = plan.ctx.probe.params.get(op.params["weight"], {})
-    if judged is not None:
-        std = _target_std(plan, op, judged.threshold)
-    elif stats.get("spread", 0.0) > 0 and stats.get("rms", 0.0) > 0:
-        std = stats["rms"]  # duplicated rows in a layer of the right scale: keep the scale
-    else:
-        std = activation_gain(plan.graph, op) / math.sqrt(plan.ctx.fan_in(op) or 1)
-    plan.redraw(op, std, "IL008", "weights that cannot break symmetry: a fresh random draw")
-
-
-@handles("IL003")
-def _dead_units(plan: Planner, finding: Finding, module: str) -> None:
-    """IL003: reset the bias that keeps the pre-activations negative; a vanished signal is IL001's to repair."""
-    from .rules.il003_dead_relu import DeadRelu
-
-    if plan.through_cause(finding):
-        return
-    rule = DeadRelu(**rule_options(plan.fixer.options, DeadRelu))
-    for op in plan.ops_of(module, O.DYING_KINDS):
-        stats = plan.ctx.op_stats(op)
-        units = int(stats.get("units", 0))
-        dead = stats.get("dead")
-        if not units or dead is None or (dead < units and dead / units <= rule.limit(units)):
-            continue  # not what the rule reports (a layer with every unit dead it reports at any width)
-        src = upstream_weight(plan.graph, op)
-        bias = src.params.get("bias") if src is not None else None
-        mean = plan.ctx.probe.params.get(bias or "", {}).get("mean", 0.0)
-        pre_rms = plan.ctx.op_stats(src).get("rms", 0.0) if src is not None else 0.0
-        # the rule's diagnosis: a bias below -0.5x the pre-activation scale holds the units under zero
-        if bias and mean < 0 and abs(mean) > 0.5 * pre_rms:
-            plan.zero(bias, src.module, "IL003", f"bias {fmt(mean)} on average kills "
-                      f"{fmt(100 * stats['dead'] / units)}% of the units")
-        elif src is not None and stats["dead"] == units and "weight" in src.params:
-            # Every unit dead for the whole batch at a scale IL001 accepts: the draw itself is unlucky (a
-            # narrow layer whose inputs are nearly parallel has each unit alive or dead for every sample).
-            # A fresh draw of the same scale; the next audit judges it.
-            std = plan.ctx.probe.params.get(src.params["weight"], {}).get("rms")
-            if std and math.isfinite(std) and src.module not in plan.il001_targets():
-                plan.redraw(src, std, "IL003", f"all {units} units of the next ReLU dead for the whole batch: "
-                            f"a fresh draw of the same scale")
-
-
-@handles("IL004", symptom=True)
-def _saturated_softmax(plan: Planner, finding: Finding, module: str) -> None:
-    """IL004: shrink the layer that produces the scores so that their rms is at most 1."""
-    op = plan.weight_op(module)
-    if op is None:
-        return
-    why = f"softmax near one-hot (entropy {fmt(finding.value)} x ln(C))"
-    scores = _scores_of(plan, op)
-    if scores is None or _feeds_directly(plan.graph, op, scores):
-        plan.lsuv(op, "IL004", why, shrink_only=True)
-        return
-    rms = plan.ctx.op_stats(scores).get("rms")
-    if rms and math.isfinite(rms) and rms > LSUV_TARGET:
-        plan.scale(op, LSUV_TARGET / rms, "IL004", why + f"; scores rms {fmt(rms)} -> {fmt(LSUV_TARGET)}")
-
-
-def _scores_of(plan: Planner, op: Op) -> Optional[Op]:
-    """The op whose output the saturated softmax reads (the model output for declared logits)."""
-    for sm in plan.graph.of_kind("softmax", "log_softmax"):
-        if sm.inputs and upstream_weight(plan.graph, sm) is op:
-            return plan.graph[sm.inputs[0]]
-    outputs = [plan.graph[i] for i in plan.graph.outputs]
-    return outputs[0] if outputs else None
-
-
-def _feeds_directly(graph: Any, op: Op, scores: Op) -> bool:
-    for current in graph.back(scores):
-        if current.id == op.id:
-            return True
-        if current.kind not in O.PASS_KINDS:
-            return False
-    return False
-
-
-@handles("IL005", symptom=True)
-def _signal_drift(plan: Planner, finding: Finding, module: str) -> None:
-    """IL005 with no repaired cause: LSUV from the first drifting layer to the end of its stretch."""
-    _lsuv_stretch(plan, module, "IL005", "the signal drifts through this stretch", from_layer=True)
-
-
-@handles("IL006", symptom=True)
-def _gradient_drift(plan: Planner, finding: Finding, module: str) -> None:
-    """IL006 with no repaired cause: LSUV on the layers of the stretch whose output scale is off."""
-    _lsuv_stretch(plan, module, "IL006", "weight gradients drift through this stretch", from_layer=False)
-
-
-def _lsuv_stretch(plan: Planner, module: str, rule: str, why: str, *, from_layer: bool) -> None:
-    """LSUV on the layers of the stretch holding ``module``'s weight layer, each left alone while its
-    own gain stays within ``SPAN_TOLERANCE``; with ``from_layer``, only from that layer on, and that
-    layer always rescaled."""
-    op = plan.weight_op(module)
-    if op is None:
-        return
-    for layer in segment_ops(plan.graph, op):
-        if from_layer and layer.id < op.id:
-            continue
-        plan.lsuv(layer, rule, why, tolerance=1.0 if from_layer and layer.id == op.id else SPAN_TOLERANCE,
-                  max_factor=SYMPTOM_MAX_FACTOR)
-
-
-@handles("IL007", symptom=True)
-def _saturated_activation(plan: Planner, finding: Finding, module: str) -> None:
-    """IL007: rescale the layer feeding the activation to unit pre-activation rms."""
-    acts = [op for op in plan.graph if op.module == module and op.kind in O.ACTIVATIONS
-            and O.ACTIVATIONS[op.kind].bounds is not None]
-    feeding = [upstream_weight(plan.graph, a) for a in acts] or [plan.weight_op(module)]
-    for op in feeding:
-        if op is not None:
-            plan.lsuv(op, "IL007", f"{fmt(100 * (finding.value or 0))}% of the activation's outputs saturated",
-                      max_factor=SYMPTOM_MAX_FACTOR)
-
-
-@handles("IL009", symptom=True)
-def _non_finite(plan: Planner, finding: Finding, module: str) -> None:
-    """IL009: an overflow is repaired through the init findings upstream of it; on its own it is left to the user."""
-    plan.note(f"IL009 {module or '<model>'}: non-finite values that no init finding explains are not repaired")
 
 
 # ------------------------------------------------------------------------------------ output

@@ -1,7 +1,7 @@
 """Suppressions: ``per-module-ignores`` from the configuration and ``initlint.ignore`` in code.
 
 Both kinds are applied after the rules ran and before findings are grouped. A suppression
-that silenced nothing is itself reported, as IL010 ``unused-suppression`` (documented in
+that silenced nothing is itself reported, as ``unused-suppression`` (the rule class in
 ``rules/il010_unused_suppression.py``), so stale ignores do not pile up.
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 from .errors import UsageError
 from .report import Finding
 
-UNUSED = "IL010"
 ATTRIBUTE = "__initlint_ignore__"
 
 
@@ -146,10 +145,10 @@ def _class_location(cls: type) -> Optional[Tuple[str, int]]:
 
 def apply_suppressions(findings: List[Finding], model: Any, per_module_ignores: Optional[Mapping[str, Sequence[str]]],
                        selected: Sequence[str]) -> List[Finding]:
-    """Drop suppressed findings and append an IL010 finding for each suppression that silenced nothing.
+    """Drop suppressed findings and append an unused-suppression finding for each suppression that silenced nothing.
 
     ``selected`` are the codes that ran: a suppression is only judged unused when it names
-    one of them, and IL010 is only reported when it is selected itself.
+    one of them, and an unused suppression is only reported when its rule is selected itself.
     """
     try:
         ignores = normalise_ignores(per_module_ignores)
@@ -160,7 +159,9 @@ def apply_suppressions(findings: List[Finding], model: Any, per_module_ignores: 
         raise UsageError(f"per_module_ignores: '{unknown[0]}' (for '{unknown[1]}') is not a known rule code or name")
     suppressions = config_suppressions(ignores) + code_suppressions(model)
     kept = [f for f in findings if not _silence(f, suppressions)]
-    if UNUSED in selected:
+    from .rules.il010_unused_suppression import UnusedSuppression
+
+    if UnusedSuppression.code in selected:
         kept.extend(unused_findings(suppressions, selected))
     return kept
 
@@ -176,8 +177,9 @@ def _silence(finding: Finding, suppressions: Iterable[Suppression]) -> bool:
 
 
 def unused_findings(suppressions: Iterable[Suppression], selected: Sequence[str]) -> List[Finding]:
-    """IL010 findings for suppressions whose codes (among ``selected``) silenced nothing."""
+    """Unused-suppression findings for suppressions whose codes (among ``selected``) silenced nothing."""
     from .rules import all_rules
+    from .rules.il010_unused_suppression import UnusedSuppression
 
     registry = all_rules()
     out = []
@@ -187,7 +189,7 @@ def unused_findings(suppressions: Iterable[Suppression], selected: Sequence[str]
         if not unused:
             continue
         where = s.roots[0] if s.roots else ""
-        out.append(registry[UNUSED].make(
+        out.append(UnusedSuppression.make(
             where, f"{s.origin} silenced no finding of {', '.join(unused)} (0 findings; at least 1 expected)",
             f"remove {', '.join(unused)} from {s.origin}, or re-check whether the problem it hid is fixed",
             value=0.0, threshold=1.0, location=s.location))

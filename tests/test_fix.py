@@ -417,3 +417,69 @@ def test_cli_errors_exit_2_with_one_sentence(args, message):
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ HF Conv1D (a Linear stored transposed)
+def gpt2(corrupt, n_embd=768, vocab=50257, n_layer=2):
+    """HF GPT-2 built from its config (offline), with one Conv1D weight redrawn at std 1."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_embd=n_embd, n_layer=n_layer, n_head=12, vocab_size=vocab, n_positions=256)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        nn.init.normal_(model.get_parameter(corrupt), std=1.0)
+    return model
+
+
+def gpt2_ids(vocab=50257):
+    return torch.randint(0, vocab, (2, 32), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("corrupt, code", [("transformer.h.1.mlp.c_fc.weight", "IL012"),
+                                           ("transformer.h.0.attn.c_attn.weight", "IL011")])
+def test_gpt2_conv1d_at_gpt2_small_width_is_repaired_and_its_code_reproduces_the_repair(corrupt, code):
+    model = gpt2(corrupt)
+    rep = initlint.fix(model, gpt2_ids())
+    layer = corrupt.rsplit(".", 1)[0]
+    assert code in {c for c, _ in rep.before.codes()}
+    assert corrupt in {c.name for c in rep.changes}  # the corrupted layer, whatever rule asked for it
+    assert not {c for c, _ in warnings_of(rep.after)}, rep.summary()
+    assert rep.changes[0].after_std < 0.1 and all(c.module == layer for c in rep.changes), rep.summary()
+    fresh = gpt2(corrupt)
+    apply_code(rep.code(), fresh)
+    assert same_state(model, fresh)
+
+
+def test_a_transposed_linear_is_recognised_by_its_shape_not_by_importing_transformers():
+    from initlint.repair import transposed_linear
+
+    class Conv1D(nn.Module):  # HF's layout: weight (in, out), y = x @ W + b
+        def __init__(self, nf, nx):
+            super().__init__()
+            self.nf = nf
+            self.weight = nn.Parameter(torch.randn(nx, nf))
+            self.bias = nn.Parameter(torch.zeros(nf))
+
+        def forward(self, x):
+            return torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight).view(*x.shape[:-1], self.nf)
+
+    class Conv1DLookalike(Conv1D):
+        pass
+
+    assert transposed_linear(Conv1D(8, 4)) and not transposed_linear(nn.Linear(4, 8))
+    assert not transposed_linear(Conv1DLookalike(8, 4))  # another class: not assumed to be HF's
+    odd = Conv1D(8, 4)
+    odd.nf = 4  # nf names the out features: a weight of another layout is not taken for one
+    assert not transposed_linear(odd)
+
+
+def test_a_small_gpt2_conv1d_is_rescaled_from_measurements_like_a_linear():
+    model = gpt2("transformer.h.1.mlp.c_fc.weight", n_embd=96, vocab=512)
+    rep = initlint.fix(model, gpt2_ids(512), method="lsuv")
+    assert not any("not a Linear/Conv" in n for n in rep.notes), rep.notes
+    changed = {c.name: c for c in rep.changes}
+    assert "transformer.h.1.mlp.c_fc.weight" in changed and changed["transformer.h.1.mlp.c_fc.weight"].after_std < 0.5
+    fresh = gpt2("transformer.h.1.mlp.c_fc.weight", n_embd=96, vocab=512)
+    apply_code(rep.code(), fresh)
+    assert same_state(model, fresh)

@@ -43,7 +43,7 @@ def test_a_rule_in_one_file_is_registered_documented_and_tested(tmp_path):
     assert lines[0] == "[('XA001', '2')]" and "XA001" not in lines[1], audited.stderr
     generated = run(env, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     os.path.join(HERE, "test_rule_examples.py"), "-k", "XA001")
-    assert "3 passed" in generated.stdout, generated.stdout  # bad, good, and "has examples"
+    assert "5 passed" in generated.stdout, generated.stdout  # bad, good, "has examples", its repair, "repair shown"
 
 
 def test_a_broken_plugin_is_reported_and_the_built_in_rules_still_run(tmp_path):

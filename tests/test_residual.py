@@ -57,7 +57,12 @@ def test_one_oversized_branch_is_located_at_its_block():
     model = NanoGPT()
     with torch.no_grad():
         model.transformer.h[3].mlp.c_proj.weight.mul_(20)
-    assert codes(initlint.audit(model, ids(512), select=["IL012"]), "IL012") == {"transformer.h.3.mlp.c_proj"}
+    report = initlint.audit(model, ids(512), select=["IL012"])
+    assert codes(report, "IL012") == {"transformer.h.3.mlp.c_proj"}
+    # 20x the same layer of the other blocks: the fix gives it their scale back
+    c_proj = model.transformer.h[0].mlp.c_proj.weight
+    assert report.findings[0].fix.startswith("nn.init.normal_(model.transformer.h[3].mlp.c_proj.weight, std=")
+    assert float(report.findings[0].fix.split("std=")[1].split(")")[0]) == pytest.approx(c_proj.std().item(), rel=0.05)
 
 
 def test_an_embedding_drowned_by_the_first_branch():
@@ -65,7 +70,10 @@ def test_an_embedding_drowned_by_the_first_branch():
     signal ~180x the embedding's (c_attn and c_proj far above 1/sqrt(fan_in))."""
     torch.manual_seed(0)
     report = initlint.audit(NanoGPT(init="normal"), ids(512), select=["IL012"])
-    assert codes(report, "IL012") == {"transformer.h.0.attn.c_proj"}
+    # reported at the first over-scaled layer of the branch; the fix re-initialises both
+    assert codes(report, "IL012") == {"transformer.h.0.attn.c_attn"}
+    assert report.findings[0].fix.startswith("nn.init.normal_(model.transformer.h[0].attn.c_attn.weight, std=0.0625); "
+                                             "nn.init.normal_(model.transformer.h[0].attn.c_proj.weight, std=0.0625)")
     assert report.findings[0].value > report.findings[0].threshold
     # pre-norm stacks trained unharmed with the embedding drowned 193x (benchmarks/residual_training.py)
     assert report.findings[0].severity == "info"

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Mapping, Optional, 
 from ..errors import UnknownCode
 
 if TYPE_CHECKING:
-    from .base import Audit, AuditContext, Example, Rule
+    from .base import Audit, AuditContext, Example, RepairPlan, Rule
 
-__all__ = ["Audit", "AuditContext", "Example", "Rule", "all_rules", "get_rule", "select_rules", "resolve_selection",
-           "Selection", "with_uses", "plugin_errors", "UnknownCode", "RuleInfo", "rule_info", "find_rule",
-           "check_patterns"]
+__all__ = ["Audit", "AuditContext", "Example", "RepairPlan", "Rule", "all_rules", "get_rule", "select_rules",
+           "resolve_selection", "Selection", "with_uses", "plugin_errors", "UnknownCode", "RuleInfo", "rule_info",
+           "find_rule", "check_patterns"]
 
 ENTRY_POINT_GROUP = "initlint.rules"
-_FROM_BASE = ("Audit", "AuditContext", "Example", "Rule", "order_by_uses", "ROLES")
+_FROM_BASE = ("Audit", "AuditContext", "Example", "RepairPlan", "Rule", "order_by_uses", "ROLES")
 
 
 def __getattr__(name: str) -> Any:

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import textwrap
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Protocol, Set, Tuple
 
 import torch
 import torch.nn as nn
@@ -91,9 +92,25 @@ class Rule:
             raise ValueError(f"{self.code} ({self.name}) has no option {', '.join(sorted(unknown))}")
         self.opts = {**self.options, **overrides}
 
+    repair_after_causes: bool = False
+    """The repair waits for a round in which no root cause was repaired (or the last round): a
+    repaired cause usually removes this rule's finding, and the re-audit tells."""
+
     def check(self, audit: "AuditContext") -> Iterator[Finding]:
         """Yield findings for the audited model."""
         raise NotImplementedError
+
+    def repair(self, plan: "RepairPlan", finding: Finding, module: str) -> None:
+        """Ask ``plan`` for the steps that repair ``finding`` at ``module`` (one of its members).
+
+        ``initlint.fix`` calls it for this rule's warnings and errors; a rule without it has findings
+        no init repairs (their code change is in the finding's fix)."""
+        raise NotImplementedError
+
+    @classmethod
+    def repairs(cls, finding: Finding) -> bool:
+        """Whether :meth:`repair` can act on ``finding`` (a rule that has a repair: yes, unless it says otherwise)."""
+        return cls.repair is not Rule.repair
 
     def finding(self, audit: "AuditContext", op_or_module: Any, message: str, fix: str, *, value: Optional[float] = None,
                 threshold: Optional[float] = None, severity: Optional[str] = None) -> Finding:
@@ -116,6 +133,58 @@ class Rule:
     def doc(cls) -> str:
         """The rule's documentation (its docstring, dedented)."""
         return inspect.cleandoc(cls.__doc__ or "")
+
+
+class RepairPlan(Protocol):
+    """What a rule's :meth:`Rule.repair` reads and asks for; ``initlint.fix``'s planner (``repair.Planner``)
+    implements it. Steps are applied in graph order after the round's planning, each parameter at most once
+    per round (the first rule to ask wins), and written into ``FixReport.code()`` exactly as applied."""
+
+    graph: Graph
+    ctx: "AuditContext"
+    """The audit the round plans from (model, graph, probe statistics)."""
+    method: str
+    """``auto``, ``analytic`` or ``lsuv`` (see :meth:`data_driven`)."""
+    acted: Set[str]
+    """Modules repaired in earlier rounds."""
+    lsuv_target: float
+    """The output rms a measured rescale gives a layer."""
+
+    def through_cause(self, finding: Finding) -> bool:
+        """A cause the finding links to was repaired in this round or an earlier one: leave it to the re-audit."""
+
+    def weight_op(self, module: str) -> Optional[Op]:
+        """The first weight layer (Linear, Conv, Conv1D) of ``module``."""
+
+    def ops_of(self, module: str, kinds: Iterable[str]) -> List[Op]:
+        """The ops of ``module`` of these kinds."""
+
+    def judged(self, rule: type) -> Dict[str, Finding]:
+        """Module -> the finding of ``rule`` (a Rule class, run on this audit with the user's options, ungrouped)."""
+
+    def rule_options(self, rule: type) -> Dict[str, Any]:
+        """The options the user gave ``rule``."""
+
+    def data_driven(self, op: Op) -> bool:
+        """Whether ``method`` asks for a measured rescale of ``op`` rather than fans and gains."""
+
+    def redraw(self, op: Op, std: float, rule: str, why: str, param: Optional[str] = None) -> None:
+        """A fresh draw with ``std`` of ``op``'s weight (or of ``param``), in its own distribution family."""
+
+    def zero(self, name: str, module: str, rule: str, why: str) -> None:
+        """``nn.init.zeros_`` on the parameter ``name``."""
+
+    def scale(self, op: Op, factor: float, rule: str, why: str, param: Optional[str] = None) -> None:
+        """Multiply ``op``'s weight (or ``param``) by ``factor``."""
+
+    def lsuv(self, op: Op, rule: str, why: str, *, shrink_only: bool = False, tolerance: float = 1.0,
+             max_factor: Optional[float] = None, fallback_std: Optional[float] = None) -> None:
+        """Rescale ``op``'s weight so that its output has rms :attr:`lsuv_target` on the probe batch
+        (measured after the round's direct steps, layer after layer); where no forward hook can measure
+        it, a redraw with ``fallback_std`` if given, else a note."""
+
+    def note(self, text: str) -> None:
+        """A sentence for the summary: what was not repaired, and why."""
 
 
 @dataclass
@@ -217,6 +286,15 @@ def downstream(graph: Graph, op: Op, limit: int = 64) -> List[Op]:
             else:
                 found.append(user)
     return found
+
+
+def activation_after(terms: List[Op]) -> Tuple[str, Tuple[float, float]]:
+    """The activation among ``terms`` (what :func:`downstream` found after a weight layer) and the gain
+    band ``(lo, hi)`` it needs; ``identity`` with gain 1 when none follows."""
+    act_op = next((t for t in terms if t.kind in O.ACTIVATIONS), None)
+    if act_op is None:
+        return "identity", O.IDENTITY.band({})
+    return act_op.kind, O.ACTIVATIONS[act_op.kind].band(act_op.attrs)
 
 
 _KAIMING = {"relu": "relu", "relu6": "relu", "leaky_relu": "leaky_relu", "prelu": "leaky_relu",
@@ -518,3 +596,119 @@ def residuals_of(audit: AuditContext) -> List[Residual]:
     if cached is None:
         cached = audit.memo["residual_adds"] = residual_adds(audit.graph)
     return cached
+
+
+# ------------------------------------------------------------------ repairs (initlint.fix)
+SPAN_TOLERANCE = 2.0
+"""A layer of a drifting span that no finding names is rescaled only when its own gain (output
+rms over input rms on the probe batch) is further than this factor from 1."""
+SYMPTOM_MAX_FACTOR = 4.0
+"""The largest factor (either way) a symptom repair (signal drift, gradient drift, saturation) applies
+to a layer: the causes are repaired first, so what remains are layers whose scale the init-scale rule
+accepts, and a measured factor far beyond that (a narrow layer whose few live units carry a tiny signal
+asks for 1e4) would trade the symptom for an init-scale finding."""
+
+
+def activation_gain(graph: Graph, op: Op) -> float:
+    """Gain of the activation after ``op`` (the low end of its band; 1 when none follows)."""
+    act = next((t for t in downstream(graph, op) if t.kind in O.ACTIVATIONS), None)
+    return O.ACTIVATIONS[act.kind].band(act.attrs)[0] if act is not None else 1.0
+
+
+def segment_ops(graph: Graph, op: Op) -> List[Op]:
+    """Weight layers in the normalisation-free stretch of the network that holds ``op``, in order."""
+    start: Dict[int, int] = {}
+    for o in graph:
+        start[o.id] = o.id if (o.kind in O.NORM_KINDS or not o.inputs) else start.get(o.inputs[0], o.inputs[0])
+    return [o for o in graph if start[o.id] == start[op.id] and o.kind in O.WEIGHT_KINDS and "weight" in o.params]
+
+
+def lsuv_stretch(plan: RepairPlan, module: str, rule: str, why: str, *, from_layer: bool,
+                 fallback: Callable[[Op], Optional[float]]) -> None:
+    """LSUV on the layers of the stretch holding ``module``'s weight layer, each left alone while its
+    own gain stays within ``SPAN_TOLERANCE``; with ``from_layer``, only from that layer on, and that
+    layer always rescaled. ``fallback(op)``: the std to draw where no hook can measure the layer."""
+    op = plan.weight_op(module)
+    if op is None:
+        return
+    for layer in segment_ops(plan.graph, op):
+        if from_layer and layer.id < op.id:
+            continue
+        plan.lsuv(layer, rule, why, tolerance=1.0 if from_layer and layer.id == op.id else SPAN_TOLERANCE,
+                  max_factor=SYMPTOM_MAX_FACTOR, fallback_std=fallback(layer))
+
+
+BRANCH_GAIN_MAX = 3.0
+"""A weight layer whose gain ``std * sqrt(fan_in)`` exceeds this is off in scale: twice He's sqrt(2) for
+ReLU, and well above every default init of a transformer (GPT-2's 0.02 at width 768 is 0.55, PyTorch's
+``nn.Linear`` 0.58, Llama's 0.02 at width 4096 is 1.28)."""
+
+
+def gain_of(audit: AuditContext, op: Op, name: Optional[str] = None) -> Tuple[float, int]:
+    """``(std * sqrt(fan_in), fan_in)`` of ``op``'s weight (or of the parameter ``name``, stored ``(out, in, ...)``)."""
+    name = name or op.params.get("weight", "")
+    weight = audit.param(name)
+    if weight is None or weight.dim() < 2:
+        return 0.0, 1
+    fan = (audit.fan_in(op) if name == op.params.get("weight") else None) or int(weight[0].numel())
+    std = float(weight.detach().float().pow(2).mean().sqrt())
+    return std * math.sqrt(fan), fan
+
+
+def reference_std(plan: RepairPlan, op: Op, name: Optional[str] = None) -> float:
+    """The std a weight layer off in scale is redrawn with: the median std of its peers (the parameters of the
+    same shape whose names differ only in block numbers, ``h.0.mlp.c_fc.weight`` for ``h.1.mlp.c_fc.weight``)
+    when they are of a sound scale, else ``gain / sqrt(fan_in)`` for the activation after it."""
+    name = name or op.params["weight"]
+    weight = plan.ctx.param(name)
+    gain, fan = gain_of(plan.ctx, op, name)
+    pattern = re.sub(r"\d+", "#", name)
+    peers = sorted(float(p.detach().float().pow(2).mean().sqrt()) for n, p in plan.ctx.model.named_parameters()
+                   if n != name and weight is not None and p.shape == weight.shape and re.sub(r"\d+", "#", n) == pattern)
+    if peers:
+        median = peers[len(peers) // 2]
+        if 0 < median * math.sqrt(fan) <= BRANCH_GAIN_MAX:
+            return median
+    return activation_gain(plan.graph, op) / math.sqrt(fan)
+
+
+def output_weight(op: Op) -> Optional[str]:
+    """The weight of a branch's last layer: its own, or an attention op's output projection."""
+    if op.kind == "attention":  # nn.MultiheadAttention: its output projection is inside the op
+        return next((n for n in op.params.values() if n.endswith("out_proj.weight")), None)
+    return op.params.get("weight")
+
+
+def self_residual_count(audit: AuditContext) -> int:
+    """The residual additions of the model (``2 L`` in a transformer of ``L`` blocks), at least 1."""
+    return max(1, len(residuals_of(audit)))
+
+
+def shrink_branch(plan: RepairPlan, res: Residual, rule: str, why: str) -> None:
+    """Repair a residual branch that dwarfs its stream. A layer of the branch whose gain exceeds
+    ``BRANCH_GAIN_MAX`` is off: it is redrawn at :func:`reference_std` (the branch's last layer is not to
+    blame for an oversized layer before it). With no such layer, the last layer gets the depth-aware init:
+    its textbook std ``1 / sqrt(fan_in)`` over ``sqrt(N)`` for the model's ``N`` residual additions
+    (GPT-2's ``1 / sqrt(2 * n_layer)``), so that the ``N`` branches together add about one layer's variance;
+    never larger than it is."""
+    layers = [(op, output_weight(op)) for op in res.layers]
+    layers = [(op, name) for op, name in layers if name and plan.ctx.param(name) is not None]
+    if not layers:
+        return
+    off = [(op, name) for op, name in layers if gain_of(plan.ctx, op, name)[0] > BRANCH_GAIN_MAX]
+    for op, name in off:
+        own = name == op.params.get("weight")
+        gain, _ = gain_of(plan.ctx, op, name)
+        std = reference_std(plan, op, name)
+        plan.redraw(op, std, rule, f"{why}: {op.module or '<model>'} has gain {fmt(gain)} (std x sqrt(fan_in); "
+                    f"limit {fmt(BRANCH_GAIN_MAX)}), redrawn at std {fmt(std)}", param=None if own else name)
+    if off:
+        return
+    proj, name = layers[-1]
+    gain, fan = gain_of(plan.ctx, proj, name)
+    adds = self_residual_count(plan.ctx)
+    std = 1.0 / math.sqrt(fan * adds)
+    now = gain / math.sqrt(fan)
+    if now > std:
+        plan.redraw(proj, std, rule, f"{why}: 1/sqrt(fan_in {fan}) / sqrt({adds} residual additions), "
+                    f"weight std {fmt(now)} -> {fmt(std)}", param=None if name == proj.params.get("weight") else name)

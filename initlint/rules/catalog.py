@@ -895,8 +895,11 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'Finds the residual additions of the model (``x + f(x)``: an ``add`` whose one input is\n'
                       'computed from the other through at least one weight layer) and compares, at each, the\n'
                       'scale (root mean square) of what the branch adds with the scale of the stream it is added\n'
-                      'to. It flags branches that dwarf the stream at initialisation, at the block where it\n'
-                      "happens, with the fix on the branch's output projection. Three kinds of addition have\n"
+                      'to. It flags branches that dwarf the stream at initialisation, at the layer the excess comes\n'
+                      'from: a weight layer of the branch whose scale is more than 4x what a sound init gives it\n'
+                      '(``gain / sqrt(fan_in)`` for the activation after it) or 4x the same layer in the other\n'
+                      "blocks (``h.0.mlp.c_fc`` for ``h.1.mlp.c_fc``), else the branch's output projection.\n"
+                      'Three kinds of addition have\n'
                       'their own limit: post-norm ones (``LN(x + f(x))`` on a normalised stream: BERT, the\n'
                       'original Transformer), the first branch added to an embedding or to the model input, and\n'
                       'all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals).\n'
@@ -956,8 +959,16 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '```\n'
                       '\n'
                       '## Fix\n'
-                      "Initialise the branch's output projection smaller, so that what the branch adds is at\n"
-                      'most comparable with the stream (GPT-2 and nanoGPT use ``0.02 / sqrt(2 * n_layers)``):\n'
+                      'When one layer of the branch is out of scale (a weight drawn with ``randn``, a layer\n'
+                      'multiplied by mistake), re-initialise that layer, at the scale of the same layer in the\n'
+                      'other blocks or of a sound init for its fan-in; shrinking the healthy output projection to\n'
+                      'compensate would hide it:\n'
+                      '```python\n'
+                      'nn.init.normal_(model.transformer.h[1].mlp.c_fc.weight, std=0.02)  # as transformer.h.0.mlp.c_fc\n'
+                      '```\n'
+                      "When every layer is at a sound scale, initialise the branch's output projection smaller,\n"
+                      'so that what the branch adds is at most comparable with the stream (GPT-2 and nanoGPT use\n'
+                      '``0.02 / sqrt(2 * n_layers)``):\n'
                       '```python\n'
                       'nn.init.normal_(block.output.dense.weight, std=0.02)\n'
                       '```\n'

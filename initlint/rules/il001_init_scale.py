@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Dict, Iterator, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
 import torch.nn as nn
 
 from .. import ops as O
 from ..graph import Op
 from ..report import Finding
-from .base import AuditContext, Example, Rule, downstream, fmt, init_fix
+from .base import AuditContext, Example, RepairPlan, Rule, activation_after, downstream, fmt, init_fix
 
 
 
@@ -165,9 +165,7 @@ class InitScale(Rule):
             terms = downstream(audit.graph, op)
             if any(t.kind in O.NORM_KINDS for t in terms):
                 continue
-            act_op = next((t for t in terms if t.kind in O.ACTIVATIONS), None)
-            act_kind = act_op.kind if act_op is not None else "identity"
-            lo, hi = O.ACTIVATIONS[act_kind].band(act_op.attrs if act_op is not None else {})
+            act_kind, (lo, hi) = activation_after(terms)
             band = (lo / math.sqrt(fan), hi / math.sqrt(fan))
             std = stats["rms"]
             if std <= 0:
@@ -216,3 +214,62 @@ class InitScale(Rule):
         )
         return self.finding(audit, j.op, message, init_fix(audit, j.op, j.activation, j.fan_in),
                             value=j.std, threshold=target)
+
+    # ------------------------------------------------------------------ repair (initlint.fix)
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """The std the next activation needs (this rule's own target), or LSUV where the gain is unknown."""
+        judged = plan.judged(type(self)).get(module)
+        op = plan.weight_op(module)
+        if judged is None or op is None:
+            return
+        fan = plan.ctx.fan_in(op) or 1
+        std = target_std(plan, op, judged.threshold)
+        why = (f"weight std {fmt(judged.value)} -> {fmt(std)}, the scale the next activation needs "
+               f"(gain {fmt(std * math.sqrt(fan))} / sqrt(fan_in {fan}))")
+        if module in plan.acted:  # repaired in the first round and still flagged
+            if plan.method == "analytic":
+                plan.note(f"{self.code} {module}: still flagged after the analytic init; method auto or lsuv measures it")
+            else:
+                plan.lsuv(op, self.code, why, fallback_std=std)
+        elif plan.data_driven(op):
+            self._large_bias(plan, op, plan.lsuv_target)
+            plan.lsuv(op, self.code, why, fallback_std=std)
+        else:
+            plan.redraw(op, std, self.code, why)
+            self._large_bias(plan, op, std * math.sqrt(fan))
+
+    def _large_bias(self, plan: RepairPlan, op: Op, gain: float) -> None:
+        """Reset the bias of a rescaled layer when it, not the weights, would set the pre-activation's scale:
+        rms above half the scale ``gain`` that the new weights give a unit-scale input (``randn`` biases)."""
+        name = op.params.get("bias")
+        bias = plan.ctx.param(name) if name else None
+        if bias is None or bias.numel() == 0:
+            return
+        rms = float(bias.detach().float().pow(2).mean().sqrt())
+        if rms > 0.5 * gain:
+            plan.zero(name, op.module, self.code, f"bias rms {fmt(rms)} would outweigh the new weights "
+                      f"(pre-activation scale {fmt(gain)} for a unit-scale input)")
+
+
+PREFERRED_GAIN = {"selu": 1.0}
+"""Where the rule accepts a band of gains, a repair draws the band's low end (LeCun's 1 for tanh and sigmoid),
+except for these activations (SELU is self-normalising with LeCun's 1, the high end)."""
+
+
+def target_std(plan: RepairPlan, op: Op, edge: float) -> float:
+    """The std to draw: the activation's preferred gain when the rule accepts a band (tanh: LeCun's 1 rather
+    than the 5/3 edge it names when the weights are too large), else the rule's target ``edge``."""
+    act = next((t for t in downstream(plan.graph, op) if t.kind in O.ACTIVATIONS), None)
+    if act is None:
+        return edge
+    fan = math.sqrt(plan.ctx.fan_in(op) or 1)
+    lo, hi = O.ACTIVATIONS[act.kind].band(act.attrs)
+    if not any(abs(edge * fan - g) <= 1e-6 * g for g in (lo, hi)):
+        return edge  # the rule judged another activation than the one found here: follow the rule
+    return PREFERRED_GAIN.get(act.kind, lo) / fan
+
+
+def scale_target(plan: RepairPlan, op: Op) -> Optional[float]:
+    """The std this rule asks of ``op``'s weight, when it judges the layer's scale off (else None)."""
+    judged = plan.judged(InitScale).get(op.module)
+    return target_std(plan, op, judged.threshold) if judged is not None else None

@@ -9,7 +9,8 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import AuditContext, Example, Rule, fmt, py_path, upstream_weight
+from .base import AuditContext, Example, RepairPlan, Rule, fmt, py_path, upstream_weight
+from .il001_init_scale import scale_target
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -163,6 +164,33 @@ class DeadRelu(Rule):
         if any(f.module == src.module for f in audit.findings_of("IL001")):
             return f"the signal reaching {src.module} has vanished (see IL001 {src.module}); fix that init first"
         return f"pre-activations of {src.module} are negative for most units; use nn.LeakyReLU(0.01) or check the input scale"
+
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """Reset the bias that keeps the pre-activations negative; a vanished signal is the init-scale rule's to repair."""
+        if plan.through_cause(finding):
+            return
+        for op in plan.ops_of(module, O.DYING_KINDS):
+            stats = plan.ctx.op_stats(op)
+            units = int(stats.get("units", 0))
+            dead = stats.get("dead")
+            if not units or dead is None or (dead < units and dead / units <= self.limit(units)):
+                continue  # not what the rule reports (a layer with every unit dead it reports at any width)
+            src = upstream_weight(plan.graph, op)
+            bias = src.params.get("bias") if src is not None else None
+            mean = plan.ctx.probe.params.get(bias or "", {}).get("mean", 0.0)
+            pre_rms = plan.ctx.op_stats(src).get("rms", 0.0) if src is not None else 0.0
+            # the rule's diagnosis: a bias below -0.5x the pre-activation scale holds the units under zero
+            if bias and mean < 0 and abs(mean) > 0.5 * pre_rms:
+                plan.zero(bias, src.module, self.code, f"bias {fmt(mean)} on average kills "
+                          f"{fmt(100 * stats['dead'] / units)}% of the units")
+            elif src is not None and stats["dead"] == units and "weight" in src.params:
+                # Every unit dead for the whole batch at a scale the init-scale rule accepts: the draw itself is
+                # unlucky (a narrow layer whose inputs are nearly parallel has each unit alive or dead for every
+                # sample). A fresh draw of the same scale; the next audit judges it.
+                std = plan.ctx.probe.params.get(src.params["weight"], {}).get("rms")
+                if std and math.isfinite(std) and scale_target(plan, src) is None:
+                    plan.redraw(src, std, self.code, f"all {units} units of the next ReLU dead for the whole batch: "
+                                f"a fresh draw of the same scale")
 
 
 def _units(audit: AuditContext, op: Op) -> int:

@@ -4,11 +4,13 @@ from __future__ import annotations
 import math
 from typing import Iterator, Optional, Tuple
 
-from ..graph import Op
+from .. import ops as O
+from ..graph import Graph, Op
 from ..report import Finding
 import torch.nn as nn
 
-from .base import AuditContext, Example, Rule, attention_scores, fmt, measured, py_path, shared_by, upstream_weight
+from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, py_path, shared_by,
+                   upstream_weight)
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -81,6 +83,7 @@ class SaturatedSoftmax(Rule):
     needs = frozenset({"activations"})
     summary = "a softmax, or the model's logits, near one-hot at init"
     role = "symptom"
+    repair_after_causes = True
     bad = (Example(oversized_head_into_softmax, expect={"3"}),)
     good = (Example(lecun_head_into_softmax),)
     options = {"min-entropy": 0.5, "max-cross-entropy": 1.5}
@@ -136,6 +139,39 @@ class SaturatedSoftmax(Rule):
             return self.finding(audit, op, message, fix, value=entropy, threshold=self.opts["min-entropy"])
         message, fix = _fix(audit, src, op, message, scale)
         return self.finding(audit, src, message, fix, value=entropy, threshold=self.opts["min-entropy"])
+
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """Shrink the layer that produces the scores so that their rms is at most 1."""
+        op = plan.weight_op(module)
+        if op is None:
+            return
+        why = f"softmax near one-hot (entropy {fmt(finding.value)} x ln(C))"
+        scores = _scores_of(plan, op)
+        if scores is None or _feeds_directly(plan.graph, op, scores):
+            plan.lsuv(op, self.code, why, shrink_only=True)
+            return
+        rms = plan.ctx.op_stats(scores).get("rms")
+        target = plan.lsuv_target
+        if rms and math.isfinite(rms) and rms > target:
+            plan.scale(op, target / rms, self.code, why + f"; scores rms {fmt(rms)} -> {fmt(target)}")
+
+
+def _scores_of(plan: RepairPlan, op: Op) -> Optional[Op]:
+    """The op whose output the saturated softmax reads (the model output for declared logits)."""
+    for sm in plan.graph.of_kind("softmax", "log_softmax"):
+        if sm.inputs and upstream_weight(plan.graph, sm) is op:
+            return plan.graph[sm.inputs[0]]
+    outputs = [plan.graph[i] for i in plan.graph.outputs]
+    return outputs[0] if outputs else None
+
+
+def _feeds_directly(graph: Graph, op: Op, scores: Op) -> bool:
+    for current in graph.back(scores):
+        if current.id == op.id:
+            return True
+        if current.kind not in O.PASS_KINDS:
+            return False
+    return False
 
 
 def _fix(audit: AuditContext, src: Op, end: Op, message: str, scale: Optional[float]) -> Tuple[str, str]:

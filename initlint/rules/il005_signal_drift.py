@@ -9,7 +9,8 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import AuditContext, Example, Rule, fmt, gate_factor, measured_rms
+from .base import AuditContext, Example, RepairPlan, Rule, fmt, gate_factor, lsuv_stretch, measured_rms
+from .il001_init_scale import scale_target
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
 _CARRY = 0.1
@@ -101,6 +102,7 @@ class SignalDrift(Rule):
     needs = frozenset({"activations"})
     summary = "the measured forward signal exploding or vanishing through depth"
     role = "symptom"
+    repair_after_causes = True
     stretch = True
     bad = (Example(deep_linear_stack_with_tiny_weights, expect={"0"}),)
     good = (Example(deep_linear_stack_at_lecun_init),)
@@ -182,6 +184,11 @@ class SignalDrift(Rule):
                " on for the activation that follows each (see IL001), or add a normalisation layer")
         return self.finding(audit, first, message, fix, value=end_rms / start_rms,
                             threshold=self.opts["max-scale-ratio"] if ratio > 0 else 1 / self.opts["max-scale-ratio"])
+
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """With no repaired cause: LSUV from the first drifting layer to the end of its stretch."""
+        lsuv_stretch(plan, module, self.code, "the signal drifts through this stretch", from_layer=True,
+                     fallback=lambda op: scale_target(plan, op))
 
 
 class _Trace:

@@ -9,7 +9,8 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import AuditContext, Example, Rule, downstream, fmt, gated_ops, measured_rms
+from .base import AuditContext, Example, RepairPlan, Rule, downstream, fmt, gated_ops, lsuv_stretch, measured_rms
+from .il001_init_scale import scale_target
 
 _SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
 _RESTART_KINDS = frozenset({"pool", "reduce"})
@@ -108,6 +109,7 @@ class GradientDrift(Rule):
     needs = frozenset({"gradients"})
     summary = "weight gradients spread far beyond what the layer fans predict (backward probe)"
     role = "symptom"
+    repair_after_causes = True
     stretch = True
     bad = (Example(tanh_pyramid_with_uniform_weights, expect={"18"}),)
     good = (Example(conv_net_with_global_pooling),)
@@ -211,6 +213,11 @@ class GradientDrift(Rule):
         if not fans_in:
             return 1.0
         return max(1.0, max(fans_in) / max(1, min(fans_out)), max(fans_out) / max(1, min(fans_in)))
+
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """With no repaired cause: LSUV on the layers of the stretch whose output scale is off."""
+        lsuv_stretch(plan, module, self.code, "weight gradients drift through this stretch", from_layer=False,
+                     fallback=lambda op: scale_target(plan, op))
 
 
 def segments(graph: Graph) -> Dict[int, int]:

@@ -7,7 +7,8 @@ import torch.nn as nn
 
 from .. import ops as O
 from ..report import Finding
-from .base import AuditContext, Example, Rule, fmt, init_fix, upstream_weight
+from .base import SYMPTOM_MAX_FACTOR, AuditContext, Example, RepairPlan, Rule, fmt, init_fix, upstream_weight
+from .il001_init_scale import scale_target
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -54,6 +55,7 @@ class SaturatedActivation(Rule):
     needs = frozenset({"activations"})
     summary = "tanh/sigmoid-like outputs pinned at their bounds"
     role = "symptom"
+    repair_after_causes = True
     bad = (Example(tanh_after_a_wide_layer_with_large_weights, expect={"1"}),)
     good = (Example(tanh_after_a_glorot_layer),)
     options = {"max-saturated-fraction": 0.5}
@@ -79,3 +81,13 @@ class SaturatedActivation(Rule):
                    "scale down the input of this activation or normalise it first")
             yield self.finding(audit, src if src is not None and not op.module else op, message, fix, value=frac,
                                threshold=self.opts["max-saturated-fraction"])
+
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """Rescale the layer feeding the activation to unit pre-activation rms."""
+        acts = [op for op in plan.graph if op.module == module and op.kind in O.ACTIVATIONS
+                and O.ACTIVATIONS[op.kind].bounds is not None]
+        feeding = [upstream_weight(plan.graph, a) for a in acts] or [plan.weight_op(module)]
+        for op in feeding:
+            if op is not None:
+                plan.lsuv(op, self.code, f"{fmt(100 * (finding.value or 0))}% of the activation's outputs saturated",
+                          max_factor=SYMPTOM_MAX_FACTOR, fallback_std=scale_target(plan, op))

@@ -1,6 +1,7 @@
 """IL008 symmetric-init."""
 from __future__ import annotations
 
+import math
 from typing import Dict, Iterator, Optional
 
 import torch.nn as nn
@@ -8,7 +9,8 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import AuditContext, Example, Rule, downstream, fmt, init_fix, py_path
+from .base import AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix, py_path
+from .il001_init_scale import scale_target
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -112,6 +114,21 @@ class SymmetricInit(Rule):
                                 f"({compared}): each computes the same output as its original for every input",
                                 weight_fix(audit, op), value=float(dups), threshold=0.0)
         return None
+
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """A fresh random draw; the scale is the init-scale rule's target, else the layer's own, else the activation's."""
+        op = plan.weight_op(module)
+        if op is None:
+            return
+        target = scale_target(plan, op)
+        stats = plan.ctx.probe.params.get(op.params["weight"], {})
+        if target is not None:
+            std = target
+        elif stats.get("spread", 0.0) > 0 and stats.get("rms", 0.0) > 0:
+            std = stats["rms"]  # duplicated rows in a layer of the right scale: keep the scale
+        else:
+            std = activation_gain(plan.graph, op) / math.sqrt(plan.ctx.fan_in(op) or 1)
+        plan.redraw(op, std, self.code, "weights that cannot break symmetry: a fresh random draw")
 
 
 def weight_fix(audit: AuditContext, op: Op) -> str:

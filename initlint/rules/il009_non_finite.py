@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from .. import ops as O
 from ..report import Finding
-from .base import AuditContext, Example, Rule, fmt
+from .base import AuditContext, Example, RepairPlan, Rule, fmt
 
 
 
@@ -61,6 +61,7 @@ class NonFinite(Rule):
     needs = frozenset({"activations"})
     summary = "NaN/Inf in the forward or backward probe, at the first op where it appears"
     role = "check"
+    repair_after_causes = True
     bad = (Example(deep_linear_stack_with_randn_weights, expect={"37", "49"}),)
     good = (Example(deep_linear_stack_at_lecun_init),)
 
@@ -86,6 +87,10 @@ class NonFinite(Rule):
                                f"({len(bad)} weight(s) affected)",
                                "fix the forward signal scale first (IL001, IL005); the gradient overflows with it",
                                value=audit.probe.grads[name]["absmax"], threshold=3.4e38)
+
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """An overflow is repaired through the init findings upstream of it; on its own it is left to the user."""
+        plan.note(f"{self.code} {module or '<model>'}: non-finite values that no init finding explains are not repaired")
 
 
 def _masked(audit: AuditContext, op) -> bool:

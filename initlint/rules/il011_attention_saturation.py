@@ -10,7 +10,8 @@ import torch.nn as nn
 
 from ..graph import Op
 from ..report import Finding
-from .base import AuditContext, Example, Rule, attention_scores, fmt, measured, projection_of, py_path
+from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, projection_of, py_path,
+                   reference_std)
 
 
 @dataclass
@@ -127,6 +128,7 @@ class AttentionSaturation(Rule):
     needs = frozenset({"activations"})
     summary = "Attention rows are near one-hot at initialisation (judged against the keys each query may see)."
     role = "symptom"
+    repair_after_causes = True
     bad = (Example(attention_with_its_scale_inverted, expect={""}),)
     good = (Example(attention_scaled_by_dim_head_to_the_minus_half),)
     options = {"min-entropy": 0.5, "max-standard-score-std": 2.0}
@@ -230,3 +232,50 @@ class AttentionSaturation(Rule):
         src = measured(audit, audit.graph[proj.inputs[0]]) if proj.inputs else None
         in_rms = audit.op_stats(src).get("rms") if src is not None else None
         return std * math.sqrt(fan), std, fan, in_rms
+
+    # ------------------------------------------------------------------ repair (initlint.fix)
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """Bring the scores of each saturated attention op reported at ``module`` to std 1: redraw q/k
+        projections that are oversized (the finding's fix), otherwise shrink q and k by the factor the
+        measured score std asks for (a wrong scale, or a large input)."""
+        if plan.through_cause(finding):
+            return
+        for op in plan.graph:
+            site = self._site(plan.ctx, op)
+            if site is None or not site.entropy < self.opts["min-entropy"]:
+                continue
+            if self._finding(plan.ctx, site).module == module:
+                self._repair_site(plan, site)
+
+    def _repair_site(self, plan: RepairPlan, site: _Site) -> None:
+        graph = plan.graph
+        sides = [projection_of(graph, site.q_from), projection_of(graph, site.k_from)]
+        projections = list({p.id: p for p in sides if p is not None}.values())
+        why = f"attention rows near one-hot (scores std {fmt(site.score_std)})"
+        ratio = site.scale * math.sqrt(site.head_dim)
+        wrong_scale = site.standard_std <= self.opts["max-standard-score-std"] and ratio > 2.0
+        large = [p for p in projections if self._gain(plan.ctx, p)[0] > 2.0]
+        if large and not wrong_scale:
+            for p in large:
+                std = reference_std(plan, p)
+                plan.redraw(p, std, self.code, f"{why}: the q/k projection {p.module or '<model>'} is oversized "
+                            f"(gain {fmt(self._gain(plan.ctx, p)[0])}), redrawn at std {fmt(std)}")
+            return
+        target = plan.lsuv_target
+        if not site.score_std > target:
+            plan.note(f"{self.code} {site.op.module or '<model>'}: saturated with scores of std "
+                      f"{fmt(site.score_std)}; no init of q and k explains it")
+            return
+        factor = target / site.score_std
+        inner = [n for n in site.op.params.values() if n.endswith(("in_proj_weight", "q_proj_weight", "k_proj_weight"))]
+        both = sum(p is not None for p in sides) == 2 or len(inner) != 1 or inner[0].endswith("in_proj_weight")
+        per = math.sqrt(factor) if (both and (projections or inner)) else factor
+        why += f"; q and k x{fmt(per)} each bring it to {fmt(target)}" if per != factor else f"; x{fmt(per)} brings it to {fmt(target)}"
+        for p in projections:
+            plan.scale(p, per, self.code, why)
+        if not projections:
+            for name in inner:
+                plan.scale(site.op, per, self.code, why, param=name)
+            if not inner:
+                plan.note(f"{self.code} {site.op.module or '<model>'}: no weight layer produces q and k; "
+                          f"normalise them")

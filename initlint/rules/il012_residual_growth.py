@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import math
-from typing import Iterator, Optional, Set
+import re
+import statistics
+from dataclasses import dataclass
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
 import torch.nn as nn
@@ -10,7 +13,8 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Op
 from ..report import Finding
-from .base import AuditContext, Example, Residual, Rule, fmt, measured, py_path, residuals_of
+from .base import (AuditContext, Example, RepairPlan, Residual, Rule, activation_after, downstream, fmt, measured,
+                   py_path, residuals_of, shrink_branch)
 
 
 
@@ -34,8 +38,11 @@ class ResidualGrowth(Rule):
     Finds the residual additions of the model (``x + f(x)``: an ``add`` whose one input is
     computed from the other through at least one weight layer) and compares, at each, the
     scale (root mean square) of what the branch adds with the scale of the stream it is added
-    to. It flags branches that dwarf the stream at initialisation, at the block where it
-    happens, with the fix on the branch's output projection. Three kinds of addition have
+    to. It flags branches that dwarf the stream at initialisation, at the layer the excess comes
+    from: a weight layer of the branch whose scale is more than 4x what a sound init gives it
+    (``gain / sqrt(fan_in)`` for the activation after it) or 4x the same layer in the other
+    blocks (``h.0.mlp.c_fc`` for ``h.1.mlp.c_fc``), else the branch's output projection.
+    Three kinds of addition have
     their own limit: post-norm ones (``LN(x + f(x))`` on a normalised stream: BERT, the
     original Transformer), the first branch added to an embedding or to the model input, and
     all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals).
@@ -73,8 +80,16 @@ class ResidualGrowth(Rule):
     harm in it.
 
     ## Fix
-    Initialise the branch's output projection smaller, so that what the branch adds is at
-    most comparable with the stream (GPT-2 and nanoGPT use ``0.02 / sqrt(2 * n_layers)``):
+    When one layer of the branch is out of scale (a weight drawn with ``randn``, a layer
+    multiplied by mistake), re-initialise that layer, at the scale of the same layer in the
+    other blocks or of a sound init for its fan-in; shrinking the healthy output projection to
+    compensate would hide it:
+    ```python
+    nn.init.normal_(model.transformer.h[1].mlp.c_fc.weight, std=0.02)  # as transformer.h.0.mlp.c_fc
+    ```
+    When every layer is at a sound scale, initialise the branch's output projection smaller,
+    so that what the branch adds is at most comparable with the stream (GPT-2 and nanoGPT use
+    ``0.02 / sqrt(2 * n_layers)``):
     ```python
     nn.init.normal_(block.output.dense.weight, std=0.02)
     ```
@@ -94,6 +109,7 @@ class ResidualGrowth(Rule):
     needs = frozenset({"activations"})
     summary = "A residual branch dwarfs the stream it is added to at initialisation."
     role = "symptom"
+    repair_after_causes = True
     bad = (Example(pre_norm_transformer_with_output_projections_times_twenty, expect={"layers.0.linear2"}),)
     good = (Example(pre_norm_transformer_at_default_init),)
     options = {"max-post-norm-ratio": 1.0, "max-branch-ratio": 4.0, "max-embedding-ratio": 100.0}
@@ -113,24 +129,139 @@ class ResidualGrowth(Rule):
             place = _placement(audit, res, streams)
             limit = self.opts[_LIMITS[place]]
             ratio = branch / stream
-            proj = res.layers[-1]
-            if ratio <= limit or proj.module in seen:
+            if ratio <= limit:
                 continue
-            seen.add(proj.module)
-            yield self._finding(audit, proj, stream, branch, ratio, limit, place)
+            culprits = _over_scaled(audit, res.layers)
+            at = culprits[0].op if culprits else res.layers[-1]
+            if at.module in seen:
+                continue
+            seen.add(at.module)
+            yield self._finding(audit, res.layers[-1], culprits, stream, branch, ratio, limit, place)
 
-    def _finding(self, audit: AuditContext, proj: Op, stream: float, branch: float, ratio: float, limit: float,
-                 place: str) -> Finding:
+    def _finding(self, audit: AuditContext, proj: Op, culprits: List[_Scaled], stream: float, branch: float,
+                 ratio: float, limit: float, place: str) -> Finding:
         onto = {"embedding": "the embedding (the first branch)", "post-norm": "a normalised stream (post-norm block)",
                 "stream": "the residual stream"}[place]
         message = (f"residual branch dwarfs the stream at init: the branch ending at {proj.module or '<model>'} adds "
                    f"a signal of scale (rms) {fmt(branch)} to {onto} of scale {fmt(stream)}, {fmt(ratio)}x "
                    f"(limit {fmt(limit)}x); the stream's earlier content keeps "
                    f"{fmt(100.0 / (1.0 + ratio * ratio))}% of the variance")
+        if culprits:
+            message += "; the scale comes from " + "; ".join(c.describe() for c in culprits)
+            fix = _culprit_fix(culprits)
+        else:
+            fix = _fix(audit, proj, ratio)
         severity = "info" if place == "embedding" else None  # no measured harm: worth knowing, not failing
-        return self.finding(audit, proj, message, _fix(audit, proj, ratio), value=ratio, threshold=limit,
+        return self.finding(audit, culprits[0].op if culprits else proj, message, fix, value=ratio, threshold=limit,
                             severity=severity)
 
+    # ------------------------------------------------------------------ repair (initlint.fix)
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """The branch holding ``module`` (the over-scaled layer the finding names, else the branch's last
+        layer): redraw a layer of it that is off in scale, else give its last layer the depth-aware init
+        (``shrink_branch`` in ``rules/base.py``)."""
+        if plan.through_cause(finding):
+            return
+        for res in residuals_of(plan.ctx):
+            if module in {op.module for op in res.layers}:
+                shrink_branch(plan, res, self.code, "the residual branch dwarfs the stream")
+                return
+
+
+OVER_SCALED = 4.0
+"""A weight layer of a branch whose scale (rms) is more than this many times what a sound init gives it
+(``gain / sqrt(fan_in)`` of the activation after it), or than the same layer in the other blocks, is
+where the branch's excess comes from: by itself it makes the branch as much larger as
+``max-branch-ratio`` allows."""
+
+
+@dataclass
+class _Scaled:
+    """A weight layer of a branch against a sound init for its fan-in, and against its siblings."""
+
+    op: Op
+    weight: str
+    rms: float
+    sound: float
+    """``gain / sqrt(fan_in)`` for the activation after the layer (the upper edge of its band)."""
+    gain: float
+    fan_in: int
+    siblings: List[str]
+    """The same layer in the other blocks (``h.0.mlp.c_fc`` for ``h.1.mlp.c_fc``), when all are sound."""
+    sibling_rms: Optional[float]
+    """Their median weight rms."""
+
+    @property
+    def excess(self) -> float:
+        return self.rms / min(self.sound, self.sibling_rms or self.sound)
+
+    def describe(self) -> str:
+        against = f"a sound init for its fan-in, gain {fmt(self.gain)} / sqrt(fan_in {self.fan_in}) = {fmt(self.sound)}"
+        if self.sibling_rms is not None and self.sibling_rms < self.sound:
+            against = f"the {fmt(self.sibling_rms)} of {_names(self.siblings)}"
+        return f"{self.op.module}: weight rms {fmt(self.rms)} is {fmt(self.excess)}x {against}"
+
+    def target(self) -> Tuple[float, str]:
+        """The std to re-initialise it with, and why."""
+        if self.sibling_rms is not None:
+            return self.sibling_rms, f"as {_names(self.siblings)}"
+        return self.sound, f"gain {fmt(self.gain)} / sqrt(fan_in {self.fan_in})"
+
+
+def _names(modules: List[str], most: int = 2) -> str:
+    return ", ".join(modules[:most]) + (f" and {len(modules) - most} more" if len(modules) > most else "")
+
+
+def _over_scaled(audit: AuditContext, layers: List[Op]) -> List[_Scaled]:
+    """The weight layers of a branch more than ``OVER_SCALED`` times a sound init's scale or their
+    siblings', in the order the signal passes them."""
+    found = []
+    for op in layers:
+        name = op.params.get("weight")
+        rms = audit.probe.params.get(name or "", {}).get("rms")
+        fan = audit.fan_in(op) if op.kind in O.WEIGHT_KINDS and name else None
+        if rms is None or not fan:
+            continue
+        _, (_, gain) = activation_after(downstream(audit.graph, op))
+        sound = gain / math.sqrt(fan)
+        siblings = _siblings(audit, op)
+        sound_siblings = bool(siblings) and all(r <= OVER_SCALED * sound for _, r in siblings)
+        scaled = _Scaled(op, name, rms, sound, gain, fan, [m for m, _ in siblings] if sound_siblings else [],
+                         statistics.median(r for _, r in siblings) if sound_siblings else None)
+        if scaled.excess > OVER_SCALED:
+            found.append(scaled)
+    return found
+
+
+def _culprit_fix(culprits: List[_Scaled]) -> str:
+    """Re-initialise the over-scaled layers (one line of code; the reasons in a trailing comment)."""
+    calls, notes = [], []
+    for c in culprits:
+        std, why = c.target()
+        calls.append(f"nn.init.normal_({py_path(c.weight)}, std={fmt(std)})")
+        notes.append(f"{c.op.module.rsplit('.', 1)[-1]} now {fmt(c.rms)}; {why}" if len(culprits) > 1
+                     else f"now {fmt(c.rms)}; {why}")
+    return "; ".join(calls) + "  # " + "; ".join(notes)
+
+
+def _siblings(audit: AuditContext, op: Op) -> List[Tuple[str, float]]:
+    """``(module, weight rms)`` of the layers at the same place in the other blocks: the module path with
+    its block indices replaced matches, the weight has the same shape."""
+    pattern = _DIGITS.sub(".#", op.module)
+    shape = audit.param(op.params["weight"]).shape
+    found: Dict[str, float] = {}
+    for other in audit.graph:
+        name = other.params.get("weight")
+        if other.module == op.module or other.module in found or not name or _DIGITS.sub(".#", other.module) != pattern:
+            continue
+        rms = audit.probe.params.get(name, {}).get("rms")
+        weight = audit.param(name)
+        if rms is not None and weight is not None and weight.shape == shape:
+            found[other.module] = rms
+    return sorted(found.items())
+
+
+_DIGITS = re.compile(r"\.\d+(?=\.|$)")
 
 _LIMITS = {"embedding": "max-embedding-ratio", "post-norm": "max-post-norm-ratio", "stream": "max-branch-ratio"}
 

@@ -9,7 +9,8 @@ import torch.nn as nn
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
-from .base import AuditContext, Example, Residual, Rule, attention_scores, fmt, projection_of, residuals_of
+from .base import (BRANCH_GAIN_MAX, AuditContext, Example, RepairPlan, Residual, Rule, attention_scores, fmt, gain_of,
+                   measured_rms, output_weight, projection_of, residuals_of, shrink_branch)
 
 
 
@@ -42,6 +43,18 @@ def attention_stack_with_residuals_and_norms():
             return x
 
     return Residual(), torch.randn(2, 32, 256)
+
+
+def residual_attention_stack_with_output_projections_times_thirty():
+    model, x = attention_stack_with_residuals_and_norms()
+    with torch.no_grad():
+        for attn in model.layers:
+            attn.out_proj.weight.mul_(30)  # each branch adds ~the same average to every token, 30x the stream
+    return model, x
+
+
+NO_RESIDUAL = "no residual connection carries each token's own vector"
+"""What the finding says of a stack without residual connections (which no init repairs)."""
 
 
 class TokenCollapse(Rule):
@@ -96,7 +109,9 @@ class TokenCollapse(Rule):
     needs = frozenset({"activations"})
     summary = "The tokens of a sequence become near-identical through depth (rank collapse)."
     role = "symptom"
-    bad = (Example(attention_only_stack, expect={"layers.1"}),)
+    repair_after_causes = True
+    bad = (Example(attention_only_stack, expect={"layers.1"}),
+           Example(residual_attention_stack_with_output_projections_times_thirty, expect={""}))
     good = (Example(attention_stack_with_residuals_and_norms),)
     options = {"max-cosine": 0.95, "min-rise": 0.3}
     option_ranges = {"max-cosine": (0, 1), "min-rise": (0, 1)}
@@ -120,7 +135,7 @@ class TokenCollapse(Rule):
             fix = ("scale each residual branch's output projection down (see IL012), e.g. "
                    "nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * n_layers))")
         else:
-            message += "; no residual connection carries each token's own vector past the attention layers"
+            message += f"; {NO_RESIDUAL} past the attention layers"
             fix = "x = x + attn(norm(x))  # a residual path around each attention layer"
         at = first[0] if self._where(first[0]) == (first[0].module or "<model>") else self._where(first[0])
         yield self.finding(audit, at, message, fix, value=end[1], threshold=self.opts["max-cosine"])
@@ -171,6 +186,25 @@ class TokenCollapse(Rule):
                     seen.add(user.id)
                     frontier.append(user)
         return None
+
+    # ------------------------------------------------------------------ repair (initlint.fix)
+    @classmethod
+    def repairs(cls, finding: Finding) -> bool:
+        """A stack without residual connections collapses whatever its init: the fix is in the architecture."""
+        return super().repairs(finding) and NO_RESIDUAL not in finding.message
+
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """Through its cause: every self-attending residual branch that outweighs its stream (so the stream
+        no longer carries each token's own vector), or holds a layer off in scale, gets the branch repair of
+        ``shrink_branch`` (a branch after oversized ones may be smaller than the stream they grew)."""
+        if plan.through_cause(finding):
+            return
+        for res in self_attending(plan.ctx, residuals_of(plan.ctx)):
+            stream, branch = measured_rms(plan.ctx, res.stream), measured_rms(plan.ctx, res.branch)
+            off = any(gain_of(plan.ctx, op, output_weight(op))[0] > BRANCH_GAIN_MAX for op in res.layers
+                      if output_weight(op))
+            if off or (stream and branch and branch > stream):
+                shrink_branch(plan, res, self.code, "tokens collapse as the branches outweigh the residual stream")
 
 
 def self_attending(audit: AuditContext, adds: List[Residual]) -> List[Residual]:

@@ -1,13 +1,15 @@
 """A third-party rule in one file, as a plugin package would ship it: registered through the
-``initlint.rules`` entry-point group, it is documented, listed, selected and tested like the
-built-in rules (its examples run in ``tests/test_rule_examples.py`` once it is installed)."""
+``initlint.rules`` entry-point group, it is documented, listed, selected, tested and repaired
+(``initlint fix``) like the built-in rules (its examples run in ``tests/test_rule_examples.py``
+once it is installed, its repair on every bad example)."""
+import math
 from typing import Iterator
 
 import torch
 import torch.nn as nn
 
 from initlint.report import Finding
-from initlint.rules import AuditContext, Example, Rule
+from initlint.rules import AuditContext, Example, RepairPlan, Rule
 
 
 def layer_with_a_huge_weight():
@@ -30,7 +32,8 @@ class HugeWeight(Rule):
     corrupted load or a broken init call.
 
     ## Fix
-    Re-initialise the layer (``layer.reset_parameters()``).
+    Re-initialise the layer (``layer.reset_parameters()``); ``initlint fix`` redraws it with
+    ``std = 1 / sqrt(fan_in)``.
 
     ## Options
     - ``max-abs-weight`` (default ``100``): the largest accepted magnitude.
@@ -53,3 +56,9 @@ class HugeWeight(Rule):
             if stats.get("absmax", 0.0) > limit:
                 yield self.finding(audit, op, f"largest weight magnitude {stats['absmax']:.3g} (limit {limit:g})",
                                    f"model.{op.module}.reset_parameters()", value=stats["absmax"], threshold=limit)
+
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        op = plan.weight_op(module)
+        if op is not None:
+            std = 1.0 / math.sqrt(plan.ctx.fan_in(op) or 1)
+            plan.redraw(op, std, self.code, f"an entry of magnitude {finding.value:.3g}: a fresh draw with std {std:.3g}")
