@@ -86,13 +86,6 @@ def check(targets: Tuple[str, ...], **opts: Any) -> None:
     _one_answer(_check, targets, opts)
 
 
-def show_progress() -> bool:
-    """Progress lines on stderr: on a terminal, unless ``INITLINT_NO_PROGRESS`` is set; always with ``INITLINT_PROGRESS=1``."""
-    if os.environ.get("INITLINT_PROGRESS", "").strip() not in ("", "0"):
-        return True
-    return sys.stderr.isatty() and not os.environ.get("INITLINT_NO_PROGRESS")
-
-
 def missing_path(target: str) -> str:
     """Why a target that names a file or folder cannot be used (it does not exist), else ``""``.
 
@@ -134,6 +127,7 @@ def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
         if hook:
             sys.exit(EXIT_CLEAN)
         _fail(found.nothing)
+    from .config import show_progress
     from .runner import run_check
 
     code = run_check(found.targets, opts, progress=show_progress(), implicit=found.implicit, notes=found.notes)
