@@ -391,3 +391,15 @@ def test_readme_get_started_commands():
         shown = fh.read().split(f"```\n$ {lint}\n", 1)[1].split("```", 1)[0]
     assert out.stdout == shown
     assert contributor.splitlines() == ['pip install -e ".[dev]"', "# run the tests", "python -m pytest -q"]
+
+
+def test_forced_progress_reaches_the_block_by_block_audit(monkeypatch):
+    """The meta-device audit's per-block lines follow the same switch as the command line's."""
+    from initlint.stream import _terminal_progress
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    monkeypatch.delenv("INITLINT_NO_PROGRESS", raising=False)
+    monkeypatch.setenv("INITLINT_PROGRESS", "0")
+    assert _terminal_progress() is None
+    monkeypatch.setenv("INITLINT_PROGRESS", "1")
+    assert callable(_terminal_progress())
