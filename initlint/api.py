@@ -111,6 +111,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     is_meta = model_device(work).type == "meta" and not streamed
     args, kwargs = _probe_inputs(work, example_inputs, options["input_shapes"], options, is_meta)
     if not is_meta:
+        args, kwargs = _real_inputs((args, kwargs), int(options["seed"]), report)
         args, kwargs = move_inputs(args, dev), move_inputs(kwargs, dev)
         check_finite(args, kwargs)
     needs = set().union(*(r.needs for r in rules)) if rules else set()
@@ -138,6 +139,30 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     report.findings = group_runs(link_findings(findings, cap.graph))
     report.notes.extend(probe.notes)
     return report
+
+
+def _real_inputs(inputs: Any, seed: int, report: Report) -> Any:
+    """Example inputs on the meta device carry shapes, not values: floats get standard-normal values and
+    masks (bool) ones, of the same shapes and dtypes; integers (token ids) cannot be made up."""
+    from . import nested
+
+    if not any(t.device.type == "meta" for t in nested.tensors(inputs)):
+        return inputs
+    gen = torch.Generator().manual_seed(seed)
+
+    def real(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "meta":
+            return t
+        if t.is_floating_point() or t.is_complex():
+            return torch.randn(t.shape, generator=gen, dtype=t.dtype)
+        if t.dtype == torch.bool:
+            return torch.ones(t.shape, dtype=torch.bool)
+        raise UsageError(f"an example input of shape {tuple(t.shape)} and dtype {t.dtype} is on the meta device, "
+                         f"which holds no values to probe with; pass real inputs (token ids, indices) for it")
+
+    report.notes.append("the example inputs are on the meta device: probed with standard-normal values of their "
+                        "shapes and dtypes")
+    return nested.map_tensors(real, inputs)
 
 
 def _sharded(model: nn.Module) -> bool:

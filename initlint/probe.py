@@ -76,6 +76,9 @@ class ProbeResult:
     forward_ran: bool = False
     backward_ran: bool = False
     notes: List[str] = field(default_factory=list)
+    drawn: Dict[str, Any] = field(default_factory=dict)
+    """A streamed audit (the tensors are released after it): per parameter, the statistics of the values its
+    init gave it, for comparing with the model's declared init (IL014)."""
 
     def seal(self) -> "ProbeResult":
         """Turn the collected dictionaries into typed records (once; a no-op afterwards)."""

@@ -133,16 +133,18 @@ def _units(model: nn.Module, callable_paths: Optional[Set[str]]) -> List[str]:
 
 
 def _hf_owner(model: nn.Module) -> Dict[int, Any]:
-    """Module id -> the Hugging Face model whose ``_init_weights`` applies to it (the nearest
-    ``PreTrainedModel`` at or above it), for the modules of a Hugging Face model."""
+    """Module id -> the model whose ``_init_weights(module)`` applies to it: the nearest Hugging Face
+    ``PreTrainedModel`` at or above it, else the nearest module that declares ``_init_weights(module)``
+    for its subtree (nanoGPT's ``self.apply(self._init_weights)``)."""
     hf = sys.modules.get("transformers.modeling_utils")  # a Hugging Face model has imported it already
     PreTrainedModel = getattr(hf, "PreTrainedModel", None)
-    if PreTrainedModel is None:
-        return {}
     owner: Dict[int, Any] = {}
 
     def walk(m: nn.Module, current: Any) -> None:
-        current = m if isinstance(m, PreTrainedModel) else current
+        if PreTrainedModel is not None and isinstance(m, PreTrainedModel):
+            current = m
+        elif (current is None or not _is_hf(current)) and _declares_applied_init(m):
+            current = m
         if id(m) in owner:
             return
         owner[id(m)] = current
@@ -151,6 +153,42 @@ def _hf_owner(model: nn.Module) -> Dict[int, Any]:
 
     walk(model, None)
     return owner if any(v is not None for v in owner.values()) else {}
+
+
+def _is_hf(owner: Any) -> bool:
+    hf = sys.modules.get("transformers.modeling_utils")
+    return hf is not None and isinstance(owner, hf.PreTrainedModel)
+
+
+def _declared_outside_torch(module: nn.Module, method: str) -> bool:
+    for cls in type(module).__mro__:
+        if method in cls.__dict__:
+            return not (cls.__module__ or "").startswith("torch.")
+    return False
+
+
+def _required_args(fn: Callable[..., Any]) -> Optional[int]:
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return sum(1 for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _declares_applied_init(m: nn.Module) -> bool:
+    return _declared_outside_torch(m, "_init_weights") and _required_args(m._init_weights) == 1
+
+
+def _whole_model_init(model: nn.Module) -> Optional[str]:
+    """A no-argument init the model declares for itself (torchtitan's ``init_weights()``), which no
+    block-by-block audit can run: it initialises the whole model at once."""
+    for method in ("init_weights", "reset_parameters", "_init_weights"):
+        fn = getattr(model, method, None)
+        if callable(fn) and _declared_outside_torch(model, method) and _required_args(fn) == 0:
+            return f"{type(model).__name__}.{method}()"
+    return None
 
 
 def _post_order(model: nn.Module) -> List[Tuple[str, nn.Module]]:
@@ -312,6 +350,10 @@ class Materialiser:
         (the next transformer layer) takes it over instead of faulting in fresh pages."""
         self.forget: Callable[[torch.Tensor], None] = lambda t: None
         """Called before a tensor is released: drops the capture's weak references to it."""
+        self.drawn: Dict[str, Any] = {}
+        """Parameter name -> the statistics of the values its init gave it (recorded once)."""
+        self.left_unset: Dict[str, None] = {}
+        """Weights ``init`` left unset, filled by their module's own logic (ordered, without repeats)."""
 
     # -- public
     def ensure(self, group: _Group) -> None:
@@ -373,6 +415,17 @@ class Materialiser:
         if fresh or group.last not in self.states:
             self._run_steps(group, {id(t) for t in fresh})
             self._fill_unset(group, fresh)
+            self._record(fresh)
+
+    def _record(self, fresh: List[torch.Tensor]) -> None:
+        """What the init gave each parameter, the first time it is drawn (IL014 compares it with the declared init)."""
+        from .rules.il014_init_not_applied import draw_of
+
+        for t in fresh:
+            m, kind, name = self.plan.holders[id(t)][0]
+            path = _join(_path_of(self.plan.model, m), name)
+            if kind == "param" and t.is_floating_point() and path not in self.drawn:
+                self.drawn[path] = draw_of(t, full=True)
 
     def _run_steps(self, group: _Group, fresh: Set[int]) -> None:
         outer = _rng_get(self.device)
@@ -406,6 +459,9 @@ class Materialiser:
         for t in unset:
             for m, kind, name in self.plan.holders[id(t)]:
                 owners.setdefault(id(m), (m, []))[1].append((kind, name, t))
+            m, kind, name = self.plan.holders[id(t)][0]
+            if self.init is not None and kind == "param" and t.dim() >= 2:  # weights; norms and biases have defaults
+                self.left_unset[_join(_path_of(self.plan.model, m), name)] = None
         for index, (module, tensors) in enumerate(owners.values()):
             self._own_logic(module, tensors, index + group.first)
         still = _unset([t for _, ts in owners.values() for _, _, t in ts])
@@ -463,14 +519,17 @@ class _Scratch:
 
 
 def _default_init(plan: Plan, module: nn.Module) -> None:
-    """The model's own init for one module: Hugging Face ``_init_weights``, else ``reset_parameters()``."""
+    """The model's own init for one module: Hugging Face ``_init_weights``; else ``reset_parameters()``,
+    then the ``_init_weights(module)`` the model declares (as its constructor's ``self.apply`` does)."""
     owner = plan.hf.get(id(module))
-    if owner is not None:
+    if owner is not None and _is_hf(owner):
         owner._init_weights(module)
         return
     reset = getattr(module, "reset_parameters", None) or getattr(module, "_reset_parameters", None)
     if callable(reset) and _direct(module):
         reset()
+    if owner is not None:
+        owner._init_weights(module)
 
 
 def _mark(t: torch.Tensor) -> None:
@@ -857,8 +916,18 @@ def _attempt(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], notes:
             result = probe.run(args, kwargs, logits)
     finally:
         mat.release_all()
+    result.drawn = mat.drawn
     notes.append(f"the model is on the meta device: audited block by block on {device} ({len(plan.units)} blocks, "
                  f"the largest {_size(probe.peak_block)}), initialised with {_init_name(plan, init)}")
+    if mat.left_unset:
+        names = list(mat.left_unset)
+        notes.append(f"init= leaves {len(names)} weight(s) unset ({', '.join(names[:3])}"
+                     f"{', ...' if len(names) > 3 else ''}): they hold {_init_name(plan, None)}'s values")
+    whole = _whole_model_init(plan.model) if init is None and not plan.hf else None
+    if whole is not None:
+        notes.append(f"the model declares its init in {whole}, which initialises the whole model at once and cannot "
+                     f"run one block at a time: the audit judged PyTorch's defaults instead; pass init= with what "
+                     f"it does per module to audit the declared init")
     return result
 
 
@@ -891,7 +960,8 @@ def _init_name(plan: Plan, init: Optional[InitFn]) -> str:
         return f"init={getattr(init, '__qualname__', type(init).__name__)}"
     root = plan.hf.get(id(plan.model)) if plan.hf else None
     if root is not None:
-        return f"{type(root).__name__}._init_weights"
+        return f"{type(root).__name__}._init_weights" if _is_hf(root) else \
+            f"each module's reset_parameters(), then {type(root).__name__}._init_weights"
     return "each module's reset_parameters()"
 
 

@@ -166,7 +166,10 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "output, and a gradient that is always zero. The norm's ``beta`` already provides the\n"
                       'shift.\n'
                       '\n'
-                      'Not flagged: LayerNorm or GroupNorm (they normalise over other axes, so the bias is not\n'
+                      "Not flagged: a norm the model's own ``train()`` leaves in eval mode (mmdetection's\n"
+                      '``norm_eval=True``, detectron-style frozen BatchNorm): it subtracts its running mean, not\n'
+                      'the batch mean, so the bias is not cancelled; LayerNorm or GroupNorm (they normalise over other '
+                      'axes, so the bias is not\n'
                       'cancelled exactly), a nonlinearity or a residual addition between the layer and the\n'
                       'norm, or a layer output that is also used elsewhere (each intermediate value must have\n'
                       'exactly one user).\n'
@@ -398,6 +401,10 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "weight layer whose weight is exactly zero (Fixup, modded-nanoGPT's output\n"
                       'projections). They make a branch near identity by design: the branch is judged up to\n'
                       'the gate, and the signal starts afresh after it.\n'
+                      '\n'
+                      'Tensors the forward creates (``torch.zeros``, ``ones``, ``empty``, ``full``, ``arange``\n'
+                      "and their ``_like``/``new_`` forms: an LSTM's zero initial state, a position index) are\n"
+                      'not the signal: they neither start nor end a stretch.\n'
                       '\n'
                       'The finding reports the scale at the start, the worst scale reached, the factor per\n'
                       'weight layer (geometric mean over the deepest path of weight layers in between) and\n'
@@ -637,6 +644,14 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'same gradient and stay copies for the whole of training. An all-zero hidden layer\n'
                       'blocks the backward signal (``delta_{l-1} = W_l^T delta_l = 0``), so nothing below it\n'
                       'learns through it.\n'
+                      '\n'
+                      'A zero filter in front of a per-channel norm makes its channel constant over the batch.\n'
+                      'Without a bias the norm outputs its shift ``beta`` there; ``ReLU(0) = 0`` with zero\n'
+                      'gradient, so the channel is frozen under SGD and Adam alike. With a bias the channel is\n'
+                      'its bias plus rounding noise of about ``1e-7``, which the norm divides by\n'
+                      '``sqrt(var + eps) ~ sqrt(eps)``: some of those channels pass the ReLU with gradients\n'
+                      "hundreds of times the live channels', the others stay frozen (13 zero filters of 16,\n"
+                      "torch-audit's ``demo_cv``: 5-8 noisy channels with 200-400x gradients).\n"
                       '\n'
                       'Deliberate cases are not flagged. Normalisation scales and shifts are not weight\n'
                       'layers. A zero-initialised layer whose output is added to a residual stream before any\n'
@@ -1073,4 +1088,90 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '  the last block output is above this.\n'
                       '- ``min-rise`` (default ``0.3``): and it rose by at least this much from the start of the\n'
                       "  network (inputs that are already alike are not a collapse of the network's making).\n"},
+    'IL014': {'code': 'IL014',
+              'name': 'init-not-applied',
+              'severity': 'warning',
+              'role': 'cause',
+              'summary': "parameters still at PyTorch's default, or never initialised, where the model declares an init "
+                         'of its own',
+              'options': {'std-tolerance': 0.05},
+              'option_ranges': {'std-tolerance': (0.01, 1.0)},
+              'needs': ('graph',),
+              'uses': (),
+              'page': '# IL014 `init-not-applied`\n'
+                      '\n'
+                      'Severity: **warning**. Role: cause. Needs: graph.\n'
+                      '\n'
+                      '## What it does\n'
+                      "Compares every parameter with what the model's own declared init would make it. The\n"
+                      "declared init is found in the model: a Hugging Face ``PreTrainedModel``'s\n"
+                      '``_init_weights``, applied to each module the way the installed transformers applies it\n'
+                      '(children first, the nearest ``PreTrainedModel`` dispatching); a ``_init_weights(module)``\n'
+                      'method applied through ``self.apply`` (nanoGPT); an ``init_weights()`` or\n'
+                      '``reset_parameters()`` written for the model or one of its blocks (torchtitan,\n'
+                      'Megatron-style code). It is run on private copies of the modules, one block at a time,\n'
+                      'from a random stream of its own: the model, its parameters and the global random state\n'
+                      'are not touched, and the extra memory is one block.\n'
+                      '\n'
+                      'A parameter is flagged when the declared init would change it (its std, mean, fraction\n'
+                      'of exact zeros and ones, or distribution family: uniform and normal are told apart by\n'
+                      'their kurtosis) and it is still where the declared init was meant to take it from:\n'
+                      '\n'
+                      "- **PyTorch's default**: it matches the module's own ``reset_parameters()`` (``Linear``:\n"
+                      '  uniform, std ``1/sqrt(3 fan_in)``; ``Embedding``: normal, std 1) where the model\n'
+                      '  declares, say, ``normal(std=0.02)``;\n'
+                      "- **the init of its own module without the scaling a block applies**: GPT-2's\n"
+                      "  ``_init_weights`` draws every ``Conv1D`` at std 0.02 and then rescales each block's\n"
+                      '  ``c_proj`` to ``0.02 / sqrt(2 n_layer)``; a ``c_proj`` at 0.02 lost the scaling;\n'
+                      '- **never initialised**: denormal values, or magnitudes of ``1e20`` and more, that no\n'
+                      '  init draws (the memory of ``torch.empty`` / ``module.to_empty()``), or exact zeros\n'
+                      "  where the declared init draws at random and the layer's output feeds further weight\n"
+                      '  layers (a zero-initialised residual output or head is deliberate; see IL008).\n'
+                      '  Non-finite values are left to IL009.\n'
+                      '\n'
+                      'A parameter that differs from both the default and the declared init (re-initialised on\n'
+                      "purpose after ``post_init``, nanoGPT's ``c_proj`` rescaled after ``self.apply``) is not\n"
+                      'flagged. Tensors on the ``meta`` device hold no values and are not judged.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'The model trains, but not with the init its authors validated. A custom Hugging Face\n'
+                      "model without ``post_init()`` keeps PyTorch's defaults (a width-128 ``Linear`` at std\n"
+                      '0.051 instead of 0.02, its embedding at std 1 instead of 0.02) and ends 150 steps of\n'
+                      'training at a loss of 2.06-2.11 against 1.95-1.98 with its declared init; a nanoGPT\n'
+                      'whose ``self.apply(self._init_weights)`` line is missing ends at 6.75 against 2.66; a\n'
+                      'model moved with ``to_empty()`` and never initialised holds zeros or stale memory\n'
+                      '(denormals, values up to 3e38) and its loss never leaves ``ln V``.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def model_whose_declared_init_never_ran():\n'
+                      '    model = _TinyLM(init=False)  # self.apply(self._init_weights) is missing\n'
+                      '    return model, torch.randint(0, 512, (4, 16))\n'
+                      '```\n'
+                      'Flagged at ``blocks.0.fc``, ``blocks.0.proj``, ``blocks.1.fc``, ``blocks.1.proj``, ``embed``, '
+                      '``head``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def model_whose_declared_init_ran():\n'
+                      '    model = _TinyLM()\n'
+                      '    nn.init.kaiming_normal_(model.blocks[0].fc.weight, nonlinearity="relu")  # a deliberate '
+                      're-init: not flagged\n'
+                      '    return model, torch.randint(0, 512, (4, 16))\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Run the declared init on the flagged modules, with the scalings it applies at block\n'
+                      'level: ``model.transformer.h[0].attn.apply(model._init_weights)`` (the Hugging Face\n'
+                      '``_init_weights`` of the model that owns them), ``model.layers[0].init_weights()``, or\n'
+                      'call ``post_init()`` at the end of a custom ``PreTrainedModel.__init__`` and\n'
+                      '``model.init_weights()`` after ``to_empty()``. ``initlint fix`` does this for you.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``std-tolerance`` (default ``0.05``): two draws have the same std when the ratio is\n'
+                      "  within ``1 +- std-tolerance`` (on top of the sampling noise of the tensors' sizes).\n"
+                      '  Two draws of one init differ by sampling noise only; ``xavier_uniform_`` on a 4x\n'
+                      "  wider layer is 9.5% away from PyTorch's ``Linear`` default, which 0.05 tells apart.\n"
+                      "  PyTorch's ``Linear`` default and ``normal(std=0.02)`` differ by 4% at width 768: the\n"
+                      '  distribution family, not the std, tells those apart.\n'},
 }

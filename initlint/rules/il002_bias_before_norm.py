@@ -1,12 +1,13 @@
 """IL002 bias-before-norm."""
 from __future__ import annotations
 
-from typing import Iterator, Optional, Tuple
+from typing import FrozenSet, Iterator, Optional, Tuple
 
 import torch.nn as nn
 
 from .. import ops as O
 from ..graph import Op
+from ..guard import guarded
 from ..report import Finding
 from .base import AuditContext, Example, Rule
 
@@ -34,6 +35,19 @@ def conv_without_bias_into_batchnorm():
     return nn.Sequential(nn.Conv2d(3, 16, 3, bias=False), nn.BatchNorm2d(16), nn.ReLU())
 
 
+class _FrozenNormBackbone(nn.Sequential):
+    def train(self, mode=True):  # mmdetection's norm_eval=True: BatchNorm stays in eval mode while training
+        super().train(mode)
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.eval()
+        return self
+
+
+def conv_with_bias_into_frozen_batchnorm():
+    return _FrozenNormBackbone(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU())
+
+
 class BiasBeforeNorm(Rule):
     """## What it does
     Finds a Linear, Conv or ConvTranspose layer (1d, 2d or 3d) with a bias whose output
@@ -50,7 +64,9 @@ class BiasBeforeNorm(Rule):
     output, and a gradient that is always zero. The norm's ``beta`` already provides the
     shift.
 
-    Not flagged: LayerNorm or GroupNorm (they normalise over other axes, so the bias is not
+    Not flagged: a norm the model's own ``train()`` leaves in eval mode (mmdetection's
+    ``norm_eval=True``, detectron-style frozen BatchNorm): it subtracts its running mean, not
+    the batch mean, so the bias is not cancelled; LayerNorm or GroupNorm (they normalise over other axes, so the bias is not
     cancelled exactly), a nonlinearity or a residual addition between the layer and the
     norm, or a layer output that is also used elsewhere (each intermediate value must have
     exactly one user).
@@ -73,7 +89,7 @@ class BiasBeforeNorm(Rule):
     role = "check"
     bad = (Example(conv_with_bias_into_batchnorm, expect={"0"}), Example(linear_with_bias_into_batchnorm1d, expect={"0"}),
            Example(dcgan_generator_block, expect={"0"}))
-    good = (Example(conv_without_bias_into_batchnorm),)
+    good = (Example(conv_without_bias_into_batchnorm), Example(conv_with_bias_into_frozen_batchnorm))
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
         seen = set()
@@ -81,7 +97,7 @@ class BiasBeforeNorm(Rule):
             if op.kind not in _BIASED_KINDS or "bias" not in op.params or op.module in seen:
                 continue
             norm = cancelling_norm(audit, op)
-            if norm is None:
+            if norm is None or norm.module in frozen_norms(audit):
                 continue
             seen.add(op.module)
             bias = op.params["bias"]
@@ -91,6 +107,32 @@ class BiasBeforeNorm(Rule):
             fix = (f"construct {op.module or 'the layer'} with bias=False" + (f": {hint}" if hint else "")
                    if op.module else f"drop the bias argument of {op.target}")
             yield self.finding(audit, op, message, fix, value=1.0, threshold=0.0)
+
+
+def frozen_norms(audit: AuditContext) -> FrozenSet[str]:
+    """Module paths of the norms the model's own ``train()`` leaves in eval mode. The probe sets every
+    module to training directly; a model that overrides ``train()`` is asked under the state guard."""
+    cached = audit.memo.get("frozen_norms")
+    if cached is not None:
+        return cached
+    model = audit.model
+    found: FrozenSet[str] = frozenset()
+    if any(_overrides_train(m) for m in model.modules()):
+        try:
+            with guarded(model, 0):
+                model.train()
+                found = frozenset(path for path, m in model.named_modules() if not m.training)
+        except Exception:  # noqa: BLE001 - a train() that fails here fails in the user's loop too; judge as probed
+            found = frozenset()
+    audit.memo["frozen_norms"] = found
+    return found
+
+
+def _overrides_train(module: nn.Module) -> bool:
+    for cls in type(module).__mro__:
+        if "train" in cls.__dict__:
+            return not (cls.__module__ or "").startswith("torch.")
+    return False
 
 
 def cancelling_norm(audit: AuditContext, op: Op) -> Optional[Op]:

@@ -13,6 +13,10 @@ from .base import AuditContext, Example, RepairPlan, Rule, fmt, gate_factor, lsu
 from .il001_init_scale import scale_target
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
+_CREATED = frozenset({"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like",
+                      "full_like", "new_zeros", "new_ones", "new_empty", "new_full", "empty_strided"})
+"""Tensors a forward creates (an RNN's zero initial state, a position index): not the signal, so they
+neither start nor end a drift stretch, even when the capture links them to the tensor they take a size from."""
 _CARRY = 0.1
 """An input of an addition with less than this fraction of the largest input's scale (1% of its
 variance) does not carry the sum."""
@@ -65,6 +69,10 @@ class SignalDrift(Rule):
     weight layer whose weight is exactly zero (Fixup, modded-nanoGPT's output
     projections). They make a branch near identity by design: the branch is judged up to
     the gate, and the signal starts afresh after it.
+
+    Tensors the forward creates (``torch.zeros``, ``ones``, ``empty``, ``full``, ``arange``
+    and their ``_like``/``new_`` forms: an LSTM's zero initial state, a position index) are
+    not the signal: they neither start nor end a stretch.
 
     The finding reports the scale at the start, the worst scale reached, the factor per
     weight layer (geometric mean over the deepest path of weight layers in between) and
@@ -150,7 +158,7 @@ class SignalDrift(Rule):
         log-probabilities of a near-uniform prediction over V classes are all about -ln V): the
         signal is judged at their input."""
         for current in audit.graph.back(op):
-            if current.kind in _START_KINDS:
+            if current.kind in _START_KINDS or _created(current):
                 return None
             if _offset(current):
                 continue
@@ -194,7 +202,7 @@ class SignalDrift(Rule):
 class _Trace:
     """For each op, where its signal last started afresh: ``ref[id] = (scale there, op id)``.
 
-    Fresh starts: the model input, an embedding module's output (after its own scaling, such as
+    Tensors the forward creates (:func:`_created`) carry no signal and are skipped. Fresh starts: the model input, an embedding module's output (after its own scaling, such as
     Gemma's ``sqrt(hidden)``), a normalisation, and a branch gate (a LayerScale, a zero-initialised
     layer: small by design). At an addition only the inputs that carry the sum count (a gated or
     negligible branch does not), and the strongest of them carries on. When a residual branch
@@ -213,6 +221,8 @@ class _Trace:
 
     def _visit(self, op: Op) -> None:
         audit, ref = self.audit, self.ref
+        if _created(op):
+            return  # not the signal: it carries no stretch on
         if self._starts(op):
             if op.kind not in _START_KINDS and op.inputs:
                 self.branch_ends.append(op.inputs[0])  # a gated branch is judged up to its gate
@@ -323,6 +333,11 @@ def _deepest_path(graph: Graph, start: Op, end: Op) -> List[Op]:
         path.append(graph[current])
         current = best[current][1]
     return list(reversed(path))
+
+
+def _created(op: Op) -> bool:
+    """A tensor made inside the forward (``torch.zeros(batch, hidden)``, ``x.new_ones(...)``, ``torch.arange``)."""
+    return op.kind == "empty" or str(op.target).rsplit(".", 1)[-1] in _CREATED
 
 
 def _offset(op: Op) -> bool:

@@ -4,13 +4,16 @@ from __future__ import annotations
 import math
 from typing import Dict, Iterator, Optional
 
+import torch
 import torch.nn as nn
 
 from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
+from ..probe import unit_matrix
 from .base import AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix, py_path
 from .il001_init_scale import scale_target
+from .il002_bias_before_norm import cancelling_norm
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -18,6 +21,14 @@ def constant_and_zero_hidden_layers():
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
     nn.init.constant_(model[0].weight, 0.1)  # every unit computes the same thing
     nn.init.zeros_(model[2].weight)
+    return model
+
+
+def zero_filters_before_batchnorm():
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 10))
+    with torch.no_grad():
+        model[0].weight[3:].zero_()  # 13 of 16 filters: their channels are constant over the batch
     return model
 
 
@@ -49,6 +60,14 @@ class SymmetricInit(Rule):
     blocks the backward signal (``delta_{l-1} = W_l^T delta_l = 0``), so nothing below it
     learns through it.
 
+    A zero filter in front of a per-channel norm makes its channel constant over the batch.
+    Without a bias the norm outputs its shift ``beta`` there; ``ReLU(0) = 0`` with zero
+    gradient, so the channel is frozen under SGD and Adam alike. With a bias the channel is
+    its bias plus rounding noise of about ``1e-7``, which the norm divides by
+    ``sqrt(var + eps) ~ sqrt(eps)``: some of those channels pass the ReLU with gradients
+    hundreds of times the live channels', the others stay frozen (13 zero filters of 16,
+    torch-audit's ``demo_cv``: 5-8 noisy channels with 200-400x gradients).
+
     Deliberate cases are not flagged. Normalisation scales and shifts are not weight
     layers. A zero-initialised layer whose output is added to a residual stream before any
     other weight layer (zero-init of a residual branch's last layer or last BatchNorm gamma,
@@ -74,7 +93,7 @@ class SymmetricInit(Rule):
     needs = frozenset({"graph"})
     summary = "constant or zero weights, and units that are exact copies of each other (weights and bias compared in full)"
     role = "cause"
-    bad = (Example(constant_and_zero_hidden_layers, expect={"0", "2"}),)
+    bad = (Example(constant_and_zero_hidden_layers, expect={"0", "2"}), Example(zero_filters_before_batchnorm, expect={"0"}))
     good = (Example(zero_initialised_classifier_head),)
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
@@ -92,6 +111,9 @@ class SymmetricInit(Rule):
                 yield finding
 
     def _judge(self, audit: AuditContext, op: Op, name: str, stats: Dict[str, float]) -> Optional[Finding]:
+        before_norm = self._zero_filters_before_norm(audit, op, name)
+        if before_norm is not None:
+            return before_norm
         rows, groups = int(stats.get("rows", 0)), max(int(stats.get("groups", 1)), 1)
         dups = int(stats.get("dup_rows", 0))
         numel = _numel(audit, name)
@@ -129,6 +151,30 @@ class SymmetricInit(Rule):
         else:
             std = activation_gain(plan.graph, op) / math.sqrt(plan.ctx.fan_in(op) or 1)
         plan.redraw(op, std, self.code, "weights that cannot break symmetry: a fresh random draw")
+
+    def _zero_filters_before_norm(self, audit: AuditContext, op: Op, name: str) -> Optional[Finding]:
+        """Units whose weights are all exactly zero in front of a per-channel norm: constant channels."""
+        weight = audit.param(name)
+        norm = cancelling_norm(audit, op) if weight is not None and weight.dim() >= 2 else None
+        if norm is None:
+            return None
+        units = unit_matrix(weight.detach(), op.attrs.get("layout", "out_in"))
+        zero = int((units == 0).all(dim=1).sum())
+        if zero == 0:
+            return None
+        after = next((t for t in downstream(audit.graph, norm) if t.kind in O.ACTIVATIONS), None)
+        relu = after is not None and after.kind in ("relu", "relu6")
+        if "bias" in op.params:
+            effect = ("each of those channels is its bias, the same for every sample and position: the norm "
+                      "divides its rounding noise (about 1e-7) by sqrt(eps), so those channels carry noise whose "
+                      "gradients are hundreds of times the live channels', or no gradient at all")
+        else:
+            effect = ("each of those channels is zero for every sample and position: the norm outputs its shift "
+                      "(beta) there" + (", ReLU passes no gradient, and the channels stay frozen for the whole of "
+                                        "training" if relu else ", which no gradient reaches through the filters"))
+        return self.finding(audit, op, f"{zero} of the {units.shape[0]} filters of {name} are exactly zero and feed "
+                            f"{norm.target} ({norm.module or '<model>'}): {effect}", weight_fix(audit, op),
+                            value=float(zero), threshold=0.0)
 
 
 def weight_fix(audit: AuditContext, op: Op) -> str:

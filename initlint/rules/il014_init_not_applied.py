@@ -1,0 +1,706 @@
+"""IL014 init-not-applied."""
+from __future__ import annotations
+
+import copy
+import inspect
+import math
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from .. import ops as O
+from ..guard import _rng as saved_rng
+from ..report import Finding
+from .base import AuditContext, Example, Rule, fmt, py_path
+from .il008_symmetric_init import feeds_weight_layer
+
+
+# Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
+class _Block(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(width, 4 * width)
+        self.proj = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return x + self.proj(torch.relu(self.fc(x)))
+
+
+class _TinyLM(nn.Module):
+    def __init__(self, vocab: int = 512, width: int = 64, layers: int = 2, init: bool = True) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.blocks = nn.ModuleList(_Block(width) for _ in range(layers))
+        self.head = nn.Linear(width, vocab, bias=False)
+        if init:
+            self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def model_whose_declared_init_never_ran():
+    model = _TinyLM(init=False)  # self.apply(self._init_weights) is missing
+    return model, torch.randint(0, 512, (4, 16))
+
+
+def model_whose_declared_init_ran():
+    model = _TinyLM()
+    nn.init.kaiming_normal_(model.blocks[0].fc.weight, nonlinearity="relu")  # a deliberate re-init: not flagged
+    return model, torch.randint(0, 512, (4, 16))
+
+
+class InitNotApplied(Rule):
+    """## What it does
+    Compares every parameter with what the model's own declared init would make it. The
+    declared init is found in the model: a Hugging Face ``PreTrainedModel``'s
+    ``_init_weights``, applied to each module the way the installed transformers applies it
+    (children first, the nearest ``PreTrainedModel`` dispatching); a ``_init_weights(module)``
+    method applied through ``self.apply`` (nanoGPT); an ``init_weights()`` or
+    ``reset_parameters()`` written for the model or one of its blocks (torchtitan,
+    Megatron-style code). It is run on private copies of the modules, one block at a time,
+    from a random stream of its own: the model, its parameters and the global random state
+    are not touched, and the extra memory is one block.
+
+    A parameter is flagged when the declared init would change it (its std, mean, fraction
+    of exact zeros and ones, or distribution family: uniform and normal are told apart by
+    their kurtosis) and it is still where the declared init was meant to take it from:
+
+    - **PyTorch's default**: it matches the module's own ``reset_parameters()`` (``Linear``:
+      uniform, std ``1/sqrt(3 fan_in)``; ``Embedding``: normal, std 1) where the model
+      declares, say, ``normal(std=0.02)``;
+    - **the init of its own module without the scaling a block applies**: GPT-2's
+      ``_init_weights`` draws every ``Conv1D`` at std 0.02 and then rescales each block's
+      ``c_proj`` to ``0.02 / sqrt(2 n_layer)``; a ``c_proj`` at 0.02 lost the scaling;
+    - **never initialised**: denormal values, or magnitudes of ``1e20`` and more, that no
+      init draws (the memory of ``torch.empty`` / ``module.to_empty()``), or exact zeros
+      where the declared init draws at random and the layer's output feeds further weight
+      layers (a zero-initialised residual output or head is deliberate; see IL008).
+      Non-finite values are left to IL009.
+
+    A parameter that differs from both the default and the declared init (re-initialised on
+    purpose after ``post_init``, nanoGPT's ``c_proj`` rescaled after ``self.apply``) is not
+    flagged. Tensors on the ``meta`` device hold no values and are not judged.
+
+    ## Why is this bad?
+    The model trains, but not with the init its authors validated. A custom Hugging Face
+    model without ``post_init()`` keeps PyTorch's defaults (a width-128 ``Linear`` at std
+    0.051 instead of 0.02, its embedding at std 1 instead of 0.02) and ends 150 steps of
+    training at a loss of 2.06-2.11 against 1.95-1.98 with its declared init; a nanoGPT
+    whose ``self.apply(self._init_weights)`` line is missing ends at 6.75 against 2.66; a
+    model moved with ``to_empty()`` and never initialised holds zeros or stale memory
+    (denormals, values up to 3e38) and its loss never leaves ``ln V``.
+
+    ## Fix
+    Run the declared init on the flagged modules, with the scalings it applies at block
+    level: ``model.transformer.h[0].attn.apply(model._init_weights)`` (the Hugging Face
+    ``_init_weights`` of the model that owns them), ``model.layers[0].init_weights()``, or
+    call ``post_init()`` at the end of a custom ``PreTrainedModel.__init__`` and
+    ``model.init_weights()`` after ``to_empty()``. ``initlint fix`` does this for you.
+
+    ## Options
+    - ``std-tolerance`` (default ``0.05``): two draws have the same std when the ratio is
+      within ``1 +- std-tolerance`` (on top of the sampling noise of the tensors' sizes).
+      Two draws of one init differ by sampling noise only; ``xavier_uniform_`` on a 4x
+      wider layer is 9.5% away from PyTorch's ``Linear`` default, which 0.05 tells apart.
+      PyTorch's ``Linear`` default and ``normal(std=0.02)`` differ by 4% at width 768: the
+      distribution family, not the std, tells those apart.
+    """
+
+    code = "IL014"
+    name = "init-not-applied"
+    severity = "warning"
+    needs = frozenset({"graph"})
+    summary = "parameters still at PyTorch's default, or never initialised, where the model declares an init of its own"
+    role = "cause"
+    options = {"std-tolerance": 0.05}
+    option_ranges = {"std-tolerance": (0.01, 1.0)}
+    bad = (Example(model_whose_declared_init_never_ran,
+                   expect={"embed", "blocks.0.fc", "blocks.0.proj", "blocks.1.fc", "blocks.1.proj", "head"}),)
+    good = (Example(model_whose_declared_init_ran),)
+
+    def check(self, audit: AuditContext) -> Iterator[Finding]:
+        tol = float(self.opts["std-tolerance"])
+        by_module: Dict[str, List[Verdict]] = {}
+        with _one_thread():
+            verdicts = list(judge(audit.model, tol, drawn=audit.probe.drawn))
+        for verdict in verdicts:
+            if verdict.kind == "zeros" and not _random_zero_is_a_bug(audit, verdict.name):
+                continue
+            by_module.setdefault(verdict.module, []).append(verdict)
+        for module, verdicts in by_module.items():
+            yield self._finding(audit, module, verdicts)
+
+    def _finding(self, audit: AuditContext, module: str, verdicts: List[Verdict]) -> Finding:
+        parts = [v.describe() for v in verdicts]
+        first = verdicts[0]
+        message = f"{'; '.join(parts)}"
+        declared = float(f"{first.declared.std:.{DECLARED_DIGITS}g}") if first.declared else 0.0
+        return self.finding(audit, module, message, f"help: {first.fix}", value=first.actual.std, threshold=declared)
+
+
+def _random_zero_is_a_bug(audit: AuditContext, name: str) -> bool:
+    """Exact zeros where the declared init draws at random: a bug unless the zeros are a deliberate pattern
+    (a zero-initialised residual output or head, whose output feeds no further weight layer)."""
+    for op in audit.graph:
+        if name in op.params.values():
+            if op.kind == "embedding":
+                return True
+            if op.kind in O.WEIGHT_KINDS and op.params.get("weight") == name:
+                return feeds_weight_layer(audit.graph, op)
+    return False
+
+
+# ----------------------------------------------------------------------------- what a tensor holds
+SAMPLE = 1 << 16
+"""Elements sampled (evenly strided) for a tensor's std, mean, kurtosis and zero/one fractions."""
+HUGE = 1e20
+"""No init draws a magnitude this large; memory nobody wrote does (values up to 3e38)."""
+BLOCK = 1 << 25
+"""Elements of the largest subtree copied at once for the declared init (128 MB in float32); a larger
+module is split into its children, so the copy never holds more than this or the largest single module."""
+_CHUNK = 1 << 22
+DECLARED_DIGITS = 2
+"""Significant digits of a declared std: a property of the init, measured on one draw of it (0.0199 is 0.02)."""
+_WATCHED = 1024
+"""Elements compared to tell whether an init step wrote a tensor (besides its version counter)."""
+
+
+@dataclass
+class Draw:
+    """The statistics of one tensor that tell inits apart."""
+
+    n: int
+    """Elements sampled."""
+    std: float
+    mean: float
+    zeros: float
+    """Fraction of exact zeros."""
+    ones: float
+    """Fraction of exact ones."""
+    kurt: Optional[float]
+    """Kurtosis (normal 3, uniform 1.8); None for a constant tensor."""
+    denormal: int = 0
+    absmax: float = 0.0
+    """Largest finite magnitude."""
+    finite: bool = True
+
+    def family(self) -> str:
+        if self.kurt is None:
+            return "constant"
+        if self.kurt < 2.2:
+            return "uniform"
+        return "normal" if self.kurt > 2.7 else "truncated normal"
+
+    def describe(self, digits: int = 3) -> str:
+        if self.std == 0:
+            return f"all {fmt(self.mean)}"
+        return f"std {_round(self.std, digits)}, {self.family()}"
+
+
+def _round(x: float, digits: int) -> str:
+    return fmt(float(f"{x:.{digits}g}"))
+
+
+def _sample(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
+    flat = t.detach().reshape(-1)
+    step = max(1, flat.numel() // size)
+    return flat[::step][:size].double()
+
+
+def draw_of(t: torch.Tensor, full: bool = False) -> Draw:
+    """Statistics of ``t`` from an evenly strided sample; ``full`` also scans every element for the
+    signatures of memory nobody initialised (denormals, huge or non-finite values)."""
+    x = _sample(t)
+    n = max(x.numel(), 1)
+    mean = float(x.sum()) / n
+    squares = (x - mean).square_()
+    var = float(squares.sum()) / n
+    std = math.sqrt(var) if var == var and var > 0 else (0.0 if var == 0 else float("nan"))
+    kurt = float(squares.square_().sum()) / n / var ** 2 if var > 0 and math.isfinite(var) else None
+    found = Draw(n, std, mean, int(torch.count_nonzero(x == 0)) / n, int(torch.count_nonzero(x == 1)) / n, kurt)
+    if full and t.is_floating_point():
+        _scan(t, found)
+    return found
+
+
+def _scan(t: torch.Tensor, found: Draw) -> None:
+    flat = t.detach().reshape(-1)
+    for i in range(0, flat.numel(), _CHUNK):
+        chunk = flat[i:i + _CHUNK]
+        if chunk.numel() and not (t.dtype == torch.float32 and _plain_float32(chunk, found)):
+            _count(chunk, found)
+
+
+_FLOAT32_INF = 0x7F800000
+_FLOAT32_HUGE = 0x60AD78EC  # the bits of 1e20
+_FLOAT32_NORMAL = 0x00800000  # the bits of the smallest normal float32
+
+
+def _plain_float32(chunk: torch.Tensor, found: Draw) -> bool:
+    """True when a float32 chunk holds no denormal, huge or non-finite value (its maximum magnitude is recorded).
+
+    Magnitudes of float32 values order as their bits do, so two integer reductions decide it."""
+    bits = chunk.view(torch.int32) & 0x7FFFFFFF
+    low, high = (int(v) for v in torch.aminmax(bits))
+    if low == 0:  # exact zeros: the smallest magnitude that is not zero
+        low = int(torch.where(bits == 0, _FLOAT32_INF, bits).min())
+    if high >= _FLOAT32_HUGE or 0 < low < _FLOAT32_NORMAL:
+        return False
+    found.absmax = max(found.absmax, float(torch.tensor([high], dtype=torch.int32).view(torch.float32)))
+    return True
+
+
+def _count(chunk: torch.Tensor, found: Draw) -> None:
+    tiny = torch.finfo(chunk.dtype).tiny
+    finite = torch.isfinite(chunk)
+    size = torch.where(finite, chunk.abs(), 0)
+    found.absmax = max(found.absmax, float(size.max()))
+    found.denormal += int(((size < tiny) & (size > 0)).sum())
+    found.finite = found.finite and bool(finite.all())
+
+
+def same(a: Draw, b: Draw, tol: float) -> bool:
+    """True when ``a`` and ``b`` could be two draws of one init: std within ``1 +- tol`` (plus sampling
+    noise), the same mean, fractions of exact zeros and ones, and distribution family (kurtosis)."""
+    if a.std == 0 or b.std == 0:
+        return a.std == b.std and math.isclose(a.mean, b.mean, rel_tol=1e-6, abs_tol=1e-12)
+    if not (math.isfinite(a.std) and math.isfinite(b.std)):
+        return False
+    n = min(a.n, b.n)
+    if abs(math.log(a.std / b.std)) > math.log1p(tol) + 3 / math.sqrt(2 * n):
+        return False
+    scale = max(a.std, b.std)
+    if abs(a.mean - b.mean) > 0.1 * scale + 4 * scale / math.sqrt(n):
+        return False
+    if abs(a.zeros - b.zeros) > 0.05 or abs(a.ones - b.ones) > 0.05:
+        return False
+    if a.kurt is not None and b.kurt is not None and abs(a.kurt - b.kurt) > max(0.4, 5 * math.sqrt(24 / n)):
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- the declared init
+@dataclass
+class Verdict:
+    """One parameter that is not what the declared init makes it."""
+
+    name: str
+    module: str
+    kind: str
+    """``default`` (PyTorch's default), ``unscaled`` (its module's init without a block's scaling),
+    ``zeros`` (exact zeros where the init draws at random) or ``empty`` (memory nobody wrote)."""
+    actual: Draw
+    declared: Optional[Draw]
+    declared_by: str
+    fix: str
+    detail: str = ""
+
+    def describe(self) -> str:
+        short = self.name.rsplit(".", 1)[-1]
+        if self.kind == "empty":
+            return (f"{short} holds {self.detail} that no init draws: never initialised (the memory of torch.empty "
+                    f"or to_empty())")
+        declared = self.declared.describe(DECLARED_DIGITS) if self.declared is not None else "n/a"
+        if self.kind == "zeros":
+            return (f"{short} is exactly zero, as never-initialised memory often is, where {self.declared_by} "
+                    f"draws it at random ({declared})")
+        if self.kind == "unscaled":
+            return (f"{short} ({self.actual.describe()}) has its own module's init without the scaling "
+                    f"{self.detail} applies: {self.declared_by} declares {declared}")
+        return (f"{short} ({self.actual.describe()}) is still at PyTorch's default for {self.detail}: "
+                f"{self.declared_by} declares {declared}")
+
+
+@dataclass
+class _Owner:
+    path: str
+    module: nn.Module
+    hf: bool
+
+
+def _hf_base() -> Optional[type]:
+    """transformers' ``PreTrainedModel`` when transformers is imported (never imported here)."""
+    mod = sys.modules.get("transformers.modeling_utils")
+    return getattr(mod, "PreTrainedModel", None)
+
+
+def _defined_outside_torch(module: nn.Module, method: str) -> bool:
+    for cls in type(module).__mro__:
+        if method in cls.__dict__:
+            return not (cls.__module__ or "").startswith("torch.")
+    return False
+
+
+def _arity(fn: Callable[..., Any]) -> Optional[int]:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    return sum(1 for p in sig.parameters.values()
+               if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _applied_owners(model: nn.Module) -> Dict[int, _Owner]:
+    """Module id -> whose ``_init_weights(module)`` applies to it: the nearest Hugging Face model (as
+    ``initialize_weights`` dispatches), else the nearest module defining ``_init_weights(module)``."""
+    hf = _hf_base()
+    owners: Dict[int, _Owner] = {}
+
+    def walk(path: str, m: nn.Module, current: Optional[_Owner]) -> None:
+        if hf is not None and isinstance(m, hf):
+            current = _Owner(path, m, True)
+        elif (current is None or not current.hf) and _defined_outside_torch(m, "_init_weights") \
+                and _arity(m._init_weights) == 1:
+            current = _Owner(path, m, False)
+        if current is not None:
+            owners[id(m)] = current
+        for name, child in m.named_children():
+            walk(_join(path, name), child, current)
+
+    walk("", model, None)
+    return owners
+
+
+_CALLED = ("init_weights", "reset_parameters", "_init_weights")
+
+
+def _called_method(m: nn.Module) -> Optional[str]:
+    """The no-argument init method a (non Hugging Face) module declares for its subtree."""
+    for method in _CALLED:
+        fn = getattr(m, method, None)
+        if fn is not None and callable(fn) and _defined_outside_torch(m, method) and _arity(fn) == 0:
+            return method
+    return None
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _size(m: nn.Module) -> int:
+    seen: Dict[int, int] = {}
+    for t in list(m.parameters()) + [b for b in m.buffers() if b is not None]:
+        seen[id(t)] = t.numel()
+    return sum(seen.values())
+
+
+def _direct_size(m: nn.Module) -> int:
+    return sum(t.numel() for t in list(m.parameters(recurse=False)) + [b for b in m.buffers(recurse=False)
+                                                                       if b is not None])
+
+
+def _post_order(m: nn.Module, path: str = "") -> List[Tuple[str, nn.Module]]:
+    out: List[Tuple[str, nn.Module]] = []
+    seen: set = set()
+
+    def walk(p: str, mod: nn.Module) -> None:
+        if id(mod) in seen:
+            return
+        seen.add(id(mod))
+        for name, child in mod.named_children():
+            walk(_join(p, name), child)
+        out.append((p, mod))
+
+    walk(path, m)
+    return out
+
+
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """Many small reductions: one thread avoids the thread pool's start-up cost on each (20x on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+@contextmanager
+def _own_random_stream(seed: int = 0) -> Iterator[None]:
+    """The declared init draws from a stream of its own; every global random state is put back."""
+    restore = saved_rng()
+    try:
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            yield
+    finally:
+        restore()
+
+
+def _private_copy(root: nn.Module, unit: nn.Module, whole: bool) -> nn.Module:
+    """A copy of ``unit`` (its subtree when ``whole``, else only its own tensors) that shares nothing
+    with the model: modules outside the unit are not copied even when the unit refers to them."""
+    if not whole:
+        shell = copy.copy(unit)
+        shell.__dict__ = dict(unit.__dict__)
+        shell._parameters = {k: copy.deepcopy(v) for k, v in unit._parameters.items()}
+        shell._buffers = {k: (v.clone() if v is not None else None) for k, v in unit._buffers.items()}
+        shell._modules = {}
+        return shell.to_empty(device="cpu") if _on_meta(shell) else shell
+    inside = {id(m) for m in unit.modules()}
+    memo = {id(m): m for m in root.modules() if id(m) not in inside}
+    private = copy.deepcopy(unit, memo)
+    return private.to_empty(device="cpu") if _on_meta(private) else private  # a streamed model's block
+
+
+def _written(before: Dict[str, Tuple[int, torch.Tensor]], tensors: Dict[str, torch.Tensor]) -> List[str]:
+    """Names of the tensors an init step wrote (version counter, or the sampled values, changed)."""
+    out = []
+    for name, t in tensors.items():
+        version, sample = before[name]
+        if t._version != version or not torch.equal(_sample(t, _WATCHED), sample):
+            out.append(name)
+    return out
+
+
+def _snapshot(tensors: Dict[str, torch.Tensor]) -> Dict[str, Tuple[int, torch.Tensor]]:
+    return {name: (t._version, _sample(t, _WATCHED)) for name, t in tensors.items()}
+
+
+@dataclass
+class _Declared:
+    """What the declared init makes of the parameters of one unit."""
+
+    default: Dict[str, List[Tuple[str, Draw]]]
+    own: Dict[str, Draw]
+    full: Dict[str, Draw]
+    writer: Dict[str, str]
+    """Parameter -> the module whose init call wrote it last (a block that rescales it)."""
+
+
+def _declare_applied(make_copy: Callable[[], nn.Module], path: str, originals: List[nn.Module],
+                     owners: Dict[int, _Owner], differs: Callable[[str, Draw], bool]) -> _Declared:
+    """The whole declared init (children first) on a private copy; when it differs from what a parameter
+    holds, PyTorch's defaults and then each module's own ``_init_weights`` on a second copy, to tell
+    where the parameter was left. Each pass keeps the statistics of what it wrote."""
+    result = _Declared({}, {}, {}, {})
+    private = make_copy()
+    modules = _post_order(private, path)
+    by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
+    tensors = {_join(path, n): p for n, p in private.named_parameters()}
+    result.full = _pass(tensors, [(p, m, _owner_step(owners, by_copy[id(m)], m)) for p, m in modules],
+                        result.writer)
+    if not any(differs(n, d) for n, d in result.full.items()):
+        return result  # an intact model costs one pass
+    del private, modules, tensors, by_copy
+    private = make_copy()
+    modules = _post_order(private, path)
+    by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
+    tensors = {_join(path, n): p for n, p in private.named_parameters()}
+    result.default = _defaults(tensors, modules)
+    own_steps = [(p, m, _owner_step(owners, by_copy[id(m)], m)) for p, m in modules
+                 if any(True for _ in m.parameters(recurse=False))]
+    result.own = _pass(tensors, own_steps)
+    return result
+
+
+def _torch_reset(m: nn.Module) -> Optional[Callable[[], Any]]:
+    if not any(True for _ in m.parameters(recurse=False)) or _defined_outside_torch(m, "reset_parameters"):
+        return None
+    return getattr(m, "reset_parameters", None)
+
+
+def _owner_step(owners: Dict[int, _Owner], original: nn.Module, m: nn.Module) -> Optional[Callable[[], Any]]:
+    owner = owners.get(id(original))
+    return None if owner is None else (lambda: owner.module._init_weights(m))
+
+
+def _defaults(tensors: Dict[str, torch.Tensor], modules: List[Tuple[str, nn.Module]]) -> Dict[str, List[Tuple[str, Draw]]]:
+    """Each parameter's PyTorch default, per module that holds it (a tied weight has one per holder)."""
+    names = {id(t): n for n, t in tensors.items()}
+    found: Dict[str, List[Tuple[str, Draw]]] = {}
+    for _, module in modules:
+        reset = _torch_reset(module)
+        if reset is None:
+            continue
+        reset()
+        for p in module.parameters(recurse=False):
+            if id(p) in names:
+                found.setdefault(names[id(p)], []).append((type(module).__name__, draw_of(p)))
+    return found
+
+
+def _pass(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Optional[Callable[[], Any]]]],
+          writer: Optional[Dict[str, str]] = None) -> Dict[str, Draw]:
+    before = _snapshot(tensors)
+    for path, module, step in steps:
+        if step is None:
+            continue
+        local = {n: t for n, t in tensors.items() if n == path or n.startswith(f"{path}.") or not path}
+        versions = {n: t._version for n, t in local.items()} if writer is not None else {}
+        step()
+        if writer is not None:
+            for n, t in local.items():
+                if t._version != versions[n]:
+                    writer[n] = path
+    return {n: draw_of(tensors[n]) for n in _written(before, tensors)}
+
+
+def _units(m: nn.Module, path: str, budget: int) -> Iterator[Tuple[str, nn.Module, bool]]:
+    """Subtrees of at most ``budget`` elements (whole), and the own tensors of larger modules (not whole)."""
+    if _size(m) <= budget:
+        yield path, m, True
+        return
+    if _direct_size(m):
+        yield path, m, False
+    for name, child in m.named_children():
+        yield from _units(child, _join(path, name), budget)
+
+
+def _on_meta(m: nn.Module) -> bool:
+    return any(t.device.type == "meta" for t in m.parameters())
+
+
+def _module_of(name: str) -> str:
+    return name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dict[str, Draw]] = None) -> Iterator[Verdict]:
+    """Every parameter of ``model`` that is not what its declared init makes it, or that no init wrote.
+
+    ``drawn``: the statistics a streamed audit recorded for parameters that are back on the meta device."""
+    drawn = drawn or {}
+    params = {n: p for n, p in model.named_parameters()
+              if (p.device.type != "meta" or n in drawn) and p.is_floating_point()}
+    actual = {n: drawn[n] if p.device.type == "meta" else draw_of(p, full=True) for n, p in params.items()}
+    empty = {n: _empty(model, n, a) for n, a in actual.items() if a.denormal or a.absmax >= HUGE}
+    judged = set(empty)
+    owners = _applied_owners(model)
+    if owners:
+        for path, unit, whole in _units(model, "", budget):
+            if any(id(m) in owners for m in unit.modules()) and _wanted(path, unit, whole, params, judged):
+                yield from _judge_applied(model, path, unit, whole, owners, params, actual, judged, empty, tol)
+    for path, scope, method in _called_scopes(model, owners, budget):
+        if _wanted(path, scope, True, params, judged):
+            yield from _judge_called(model, path, scope, method, params, actual, judged, empty, tol)
+    yield from empty.values()
+
+
+def _empty(model: nn.Module, name: str, a: Draw) -> Verdict:
+    module = _module_of(name)
+    what = [f"{a.denormal} denormal value(s)"] if a.denormal else []
+    if a.absmax >= HUGE:
+        what.append(f"values up to {fmt(a.absmax)}")
+    owner = model.get_submodule(module) if module else model
+    fix = (f"{py_path(module)}.reset_parameters()" if callable(getattr(owner, "reset_parameters", None))
+           else f"initialise {py_path(name)}")
+    return Verdict(name, module, "empty", a, None, "", fix, " and ".join(what))
+
+
+def _wanted(path: str, unit: nn.Module, whole: bool, params: Dict[str, torch.Tensor], judged: set) -> bool:
+    """A unit with a parameter left to judge, every one of whose parameters holds values or was recorded."""
+    names = [_join(path, n) for n, p in unit.named_parameters(recurse=whole)]
+    return all(n in params for n, (_, p) in zip(names, unit.named_parameters(recurse=whole))
+               if p.device.type == "meta") and any(n in params and n not in judged for n in names)
+
+
+def _called_scopes(model: nn.Module, owners: Dict[int, _Owner], budget: int) -> Iterator[Tuple[str, nn.Module, str]]:
+    """The outermost modules (of at most ``budget`` elements) with a no-argument init method of their own."""
+    def walk(path: str, m: nn.Module) -> Iterator[Tuple[str, nn.Module, str]]:
+        owner = owners.get(id(m))
+        if owner is not None and owner.hf:
+            return  # a Hugging Face model's init is its _init_weights
+        method = _called_method(m)
+        if method is not None and _size(m) <= budget:
+            yield path, m, method
+            return
+        for name, child in m.named_children():
+            yield from walk(_join(path, name), child)
+
+    yield from walk("", model)
+
+
+def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, owners: Dict[int, _Owner],
+                   params: Dict[str, torch.Tensor], actual: Dict[str, Draw], judged: set,
+                   empty: Dict[str, Verdict], tol: float) -> Iterator[Verdict]:
+    originals = [m for _, m in _post_order(unit, path)] if whole else [unit]
+    def differs(name: str, declared: Draw) -> bool:
+        return name in params and name not in judged and not same(actual[name], declared, tol)
+
+    try:
+        with _own_random_stream():
+            dec = _declare_applied(lambda: _private_copy(model, unit, whole), path, originals, owners, differs)
+    except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
+        return
+    modules = dict(unit.named_modules(prefix=path)) if whole else {path: unit}
+    for name, full in dec.full.items():
+        if name not in params:
+            continue
+        owner = owners.get(id(modules.get(_module_of(name))))
+        if owner is None:
+            continue
+        target = dec.writer.get(name, _module_of(name))
+        fix = f"{py_path(target)}.apply({py_path(owner.path)}._init_weights)"
+        by = f"{type(owner.module).__name__}._init_weights"
+        if name in empty:
+            empty[name].fix = fix
+            continue
+        if name in judged:
+            continue
+        judged.add(name)
+        writer = type(modules[target]).__name__ if target in modules else target
+        verdict = _compare(name, actual[name], dec.default.get(name, []), dec.own.get(name), full, tol, writer)
+        if verdict is not None:
+            kind, detail = verdict
+            yield Verdict(name, _module_of(name), kind, actual[name], full, by, fix, detail)
+
+
+def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, params: Dict[str, torch.Tensor],
+                  actual: Dict[str, Draw], judged: set, empty: Dict[str, Verdict], tol: float) -> Iterator[Verdict]:
+    try:
+        with _own_random_stream():
+            private = _private_copy(model, scope, True)
+            tensors = {_join(path, n): p for n, p in private.named_parameters()}
+            full = _pass(tensors, [(path, private, getattr(private, method))])
+            default: Dict[str, List[Tuple[str, Draw]]] = {}
+            if any(n in params and n not in judged and not same(actual[n], d, tol) for n, d in full.items()):
+                private = _private_copy(model, scope, True)
+                tensors = {_join(path, n): p for n, p in private.named_parameters()}
+                default = _defaults(tensors, _post_order(private, path))
+    except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
+        return
+    modules = dict(scope.named_modules(prefix=path))
+    fix = f"{py_path(path)}.{method}()"
+    by = f"{type(scope).__name__}.{method}()"
+    for name, declared in full.items():
+        if name not in params:
+            continue
+        if name in empty:
+            empty[name].fix = fix
+            continue
+        if name in judged:
+            continue
+        judged.add(name)
+        verdict = _compare(name, actual[name], default.get(name, []), None, declared, tol, "")
+        if verdict is not None:
+            yield Verdict(name, _module_of(name), verdict[0], actual[name], declared, by, fix, verdict[1])
+
+
+def _compare(name: str, a: Draw, defaults: List[Tuple[str, Draw]], own: Optional[Draw], full: Draw, tol: float,
+             writer: str) -> Optional[Tuple[str, str]]:
+    """Why ``a`` is not the declared ``full`` draw, when it is still where that init was meant to take it from."""
+    if not (a.finite and math.isfinite(a.std)) or same(a, full, tol):
+        return None
+    if a.std == 0 and a.mean == 0 and full.std > 0:
+        return "zeros", ""
+    for module_type, default in defaults:
+        if same(a, default, tol) and not same(default, full, tol):
+            return "default", module_type
+    if own is not None and same(a, own, tol) and not same(own, full, tol):
+        return "unscaled", writer
+    return None

@@ -1,0 +1,179 @@
+"""IL014 init-not-applied on the failures it exists for, each built from code, and their intact twins.
+
+Each case removes the line that applies a model's declared init (or undoes what it did); the rule
+must name the modules and what was declared, and must stay silent on the same model built as its
+authors wrote it.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+import initlint
+from declared_models import NanoGPT, TitanLlama, gpt2, ids, tiny_hf, titan_llama, undo_c_proj_scaling
+from initlint.rules.il014_init_not_applied import draw_of, judge
+from model_state import deep_state
+
+
+def il014(model: nn.Module, inputs, **options) -> dict:
+    """Module -> its IL014 finding (a run of identical layers reported once: each member maps to it)."""
+    report = initlint.audit(model, inputs, select=["IL014"], **options)
+    assert report.error is None
+    return {module: f for f in report.findings if f.code == "IL014" for module in f.members or [f.module]}
+
+
+def test_hf_model_without_post_init_is_flagged_and_its_twin_is_clean():
+    torch.manual_seed(0)
+    found = il014(tiny_hf(post_init=False), {"input_ids": ids(256)})
+    assert set(found) == {"embed", "blocks.0.up", "blocks.0.down", "blocks.1.up", "blocks.1.down", "head"}
+    assert "TinyHF._init_weights declares std" in found["embed"].message and abs(found["embed"].threshold / 0.02 - 1) < 0.05
+    assert "PyTorch's default for Embedding" in found["embed"].message
+    assert found["head"].fix == "help: model.head.apply(model._init_weights)"
+    torch.manual_seed(0)
+    assert il014(tiny_hf(post_init=True), {"input_ids": ids(256)}) == {}
+
+
+def test_module_replaced_after_post_init_is_flagged():
+    torch.manual_seed(0)
+    model = tiny_hf()
+    model.head = nn.Linear(128, 256)  # added after post_init: PyTorch's default, not the declared init
+    assert set(il014(model, {"input_ids": ids(256)})) == {"head"}
+
+
+def test_deliberate_reinit_after_post_init_is_not_flagged():
+    torch.manual_seed(0)
+    model = tiny_hf()
+    nn.init.orthogonal_(model.blocks[0].up.weight)
+    nn.init.constant_(model.head.bias, 0.1)
+    assert il014(model, {"input_ids": ids(256)}) == {}
+
+
+def test_gpt2_without_its_c_proj_scaling_is_flagged_and_its_twin_is_clean():
+    torch.manual_seed(0)
+    model = gpt2()
+    assert il014(model, {"input_ids": ids(1000)}) == {}
+    undo_c_proj_scaling(model)
+    found = il014(model, {"input_ids": ids(1000)})
+    projections = {f"transformer.h.{i}.{part}.c_proj" for i in range(2) for part in ("attn", "mlp")}
+    assert set(found) == projections
+    attn = found["transformer.h.0.attn.c_proj"]
+    assert "without the scaling GPT2Attention applies" in attn.message
+    assert abs(attn.threshold / (0.02 / 2) - 1) < 0.05 and abs(attn.value / 0.02 - 1) < 0.05
+    assert attn.fix == "help: model.transformer.h[0].attn.apply(model.transformer._init_weights)"
+
+
+def test_nanogpt_without_apply_init_weights_is_flagged_and_its_twin_is_clean():
+    torch.manual_seed(0)
+    found = il014(NanoGPT(apply_init=False), ids(512))
+    layers = [f"transformer.h.{i}" for i in range(4)]
+    expected = {"transformer.wte", "transformer.wpe"} | {f"{h}.attn.c_attn" for h in layers} | \
+        {f"{h}.attn.c_proj" for h in layers} | {f"{h}.mlp.c_fc" for h in layers} | {f"{h}.mlp.c_proj" for h in layers}
+    assert set(found) == expected
+    assert "NanoGPT._init_weights declares std" in found["transformer.wpe"].message
+    assert abs(found["transformer.wpe"].threshold / 0.02 - 1) < 0.05 and abs(found["transformer.wpe"].value - 1) < 0.05
+    # c_proj weights were rescaled to 0.00707 either way: only their default biases are flagged
+    assert "bias (" in found["transformer.h.0.mlp.c_proj"].message
+    assert "weight (" not in found["transformer.h.0.mlp.c_proj"].message
+    torch.manual_seed(0)
+    assert il014(NanoGPT(), ids(512)) == {}  # c_proj at 0.02/sqrt(2 n_layer) differs from _init_weights, on purpose
+
+
+def test_titan_llama_to_empty_with_init_weights_is_clean():
+    torch.manual_seed(0)
+    assert il014(titan_llama(init=True), ids(1024)) == {}
+
+
+def test_titan_llama_to_empty_holding_zeros_is_flagged():
+    model = titan_llama(init=False)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()  # what fresh pages of to_empty() memory hold
+    found = il014(model, ids(1024))
+    fed = {f"layers.{i}.{m}" for i in range(4) for m in ("attention.wq", "attention.wk", "attention.wv",
+                                                          "feed_forward.w1", "feed_forward.w3")}
+    # wo, w2 and the output head end a residual branch or the model: zeros there are a deliberate pattern
+    assert set(found) == {"tok_embeddings"} | fed
+    assert "exactly zero" in found["tok_embeddings"].message
+    assert "TitanLlama.init_weights() draws it at random" in found["layers.0.attention.wq"].message
+    assert found["layers.0.attention.wq"].fix == "help: model.init_weights()"
+
+
+def test_titan_llama_to_empty_holding_stale_memory_is_flagged():
+    model = titan_llama(init=False)
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(0)
+        for p in model.parameters():  # arbitrary bits, as reused memory holds: denormals, 1e38, NaN
+            p.view(torch.int32).copy_(torch.randint(-2**31, 2**31 - 1, p.shape, generator=gen, dtype=torch.int32))
+    found = il014(model, ids(1024))
+    weights = {path for path, m in model.named_modules() if isinstance(m, (nn.Linear, nn.Embedding))}
+    assert weights <= set(found)
+    assert "never initialised" in found["output"].message
+
+
+def test_stale_memory_is_flagged_without_a_declared_init():
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 8))
+    with torch.no_grad():
+        model[0].weight[0, :3] = torch.tensor([1e-40, 3e38, 2e-39])
+    found = il014(model, torch.randn(4, 64))
+    assert set(found) == {"0"}
+    assert "2 denormal value(s) and values up to 3e+38" in found["0"].message
+    assert found["0"].fix == "help: model[0].reset_parameters()"
+
+
+def test_audit_changes_nothing_of_the_model_nor_the_random_state():
+    torch.manual_seed(0)
+    model = gpt2()
+    undo_c_proj_scaling(model)
+    inputs = {"input_ids": ids(1000)}
+    before = deep_state(model, inputs)
+    rng = torch.get_rng_state()
+    assert il014(model, inputs)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert deep_state(model, inputs) == before
+    assert not any(hasattr(p, "_is_hf_initialized") for p in model.parameters())
+
+
+def test_one_block_at_a_time_gives_the_same_verdicts():
+    torch.manual_seed(0)
+    model = gpt2(layers=3)
+    undo_c_proj_scaling(model)
+    nn.init.normal_(model.transformer.wpe.weight)  # PyTorch's Embedding default
+    whole = {(v.name, v.kind) for v in judge(model, 0.05)}
+    blocks = {(v.name, v.kind) for v in judge(model, 0.05, budget=200_000)}
+    assert blocks == whole and ("transformer.wpe.weight", "default") in whole
+
+
+def test_family_tells_pytorch_default_from_declared_normal_at_equal_std():
+    torch.manual_seed(0)
+    uniform = nn.Linear(768, 768).weight  # std 1/sqrt(3 * 768) = 0.0208
+    normal = torch.randn(768, 768) * 0.0208
+    a, b = draw_of(uniform), draw_of(normal)
+    assert abs(a.std / b.std - 1) < 0.02
+    assert a.family() == "uniform" and b.family() == "normal"
+
+
+def _per_module_gpt2_init(module: nn.Module) -> None:
+    """GPT-2's per-module init (std 0.02), without the c_proj scaling its blocks apply."""
+    if type(module).__name__ == "Conv1D":
+        nn.init.normal_(module.weight, std=0.02)
+        nn.init.zeros_(module.bias)
+
+
+def test_streamed_audit_checks_the_declared_init():
+    with torch.device("meta"):
+        model = gpt2()
+    inputs = {"input_ids": ids(1000)}
+    assert il014(model, inputs) == {}  # streamed with GPT-2's own _init_weights, block scalings included
+    report = initlint.audit(model, inputs, select=["IL014"], init=_per_module_gpt2_init)
+    assert set(report.codes()) == {("IL014", f"transformer.h.{i}.{part}.c_proj") for i in range(2)
+                                   for part in ("attn", "mlp")}
+    assert any("init= leaves 2 weight(s) unset (transformer.wte.weight, transformer.wpe.weight)" in note
+               for note in report.notes)
+    assert model.transformer.wte.weight.device.type == "meta"
+
+
+def test_streamed_model_declaring_a_whole_model_init_says_so():
+    with torch.device("meta"):
+        model = TitanLlama()
+    report = initlint.audit(model, ids(1024), select=["IL014"])
+    assert any("declares its init in TitanLlama.init_weights()" in note for note in report.notes)
