@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 import click
 
@@ -86,13 +86,6 @@ def check(targets: Tuple[str, ...], **opts: Any) -> None:
     _one_answer(_check, targets, opts)
 
 
-def show_progress() -> bool:
-    """Progress lines on stderr: on a terminal, unless ``INITLINT_NO_PROGRESS`` is set; always with ``INITLINT_PROGRESS=1``."""
-    if os.environ.get("INITLINT_PROGRESS", "").strip() not in ("", "0"):
-        return True
-    return sys.stderr.isatty() and not os.environ.get("INITLINT_NO_PROGRESS")
-
-
 def missing_path(target: str) -> str:
     """Why a target that names a file or folder cannot be used (it does not exist), else ``""``.
 
@@ -120,15 +113,9 @@ def _one_answer(command: Any, *args: Any) -> None:
 
 
 def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
-    for target in targets:  # a typo answers at once, before a model of another target is audited
-        if missing_path(target):
-            _fail(missing_path(target))
-    from .runner import prepare
     from .targets import TargetError, collect
 
-    per_file = prepare(list(targets), opts)  # every option, without torch
-    if per_file is None:
-        sys.exit(EXIT_ERROR)
+    _check_arguments(targets, opts)
     hook = opts["skip_files_without_models"]
     try:
         found = collect(targets, hook=hook, config_path=opts["config_path"])
@@ -140,11 +127,38 @@ def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
         if hook:
             sys.exit(EXIT_CLEAN)
         _fail(found.nothing)
+    from .config import show_progress
     from .runner import run_check
 
-    code = run_check(found.targets, opts, progress=show_progress(), implicit=found.implicit, per_file=per_file,
-                     notes=found.notes)
+    code = run_check(found.targets, opts, progress=show_progress(), implicit=found.implicit, notes=found.notes)
     sys.exit(code)
+
+
+def _check_arguments(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
+    """Refuse a bad value of the command line itself with one sentence, before any file is read and before
+    torch is imported: a missing path, a malformed number, shape or device, an unknown format, severity
+    or rule. (The configuration files are checked once a target holds a model.)"""
+    from .config import ConfigError, check_choices, check_flags, parse_shape
+    from .errors import UsageError
+    from .rules import UnknownCode, check_patterns
+
+    for target in targets:  # a typo answers at once, before a model of another target is audited
+        if missing_path(target):
+            _fail(missing_path(target))
+    try:
+        check_flags(opts)
+        for text in opts.get("input_shapes") or ():
+            parse_shape(text)
+        if opts.get("fmt") is not None or opts.get("fail_on") is not None:
+            check_choices({"format": opts.get("fmt"), "fail_on": opts.get("fail_on")})
+        check_patterns(_patterns(opts, "select", "ignore", "extend_select"))
+    except (ConfigError, UsageError, UnknownCode) as exc:
+        _fail(str(exc))
+
+
+def _patterns(opts: Dict[str, Any], *keys: str) -> List[str]:
+    """The rule codes, prefixes and names of comma-separated options."""
+    return [c.strip() for key in keys for v in opts.get(key) or () for c in v.split(",") if c.strip()]
 
 
 @main.command("fix")
@@ -169,7 +183,7 @@ def fix(target: str, **opts: Any) -> None:
 def _fix(target: str, opts: Dict[str, Any]) -> None:
     from .config import ConfigError, check_flags, parse_shape
     from .errors import UsageError
-    from .rules import UnknownCode, select_rules
+    from .rules import UnknownCode, check_patterns
 
     if missing_path(target):  # the command line's own values, checked before torch is imported
         _fail(missing_path(target))
@@ -177,8 +191,7 @@ def _fix(target: str, opts: Dict[str, Any]) -> None:
         check_flags(opts)
         for text in opts.get("input_shapes") or ():
             parse_shape(text)
-        select_rules([c for v in opts.get("select") or () for c in v.split(",")] or None,
-                     [c for v in opts.get("ignore") or () for c in v.split(",")])
+        check_patterns(_patterns(opts, "select", "ignore"))
     except (ConfigError, UsageError, UnknownCode) as exc:
         _fail(str(exc))
     from .fix_cli import run_fix

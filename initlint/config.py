@@ -13,6 +13,7 @@ import difflib
 import math
 import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -457,6 +458,24 @@ def check_flags(opts: Dict[str, Any]) -> None:
             checks[dest](value)
         except _Invalid as exc:
             raise ConfigError(f"{flag} must be {exc}, not {value}") from None
+
+
+def show_progress() -> bool:
+    """Progress lines on stderr: when it is a terminal, unless ``INITLINT_NO_PROGRESS`` is set; anywhere with
+    ``INITLINT_PROGRESS=1``."""
+    if os.environ.get("INITLINT_PROGRESS", "").strip() not in ("", "0"):
+        return True
+    return sys.stderr.isatty() and not os.environ.get("INITLINT_NO_PROGRESS")
+
+
+def check_choices(settings: Dict[str, Any]) -> None:
+    """Refuse an unknown output ``format`` or ``fail-on`` severity with one sentence."""
+    fmt = settings.get("format") or "text"
+    if fmt not in _formats():
+        raise UsageError(f"unknown format '{fmt}' (choose from {', '.join(_formats())})")
+    fail_on = settings.get("fail_on") or "warning"
+    if fail_on not in _severities():
+        raise UsageError(f"--fail-on takes one of {', '.join(_severities())}, not '{fail_on}'")
 
 
 def _api_shapes(value: Any) -> List[Tuple[int, ...]]:

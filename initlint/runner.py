@@ -12,12 +12,11 @@ from .report import SEVERITIES, Report
 
 
 def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, implicit: Collection[str] = (),
-              per_file: Optional[Any] = None, notes: Collection[str] = ()) -> int:
+              notes: Collection[str] = ()) -> int:
     """Audit every target; print the report; return the exit code.
 
     ``implicit`` targets were found by walking a folder: like every target under
     ``--skip-files-without-models``, they are passed over when they hold no model to build.
-    ``per_file`` is what :func:`prepare` returned, when the caller checked the options already.
     ``notes`` name the files the walk passed over; with the models passed over here, every format
     that carries them (json, sarif, github) reports them.
     """
@@ -27,7 +26,7 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
         if progress:
             click.echo(f"initlint: {msg}", err=True)
 
-    per_file = per_file or prepare(targets, opts)
+    per_file = prepare(targets, opts)
     if per_file is None:
         return EXIT_ERROR
     settings = per_file.base
@@ -67,14 +66,13 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
 
 
 def prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Any]:
-    """Read the configuration and check every setting before any user code runs (and without importing
-    torch); None after an error, which is printed.
+    """Read the configuration and check every setting before any user code runs (and before torch is
+    imported); None after an error, which is printed.
 
     Returns the per-file settings (:class:`initlint.targets.FileSettings`): each target's own
     ``[tool.initlint]`` merged with the command line."""
-    from .config import ConfigError, check_flags, load_config, merge_cli, parse_shape
-    from .errors import LoadError, UnknownCode, UsageError
-    from .formats import FORMATS
+    from .config import ConfigError, check_choices, check_flags, load_config, merge_cli, parse_shape
+    from .errors import LoadError, UnknownCode
     from .rules import select_rules
     from .targets import FileSettings
 
@@ -84,12 +82,7 @@ def prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Any]:
         for text in opts.get("input_shapes") or ():
             parse_shape(text)  # before merging, which drops empty values: --input-shape "" is an error too
         settings = merge_cli(config, opts)
-        fmt = settings.get("format") or "text"
-        if fmt not in FORMATS:
-            raise UsageError(f"unknown format '{fmt}' (choose from {', '.join(FORMATS)})")
-        fail_on = settings.get("fail_on") or "warning"
-        if fail_on not in SEVERITIES:
-            raise UsageError(f"--fail-on takes one of {', '.join(SEVERITIES)}, not '{fail_on}'")
+        check_choices(settings)
         select_rules(settings.get("select"), settings.get("ignore"))
     except (LoadError, UnknownCode, ConfigError) as exc:
         echo_error(str(exc))

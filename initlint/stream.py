@@ -25,7 +25,6 @@ ones a materialised model gives.
 from __future__ import annotations
 
 import copy
-import os
 import sys
 import time
 from contextlib import contextmanager
@@ -974,8 +973,11 @@ def _size(nbytes: int) -> str:
 
 
 def _terminal_progress() -> Optional[Callable[[BlockProgress], None]]:
-    """Block-by-block progress on stderr when it is a terminal, once the audit has run for a while."""
-    if not sys.stderr.isatty() or os.environ.get("INITLINT_NO_PROGRESS"):
+    """Block-by-block progress on stderr when it is a terminal (see :func:`initlint.config.show_progress`), once
+    the audit has run for a while."""
+    from .config import show_progress
+
+    if not show_progress():
         return None
 
     def show(event: BlockProgress) -> None:

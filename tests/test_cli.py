@@ -1,5 +1,6 @@
 """The command line, run as a real process: exit codes, output, the installed entry point."""
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -362,3 +363,43 @@ def test_the_input_shape_advice_comes_only_with_errors_about_the_inputs(tmp_path
     assert "(at errors.py:11)" in lines["errors.py:NotWarmedUp"]  # where the model's code raised, named as everywhere
     assert "mat1 and mat2 shapes cannot be multiplied" in lines["errors.py:WrongWidth"]
     assert "pass matching --input-shape" in lines["errors.py:WrongWidth"]
+
+
+def _readme_section(title):
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        return fh.read().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_readme_get_started_commands():
+    """The newcomer's first command installs the runtime dependencies only and lints an example with the output
+    the README opens with; the contributor's block installs the dev extra and runs what CI runs."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    first, contributor = [b.strip() for b in re.findall(r"```bash\n(.*?)```", _readme_section("Get started"), re.S)
+                          if "pip install -e" in b or "initlint check" in b]
+    install_torch, install, lint = [part.strip() for part in first.split("&&")]
+    assert install_torch.startswith("pip install torch==") and install == "pip install ."
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as fh:
+        dependencies = tomllib.load(fh)["project"]["dependencies"]
+    assert sorted(re.match(r"[a-z]+", d).group() for d in dependencies) == ["click", "tabulate", "tomli", "torch"]
+    out = run(*lint.split()[1:])
+    assert out.returncode == 1, out.stderr
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        shown = fh.read().split(f"```\n$ {lint}\n", 1)[1].split("```", 1)[0]
+    assert out.stdout == shown
+    assert contributor.splitlines() == ['pip install -e ".[dev]"', "# run the tests", "python -m pytest -q"]
+
+
+def test_forced_progress_reaches_the_block_by_block_audit(monkeypatch):
+    """The meta-device audit's per-block lines follow the same switch as the command line's."""
+    from initlint.stream import _terminal_progress
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    monkeypatch.delenv("INITLINT_NO_PROGRESS", raising=False)
+    monkeypatch.setenv("INITLINT_PROGRESS", "0")
+    assert _terminal_progress() is None
+    monkeypatch.setenv("INITLINT_PROGRESS", "1")
+    assert callable(_terminal_progress())

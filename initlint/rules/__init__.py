@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Audit", "AuditContext", "Example", "RepairPlan", "Rule", "all_rules", "get_rule", "select_rules",
            "resolve_selection", "Selection", "with_uses", "plugin_errors", "UnknownCode", "RuleInfo", "rule_info",
-           "find_rule"]
+           "find_rule", "check_patterns"]
 
 ENTRY_POINT_GROUP = "initlint.rules"
 _FROM_BASE = ("Audit", "AuditContext", "Example", "RepairPlan", "Rule", "order_by_uses", "ROLES")
@@ -241,10 +241,15 @@ def _specificity(pattern: str, code: str, name: str) -> Optional[int]:
     return len(key) if code.startswith(key.upper()) else None
 
 
-def _check_patterns(patterns: Iterable[str]) -> None:
+def check_patterns(patterns: Iterable[str]) -> None:
+    """Raise :class:`UnknownCode` for a code, prefix or name that matches no rule; the rule plugins (and
+    torch) are loaded only for one that no built-in rule matches."""
+    def known(pattern: str, rules: Mapping[str, Any]) -> bool:
+        return pattern.upper() == "ALL" or any(_matches(c, r.name, [pattern]) for c, r in rules.items())
+
     for pattern in patterns:
-        if pattern.strip().upper() != "ALL" and not any(_matches(c, r.name, [pattern.strip()])
-                                                        for c, r in rule_info().items()):
+        if not known(pattern.strip(), _RULES if _RULES is not None else _catalog()) and \
+                not known(pattern.strip(), rule_info()):
             raise UnknownCode(f"unknown rule code '{pattern}' (known: {', '.join(rule_info())})")
 
 
@@ -275,7 +280,7 @@ def resolve_selection(layers: Sequence[Selection]) -> Tuple[List[str], List[str]
     enabled = set(rule_info())
     ignored: set = set()
     for layer in layers:
-        _check_patterns([*(layer.select or []), *layer.ignore, *layer.extend_select])
+        check_patterns([*(layer.select or []), *layer.ignore, *layer.extend_select])
         decisions = _layer_decisions(layer)
         if layer.select:
             enabled = set()
