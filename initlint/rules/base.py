@@ -238,6 +238,20 @@ class AuditContext:
         return O.fan_in(w, op.kind, op.attrs.get("layout", "out_in"))
 
 
+def to_host(values: List[torch.Tensor]) -> List[Any]:
+    """Tensors of one shape, possibly on several devices, as numbers (0-d) or lists: one transfer per
+    device, never one per value (a rule that read each with ``float()`` would wait on the device once
+    per layer)."""
+    out: List[Any] = [0.0] * len(values)
+    by_device: Dict[torch.device, List[int]] = {}
+    for i, v in enumerate(values):
+        by_device.setdefault(v.device, []).append(i)
+    for indices in by_device.values():
+        for i, x in zip(indices, torch.stack([values[i].double() for i in indices]).tolist()):
+            out[i] = x
+    return out
+
+
 def py_path(name: str, root: str = "model") -> str:
     """``layers.3.weight`` -> ``model.layers[3].weight`` (how the user would type it)."""
     out = root

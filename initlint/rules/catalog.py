@@ -951,6 +951,16 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '``max-embedding-ratio`` is reported as information only, since the experiment found no\n'
                       'harm in it.\n'
                       '\n'
+                      'One layer out of scale inside a branch. ``benchmarks/gpt2_corrupt_layer.py`` redraws one\n'
+                      'weight of Hugging Face GPT-2 (width 768, 2 blocks) at std 1 (27.7x ``1/sqrt(768)``) and\n'
+                      'trains a copy task, 3 seeds, 100 AdamW steps; the intact model learns it after 37-41\n'
+                      "steps. The last block's ``c_fc`` (branch 47x the stream) learns it after 48-49 steps, 25%\n"
+                      "later, like the calibration's single over-scaled block; the first block's ``c_fc`` (151x)\n"
+                      'and its ``c_proj`` scaled x50 (127x) learn it sooner (27-34 steps); ``c_attn`` at std 1\n'
+                      'never learns it (IL011). So the branch keeps its warning, located at the layer whose\n'
+                      'scale is off, and that layer gets no separate IL001 finding (the norm after the branch\n'
+                      "undoes its scale, and what harm there is is the branch's).\n"
+                      '\n'
                       '## Example\n'
                       '```python\n'
                       'def pre_norm_transformer_with_output_projections_times_twenty():\n'

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -11,7 +11,8 @@ from .. import ops as O
 from ..graph import Graph, Op
 from ..report import Finding
 from ..probe import unit_matrix
-from .base import AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix, py_path
+from .base import (AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix, py_path,
+                   to_host)
 from .il001_init_scale import scale_target
 from .il002_bias_before_norm import cancelling_norm
 
@@ -97,23 +98,26 @@ class SymmetricInit(Rule):
     good = (Example(zero_initialised_classifier_head),)
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
+        layers = []
         seen = set()
         for op in audit.graph:
             if op.kind not in O.WEIGHT_KINDS or "weight" not in op.params or op.params["weight"] in seen:
                 continue
             name = op.params["weight"]
             stats = audit.probe.params.get(name)
-            if not stats:
-                continue
-            seen.add(name)
-            finding = self._judge(audit, op, name, stats)
+            if stats:
+                seen.add(name)
+                layers.append((op, name, stats))
+        zero = _zero_units_before_norms(audit, [(op, name) for op, name, _ in layers])
+        for op, name, stats in layers:
+            finding = self._judge(audit, op, name, stats, zero.get(name))
             if finding is not None:
                 yield finding
 
-    def _judge(self, audit: AuditContext, op: Op, name: str, stats: Dict[str, float]) -> Optional[Finding]:
-        before_norm = self._zero_filters_before_norm(audit, op, name)
-        if before_norm is not None:
-            return before_norm
+    def _judge(self, audit: AuditContext, op: Op, name: str, stats: Dict[str, float],
+               zero: Optional[Tuple[int, int, Op]]) -> Optional[Finding]:
+        if zero is not None and zero[0] > 0:
+            return self._zero_filters_before_norm(audit, op, name, *zero)
         rows, groups = int(stats.get("rows", 0)), max(int(stats.get("groups", 1)), 1)
         dups = int(stats.get("dup_rows", 0))
         numel = _numel(audit, name)
@@ -152,29 +156,53 @@ class SymmetricInit(Rule):
             std = activation_gain(plan.graph, op) / math.sqrt(plan.ctx.fan_in(op) or 1)
         plan.redraw(op, std, self.code, "weights that cannot break symmetry: a fresh random draw")
 
-    def _zero_filters_before_norm(self, audit: AuditContext, op: Op, name: str) -> Optional[Finding]:
+    def _zero_filters_before_norm(self, audit: AuditContext, op: Op, name: str, zero: int, units: int,
+                                  norm: Op) -> Finding:
         """Units whose weights are all exactly zero in front of a per-channel norm: constant channels."""
-        weight = audit.param(name)
-        norm = cancelling_norm(audit, op) if weight is not None and weight.dim() >= 2 else None
-        if norm is None:
-            return None
-        units = unit_matrix(weight.detach(), op.attrs.get("layout", "out_in"))
-        zero = int((units == 0).all(dim=1).sum())
-        if zero == 0:
-            return None
-        after = next((t for t in downstream(audit.graph, norm) if t.kind in O.ACTIVATIONS), None)
-        relu = after is not None and after.kind in ("relu", "relu6")
+        relu = _relu_reads(audit.graph, norm)
         if "bias" in op.params:
             effect = ("each of those channels is its bias, the same for every sample and position: the norm "
                       "divides its rounding noise (about 1e-7) by sqrt(eps), so those channels carry noise whose "
                       "gradients are hundreds of times the live channels', or no gradient at all")
+        elif relu:
+            effect = ("each of those channels is zero for every sample and position: the norm outputs its shift "
+                      "(beta) there, the ReLU that reads it passes no gradient, and the channels stay frozen for "
+                      "the whole of training")
         else:
             effect = ("each of those channels is zero for every sample and position: the norm outputs its shift "
-                      "(beta) there" + (", ReLU passes no gradient, and the channels stay frozen for the whole of "
-                                        "training" if relu else ", which no gradient reaches through the filters"))
-        return self.finding(audit, op, f"{zero} of the {units.shape[0]} filters of {name} are exactly zero and feed "
+                      "(beta) there, and the gradient it passes back to the filters is divided by sqrt(eps), "
+                      "hundreds of times the live filters'")
+        return self.finding(audit, op, f"{zero} of the {units} filters of {name} are exactly zero and feed "
                             f"{norm.target} ({norm.module or '<model>'}): {effect}", weight_fix(audit, op),
                             value=float(zero), threshold=0.0)
+
+
+def _zero_units_before_norms(audit: AuditContext, layers: List[Tuple[Op, str]]) -> Dict[str, Tuple[int, int, Op]]:
+    """``name -> (units all exactly zero, units, norm)`` for the weight layers a per-channel norm follows,
+    counted on the device and read in one transfer."""
+    found = []
+    for op, name in layers:
+        weight = audit.param(name)
+        norm = cancelling_norm(audit, op) if weight is not None and weight.dim() >= 2 else None
+        if norm is not None:
+            found.append((name, norm, unit_matrix(weight.detach(), op.attrs.get("layout", "out_in"))))
+    counts = to_host([(units == 0).all(dim=1).sum() for _, _, units in found])
+    return {name: (int(c), units.shape[0], norm) for (name, norm, units), c in zip(found, counts)}
+
+
+def _relu_reads(graph: Graph, norm: Op) -> bool:
+    """True when a ReLU reads the norm's output directly (through views and the like, not through an add)."""
+    op = norm
+    for _ in range(16):
+        users = graph.consumers(op)
+        if len(users) != 1:
+            return False
+        op = users[0]
+        if op.kind in ("relu", "relu6"):
+            return True
+        if op.kind not in O.PASS_KINDS:
+            return False
+    return False
 
 
 def weight_fix(audit: AuditContext, op: Op) -> str:
