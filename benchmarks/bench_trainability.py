@@ -19,6 +19,11 @@ The task: inputs N(0, 1) of the model's input shape; targets from a fixed random
 for classifiers, the teacher's argmax as the class (cross-entropy; ``nll_loss`` of the log
 of the probabilities, clamped at 1e-12, for a model that returns probabilities).
 
+The transformer rows (``gpt_qk``, ``gpt_mlp``, ``gpt_attn``: IL011, IL012, IL013) train a 4-block
+GPT at GPT-2's init with one kind of weight drawn N(0, 1); their task gives every token of a
+sequence a target from its own vector and the sequence's mean (MSE), and their textbook column
+is GPT-2's init.
+
 Benchmark-only dependencies, not in any extra of initlint: ``pip install lsuv anyinit``.
 A missing one skips its column with the reason printed.
 

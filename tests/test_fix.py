@@ -483,3 +483,24 @@ def test_a_small_gpt2_conv1d_is_rescaled_from_measurements_like_a_linear():
     fresh = gpt2("transformer.h.1.mlp.c_fc.weight", n_embd=96, vocab=512)
     apply_code(rep.code(), fresh)
     assert same_state(model, fresh)
+
+
+def test_attention_saturated_by_multiheadattention_s_own_projections_is_repaired_through_them():
+    class SelfAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = nn.MultiheadAttention(64, 4, batch_first=True)
+            with torch.no_grad():
+                self.attn.in_proj_weight.normal_(0, 1)  # q, k and v drawn N(0, 1)
+
+        def forward(self, x):
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    x = torch.randn(2, 32, 64, generator=torch.Generator().manual_seed(1))
+    model = build(SelfAttention)
+    rep = initlint.fix(model, x)
+    assert ("IL011", "attn") in warnings_of(rep.before) and not warnings_of(rep.after), rep.summary()
+    assert [c.name for c in rep.changes] == ["attn.in_proj_weight"]
+    fresh = build(SelfAttention)
+    apply_code(rep.code(), fresh)
+    assert same_state(model, fresh)

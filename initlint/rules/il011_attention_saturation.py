@@ -268,9 +268,13 @@ class AttentionSaturation(Rule):
             return
         factor = target / site.score_std
         inner = [n for n in site.op.params.values() if n.endswith(("in_proj_weight", "q_proj_weight", "k_proj_weight"))]
-        both = sum(p is not None for p in sides) == 2 or len(inner) != 1 or inner[0].endswith("in_proj_weight")
-        per = math.sqrt(factor) if (both and (projections or inner)) else factor
-        why += f"; q and k x{fmt(per)} each bring it to {fmt(target)}" if per != factor else f"; x{fmt(per)} brings it to {fmt(target)}"
+        if projections:  # q and k both scaled (one fused projection, or two): the square root on each
+            both = all(p is not None for p in sides)
+        else:  # nn.MultiheadAttention's own: in_proj_weight holds q and k, or q_proj_weight and k_proj_weight
+            both = any(n.endswith("in_proj_weight") for n in inner) or len(inner) >= 2
+        per = math.sqrt(factor) if both else factor
+        each = "q and k " if per != factor else ""
+        why += f"; {each}x{fmt(per)} {'each bring' if each else 'brings'} it to {fmt(target)}"
         for p in projections:
             plan.scale(p, per, self.code, why)
         if not projections:
