@@ -340,9 +340,15 @@ class Planner:
                     self._handle(f, rule)
 
     def _handle(self, finding: Finding, rule: Any) -> None:
+        """One finding's repair. A repair that raises (a plugin's too) leaves that finding unrepaired and
+        says so, as a rule whose check raises gives the rule-error finding: the other repairs go on."""
         instance = rule(**self.rule_options(rule))
         for module in finding.members or [finding.module]:
-            instance.repair(self, finding, module)
+            try:
+                instance.repair(self, finding, module)
+            except Exception as exc:  # noqa: BLE001  the user's or a plugin's code
+                self.note(f"{finding.code} at {module or '<model>'} was not repaired: its repair raised "
+                          f"{type(exc).__name__}: {exc}")
 
     # -------------------------------------------------------------------- what repairs read
     @property

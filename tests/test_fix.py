@@ -504,3 +504,22 @@ def test_attention_saturated_by_multiheadattention_s_own_projections_is_repaired
     fresh = build(SelfAttention)
     apply_code(rep.code(), fresh)
     assert same_state(model, fresh)
+
+
+def test_a_repair_that_raises_is_a_note_and_the_other_repairs_go_on(monkeypatch):
+    """A rule's repair that raises leaves its finding unrepaired with a note; the fix does not abort."""
+    from initlint.rules import all_rules
+
+    torch.manual_seed(0)
+    model = RandnStack()
+    inputs = None  # inferred, as for the other example models
+    before = initlint.audit(model, inputs)
+    broken_code = before.findings[0].code
+
+    def broken(self, plan, finding, module):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(all_rules()[broken_code], "repair", broken)
+    report = initlint.fix(model, inputs)
+    assert any(note.startswith(f"{broken_code} at ") and "its repair raised RuntimeError: boom" in note
+               for note in report.notes), report.notes

@@ -167,14 +167,21 @@ class ResidualGrowth(Rule):
 
     # ------------------------------------------------------------------ repair (initlint.fix)
     def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
-        """The branch holding ``module`` (the over-scaled layer the finding names, else the branch's last
-        layer): redraw a layer of it that is off in scale, else give its last layer the depth-aware init
-        (``shrink_branch`` in ``rules/base.py``)."""
+        """The branch holding ``module``: the over-scaled layers the finding names are redrawn at the scale
+        its help gives (their siblings', else a sound init's); with none, a layer of the branch that is off
+        in gain, else its last layer, as ``shrink_branch`` in ``rules/base.py`` decides."""
         if plan.through_cause(finding):
             return
         for res in residuals_of(plan.ctx):
             if module in {op.module for op in res.layers}:
-                shrink_branch(plan, res, self.code, "the residual branch dwarfs the stream")
+                culprits = _over_scaled(plan.ctx, res.layers)
+                for c in culprits:
+                    std, why = c.target()
+                    plan.redraw(c.op, std, self.code, f"the residual branch dwarfs the stream: {c.describe()}; "
+                                f"redrawn at std {fmt(std)} ({why})", param=None if c.weight == c.op.params.get("weight")
+                                else c.weight)
+                if not culprits:
+                    shrink_branch(plan, res, self.code, "the residual branch dwarfs the stream")
                 return
 
 
