@@ -13,6 +13,7 @@ import click
 
 from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_INTERRUPTED, echo_error
 from .version import __version__
+from .config import target_file
 
 
 def _fail(message: str) -> None:
@@ -90,7 +91,7 @@ def missing_path(target: str) -> str:
     """Why a target that names a file or folder cannot be used (it does not exist), else ``""``.
 
     Module targets (``package.module:NAME``) are left to the loader: only importing tells."""
-    path = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
+    path = target_file(target)
     looks_like_path = path.endswith(".py") or "/" in path or os.sep in path
     if not looks_like_path or os.path.exists(path):
         return ""

@@ -50,6 +50,12 @@ class Config:
 
 
 # ----------------------------------------------------------------------------- value checks
+
+def target_file(target: str) -> str:
+    """The file or folder of a target: ``models.py:build`` names ``models.py``, unless a file of that
+    whole name exists (``C:`` paths and names with a colon)."""
+    return target.split(":")[0] if ":" in target and not os.path.exists(target) else target
+
 def _codes(value: Any) -> List[str]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
@@ -368,7 +374,7 @@ def load_config(explicit: Optional[str], target: str) -> Config:
     """Read and check ``[tool.initlint]`` from ``explicit`` or the nearest pyproject.toml above ``target``."""
     path = explicit
     if path is None:
-        start = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
+        start = target_file(target)
         path = find_pyproject(start if os.path.exists(start) else os.getcwd())
     if path is None:
         return Config()

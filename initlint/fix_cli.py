@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import click
 
 from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+from .config import target_file
 
 
 class FixError(Exception):
@@ -32,7 +33,7 @@ def run_fix(target: str, opts: Dict[str, Any]) -> int:
 
     from .usercode import own_folder, stdout_to_stderr, user_code
 
-    path = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
+    path = target_file(target)
     try:
         settings, shapes = _settings(target, opts)
         with own_folder(path), stdout_to_stderr():  # as `check` runs a target: see initlint.usercode
@@ -97,7 +98,7 @@ def _check_output(output: Optional[str], target: str) -> None:
     """``--output`` may not name the target's own source file: fix never edits the user's code."""
     if not output:
         return
-    path = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
+    path = target_file(target)
     if os.path.exists(output) and os.path.exists(path) and os.path.samefile(output, path):
         raise FixError(f"--output {output} is the target's own source file; initlint fix never edits it, "
                        f"write the code to another file")

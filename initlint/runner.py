@@ -9,6 +9,7 @@ import click
 
 from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, echo_error
 from .report import SEVERITIES, Report
+from .config import target_file
 
 
 def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, implicit: Collection[str] = (),
@@ -131,7 +132,7 @@ def _check_target(target: str, per_file: Any, opts: Dict[str, Any], say: Callabl
         click.echo(f"initlint: warning: {warning}", err=True)
     seed = settings.get("seed") or 0
     timeout = settings.get("import_timeout", DEFAULT_IMPORT_TIMEOUT)
-    path = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
+    path = target_file(target)
     with own_folder(path), stdout_to_stderr():
         say(f"loading {target}")
         seed_everything(seed)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Set
 
 from .scan import MAYBE, MODEL, UNPARSABLE, scan_file
+from .config import target_file
 
 DEFAULT_EXCLUDE = (".*", "venv", "build", "dist", "site-packages", "__pycache__", "node_modules")
 """Folder and file names a walk skips unless ``exclude`` replaces them (``.*``: hidden folders and files)."""
@@ -261,7 +262,7 @@ class FileSettings:
         explicit = self.opts.get("config_path")
         if explicit:
             return os.path.abspath(explicit)
-        start = target.split(":")[0] if ":" in target and not os.path.exists(target) else target
+        start = target_file(target)
         found = find_pyproject(start if os.path.exists(start) else os.getcwd())
         return os.path.abspath(found) if found else None
 
