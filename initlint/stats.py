@@ -9,9 +9,13 @@ records once, when the run is over (:meth:`initlint.probe.ProbeResult.seal`).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Dict, Iterator, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, FrozenSet, Iterator, Optional, Tuple, Type, TypeVar
 
 S = TypeVar("S", bound="Stats")
+
+
+_NAMES: Dict[type, Tuple[str, ...]] = {}
+_NAME_SETS: Dict[type, FrozenSet[str]] = {}
 
 
 class UnknownStatistic(KeyError):
@@ -24,7 +28,12 @@ class Stats:
 
     @classmethod
     def names(cls) -> Tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
+        # cached per class: rules look statistics up by name thousands of times per audit
+        found = _NAMES.get(cls)
+        if found is None:
+            found = _NAMES[cls] = tuple(f.name for f in fields(cls))
+            _NAME_SETS[cls] = frozenset(found)
+        return found
 
     @classmethod
     def from_dict(cls: Type[S], values: Dict[str, float]) -> S:
@@ -34,7 +43,7 @@ class Stats:
         return cls(**values)
 
     def _check(self, name: str) -> None:
-        if name not in self.names():
+        if name not in _NAME_SETS.get(type(self), ()) and name not in self.names():
             raise UnknownStatistic(f"{type(self).__name__} has no statistic '{name}'")
 
     def get(self, name: str, default: Any = None) -> Any:

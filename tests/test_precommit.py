@@ -94,6 +94,11 @@ def test_plain_files_are_skipped_without_importing_torch(tmp_path):
     assert out.stdout.split("\n")[:2] == ["exit 0", "torch imported: False"], out.stderr
 
 
+# a statement of a Python newer than the running one: a type alias (3.12), a template string (3.14),
+# a lazy import (3.15)
+NEWER_SYNTAX = ("type Width = int" if sys.version_info < (3, 12) else
+                'greeting = t"hello {name}"' if sys.version_info < (3, 14) else "lazy import json")
+
 FOREIGN = {
     # files the hook must pass over without importing them: each writes a marker if it is imported
     "flax_net.py": "import flax.linen as nn\n\n\nclass Net(nn.Module):\n    features: int = 8\n",
@@ -101,7 +106,7 @@ FOREIGN = {
     "ansible_module.py": "from ansible.module_utils.basic import AnsibleModule\n\n\nclass Mod(AnsibleModule):\n    pass\n",
     # torch models the running Python cannot parse: skipped with a note, not an error
     "py2.py": 'import torch.nn as nn\nprint "hello from Python 2"\n\n\nclass Old(nn.Module):\n    pass\n',
-    "newer.py": "import torch.nn as nn\ntype Width = int\n\n\nclass New(nn.Module):\n    pass\n",
+    "newer.py": f"import torch.nn as nn\n{NEWER_SYNTAX}\n\n\nclass New(nn.Module):\n    pass\n",
 }
 
 ALIASED_BAD = BAD.replace("import torch.nn as nn\n", "import torch.nn as nn\n\nBase = nn.Module\n").replace(
@@ -125,7 +130,7 @@ def _try_repo(repo: Path, *files: str) -> subprocess.CompletedProcess:
 
 def test_pre_commit_hook_fails_only_on_real_findings(tmp_path):
     """One run of the real hook over a good model, a bad one (nn.Module through an alias), a plain file, and
-    Flax, TensorFlow, Ansible, Python 2 and Python 3.12 files: it fails on the bad model alone, imports none of
+    Flax, TensorFlow, Ansible, Python 2 and newer-Python files: it fails on the bad model alone, imports none of
     the foreign files, and says why it skipped the two it cannot parse."""
     repo = tmp_path / "project"
     _git_repo(repo)

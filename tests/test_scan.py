@@ -65,13 +65,18 @@ def test_an_unfollowable_base_in_a_file_that_imports_torch_is_a_candidate():
     assert scan_source("import torch\nclass Net(make_base()): pass\n").verdict == MAYBE
 
 
+# a statement of a Python newer than the running one: a type alias (3.12), a template string (3.14), a lazy import
+NEWER = (b"type Width = int" if sys.version_info < (3, 12) else
+         b'greeting = t"hello {name}"' if sys.version_info < (3, 14) else b"lazy import json")
+
+
 @pytest.mark.parametrize("data", [
     b'import torch.nn as nn\nprint "python 2"\nclass Net(nn.Module): pass\n',
-    b"import torch.nn as nn\ntype Width = int\nclass Net(nn.Module): pass\n",  # Python 3.12 syntax
-    b"import torch.nn as nn\nclass Net(nn.Module):\n    def f[T](self, x: T) -> T:\n        return x\n",
+    b"import torch.nn as nn\n" + NEWER + b"\nclass Net(nn.Module): pass\n",
+    b"import torch.nn as nn\nclass Net(nn.Module):\n    def f(self, x):\n        " + NEWER + b"\n        return x\n",
     b"import torch.nn as nn\nclass Net(nn.Module): pass\nname = '\xe9t\xe9'\n",  # Latin-1, no coding cookie
     b"import torch.nn as nn\nclass Net(nn.Module): pass\nx = 1\x00\n",
-], ids=["python 2", "type statement", "generic method", "bad encoding", "null byte"])
+], ids=["python 2", "newer statement", "newer syntax in a method", "bad encoding", "null byte"])
 def test_model_files_that_do_not_parse_are_unparsable_with_the_reason(data):
     result = scan_source(data)
     assert result.verdict == UNPARSABLE
