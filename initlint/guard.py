@@ -59,7 +59,11 @@ def guarded(model: nn.Module, seed: int, inputs: Any = None, copy_on_write: bool
         try:
             state.restore()
         except Exception as failed:  # noqa: BLE001 - the exception under way says more about the cause
-            exc.add_note(f"initlint could not restore the model's state: {type(failed).__name__}: {failed}")
+            note = f"initlint could not restore the model's state: {type(failed).__name__}: {failed}"
+            if hasattr(exc, "add_note"):  # Python 3.11+
+                exc.add_note(note)
+            else:
+                exc.__notes__ = [*getattr(exc, "__notes__", []), note]
         raise
     state.restore()
 
