@@ -7,7 +7,7 @@ import math
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -148,8 +148,33 @@ class InitNotApplied(Rule):
         parts = [v.describe() for v in verdicts]
         first = verdicts[0]
         message = f"{'; '.join(parts)}"
+        audit.memo.setdefault("declared_calls", {})[module] = [v.call for v in verdicts]
         declared = float(f"{first.declared.std:.{DECLARED_DIGITS}g}") if first.declared else 0.0
-        return self.finding(audit, module, message, f"help: {first.fix}", value=first.actual.std, threshold=declared)
+        calls = list(dict.fromkeys(v.call.source() for v in verdicts))
+        return self.finding(audit, module, message, f"help: {'; '.join(calls)}", value=first.actual.std,
+                            threshold=declared)
+
+    def repair_model(self, model: nn.Module, modules: Iterable[str], seed: int = 0,
+                     calls: Optional[Dict[str, List["DeclaredCall"]]] = None) -> List[str]:
+        """Repair the findings at ``modules``: the model's own declared init, called on the modules they name
+        (``model.h[0].attn.apply(model._init_weights)``, ``model.init_weights()``), so block-level scalings
+        (GPT-2's ``c_proj``) are applied as the model applies them. Draws come from a stream seeded with
+        ``seed``; the global random state is left alone. Returns the code of the calls it ran.
+
+        ``calls``: what :meth:`check` kept in ``audit.memo["declared_calls"]`` (module -> calls); without
+        it the model is judged again. ``initlint fix`` wiring: a repair step that calls a module method (not
+        one ``nn.init`` call per parameter) runs :meth:`DeclaredCall.apply` and writes :meth:`DeclaredCall.code`."""
+        if calls is None:
+            calls = {}
+            with _one_thread():
+                for verdict in judge(model, float(self.opts["std-tolerance"])):
+                    calls.setdefault(verdict.module, []).append(verdict.call)
+        wanted = dict.fromkeys(c for m in modules for c in calls.get(m, []))
+        lines = []
+        for call in wanted:
+            call.apply(model, seed)
+            lines.append(call.code(seed))
+        return lines
 
 
 def _random_zero_is_a_bug(audit: AuditContext, name: str) -> bool:
@@ -294,6 +319,39 @@ def same(a: Draw, b: Draw, tol: float) -> bool:
 
 
 # ----------------------------------------------------------------------------- the declared init
+@dataclass(frozen=True)
+class DeclaredCall:
+    """The model's own init called on one module: ``target.apply(owner._init_weights)`` when ``owner`` is set,
+    else ``target.method()`` (``init_weights()``, ``reset_parameters()``)."""
+
+    target: str
+    owner: Optional[str]
+    method: str
+
+    def source(self, ref: str = "model") -> str:
+        if not self.method:
+            return f"initialise {py_path(self.target, ref)} (no init of its own)"
+        if self.owner is not None:
+            return f"{py_path(self.target, ref)}.apply({py_path(self.owner, ref)}.{self.method})"
+        return f"{py_path(self.target, ref)}.{self.method}()"
+
+    def code(self, seed: int) -> str:
+        """The call as code that draws from its own seeded stream."""
+        return (f"with torch.random.fork_rng():\n    torch.manual_seed({seed})\n    with torch.no_grad():\n"
+                f"        {self.source()}")
+
+    def apply(self, model: nn.Module, seed: int = 0) -> None:
+        if not self.method:
+            return
+        target = model.get_submodule(self.target) if self.target else model
+        with _own_random_stream(seed):
+            if self.owner is None:
+                getattr(target, self.method)()
+            else:
+                owner = model.get_submodule(self.owner) if self.owner else model
+                target.apply(getattr(owner, self.method))
+
+
 @dataclass
 class Verdict:
     """One parameter that is not what the declared init makes it."""
@@ -306,7 +364,8 @@ class Verdict:
     actual: Draw
     declared: Optional[Draw]
     declared_by: str
-    fix: str
+    call: "DeclaredCall"
+    """The model's own init on the modules that hold this parameter: the repair."""
     detail: str = ""
 
     def describe(self) -> str:
@@ -597,9 +656,8 @@ def _empty(model: nn.Module, name: str, a: Draw) -> Verdict:
     if a.absmax >= HUGE:
         what.append(f"values up to {fmt(a.absmax)}")
     owner = model.get_submodule(module) if module else model
-    fix = (f"{py_path(module)}.reset_parameters()" if callable(getattr(owner, "reset_parameters", None))
-           else f"initialise {py_path(name)}")
-    return Verdict(name, module, "empty", a, None, "", fix, " and ".join(what))
+    call = DeclaredCall(module, None, "reset_parameters" if callable(getattr(owner, "reset_parameters", None)) else "")
+    return Verdict(name, module, "empty", a, None, "", call, " and ".join(what))
 
 
 def _wanted(path: str, unit: nn.Module, whole: bool, params: Dict[str, torch.Tensor], judged: set) -> bool:
@@ -645,10 +703,10 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
         if owner is None:
             continue
         target = dec.writer.get(name, _module_of(name))
-        fix = f"{py_path(target)}.apply({py_path(owner.path)}._init_weights)"
+        fix = DeclaredCall(target, owner.path, "_init_weights")
         by = f"{type(owner.module).__name__}._init_weights"
         if name in empty:
-            empty[name].fix = fix
+            empty[name].call = fix
             continue
         if name in judged:
             continue
@@ -675,13 +733,13 @@ def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, pa
     except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
         return
     modules = dict(scope.named_modules(prefix=path))
-    fix = f"{py_path(path)}.{method}()"
+    fix = DeclaredCall(path, None, method)
     by = f"{type(scope).__name__}.{method}()"
     for name, declared in full.items():
         if name not in params:
             continue
         if name in empty:
-            empty[name].fix = fix
+            empty[name].call = fix
             continue
         if name in judged:
             continue
