@@ -636,9 +636,20 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
     drawn = drawn or {}
     params = {n: p for n, p in model.named_parameters()
               if (p.device.type != "meta" or n in drawn) and p.is_floating_point()}
-    actual = {n: drawn[n] if p.device.type == "meta" else draw_of(p, full=True) for n, p in params.items()}
-    empty = {n: _empty(model, n, a) for n, a in actual.items() if a.denormal or a.absmax >= HUGE}
-    judged = set(empty)
+    actual = {n: drawn[n] if p.device.type == "meta" else draw_of(p) for n, p in params.items()}
+    scanned = set(drawn)
+    empty: Dict[str, Verdict] = {}
+    judged: set = set()
+
+    def never_written(name: str) -> bool:
+        """Every element read (once, and only for a parameter the declared init does not explain)."""
+        if name not in scanned:
+            scanned.add(name)
+            _scan(params[name], actual[name])
+        a = actual[name]
+        return bool(a.denormal or a.absmax >= HUGE)
+
+    params = _Params(params, never_written)
     owners = _applied_owners(model)
     if owners:
         for path, unit, whole in _units(model, "", budget):
@@ -647,16 +658,29 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
     for path, scope, method in _called_scopes(model, owners, budget):
         if _wanted(path, scope, True, params, judged):
             yield from _judge_called(model, path, scope, method, params, actual, judged, empty, tol)
+    for name in params:
+        if name not in judged and never_written(name):
+            empty[name] = _empty(model, name, actual[name], None)
     yield from empty.values()
 
 
-def _empty(model: nn.Module, name: str, a: Draw) -> Verdict:
+class _Params(dict):
+    """The judged parameters by name, with the full scan for memory nobody wrote (:func:`judge`)."""
+
+    def __init__(self, tensors: Dict[str, torch.Tensor], never_written: Callable[[str], bool]) -> None:
+        super().__init__(tensors)
+        self.never_written = never_written
+
+
+def _empty(model: nn.Module, name: str, a: Draw, call: Optional["DeclaredCall"]) -> Verdict:
     module = _module_of(name)
     what = [f"{a.denormal} denormal value(s)"] if a.denormal else []
     if a.absmax >= HUGE:
         what.append(f"values up to {fmt(a.absmax)}")
     owner = model.get_submodule(module) if module else model
-    call = DeclaredCall(module, None, "reset_parameters" if callable(getattr(owner, "reset_parameters", None)) else "")
+    if call is None:
+        call = DeclaredCall(module, None, "reset_parameters" if callable(getattr(owner, "reset_parameters", None))
+                            else "")
     return Verdict(name, module, "empty", a, None, "", call, " and ".join(what))
 
 
@@ -684,7 +708,7 @@ def _called_scopes(model: nn.Module, owners: Dict[int, _Owner], budget: int) -> 
 
 
 def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, owners: Dict[int, _Owner],
-                   params: Dict[str, torch.Tensor], actual: Dict[str, Draw], judged: set,
+                   params: "_Params", actual: Dict[str, Draw], judged: set,
                    empty: Dict[str, Verdict], tol: float) -> Iterator[Verdict]:
     originals = [m for _, m in _post_order(unit, path)] if whole else [unit]
     def differs(name: str, declared: Draw) -> bool:
@@ -705,12 +729,14 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
         target = dec.writer.get(name, _module_of(name))
         fix = DeclaredCall(target, owner.path, "_init_weights")
         by = f"{type(owner.module).__name__}._init_weights"
-        if name in empty:
-            empty[name].call = fix
-            continue
         if name in judged:
             continue
         judged.add(name)
+        if same(actual[name], full, tol):
+            continue
+        if params.never_written(name):
+            empty[name] = _empty(model, name, actual[name], fix)
+            continue
         writer = type(modules[target]).__name__ if target in modules else target
         verdict = _compare(name, actual[name], dec.default.get(name, []), dec.own.get(name), full, tol, writer)
         if verdict is not None:
@@ -718,7 +744,7 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
             yield Verdict(name, _module_of(name), kind, actual[name], full, by, fix, detail)
 
 
-def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, params: Dict[str, torch.Tensor],
+def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, params: "_Params",
                   actual: Dict[str, Draw], judged: set, empty: Dict[str, Verdict], tol: float) -> Iterator[Verdict]:
     try:
         with _own_random_stream():
@@ -738,12 +764,14 @@ def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, pa
     for name, declared in full.items():
         if name not in params:
             continue
-        if name in empty:
-            empty[name].call = fix
-            continue
         if name in judged:
             continue
         judged.add(name)
+        if same(actual[name], declared, tol):
+            continue
+        if params.never_written(name):
+            empty[name] = _empty(model, name, actual[name], fix)
+            continue
         verdict = _compare(name, actual[name], default.get(name, []), None, declared, tol, "")
         if verdict is not None:
             yield Verdict(name, _module_of(name), verdict[0], actual[name], declared, by, fix, verdict[1])
