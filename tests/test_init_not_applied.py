@@ -11,7 +11,7 @@ import torch.nn as nn
 
 import initlint
 from declared_models import NanoGPT, TitanLlama, gpt2, ids, tiny_hf, titan_llama, undo_c_proj_scaling
-from initlint.rules.il014_init_not_applied import draw_of, judge
+from initlint.rules.il014_init_not_applied import InitNotApplied, draw_of, judge
 from model_state import deep_state
 
 
@@ -177,3 +177,40 @@ def test_streamed_model_declaring_a_whole_model_init_says_so():
         model = TitanLlama()
     report = initlint.audit(model, ids(1024), select=["IL014"])
     assert any("declares its init in TitanLlama.init_weights()" in note for note in report.notes)
+
+
+def _repaired(model: nn.Module, inputs) -> nn.Module:
+    """The fix applied to every flagged module; the re-audit must be clean."""
+    found = il014(model, inputs)
+    assert found
+    code = InitNotApplied().repair_model(model, found)
+    assert code and all("torch.manual_seed(0)" in c for c in code)
+    assert il014(model, inputs) == {}
+    return model
+
+
+def test_fix_calls_the_models_own_init_and_restores_the_gpt2_scaling():
+    torch.manual_seed(0)
+    model = gpt2()
+    undo_c_proj_scaling(model)
+    rng = torch.get_rng_state()
+    code = InitNotApplied().repair_model(model, ["transformer.h.0.attn.c_proj"])
+    assert code == ["with torch.random.fork_rng():\n    torch.manual_seed(0)\n    with torch.no_grad():\n"
+                    "        model.transformer.h[0].attn.apply(model.transformer._init_weights)"]
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert abs(model.transformer.h[0].attn.c_proj.weight.std().item() / (0.02 / 2) - 1) < 0.05
+    _repaired(model, {"input_ids": ids(1000)})
+
+
+def test_fix_gives_a_clean_reaudit_on_every_flagged_case():
+    torch.manual_seed(0)
+    _repaired(tiny_hf(post_init=False), {"input_ids": ids(256)})
+    torch.manual_seed(0)
+    nano = _repaired(NanoGPT(apply_init=False), ids(512))
+    assert abs(nano.transformer.wpe.weight.std().item() / 0.02 - 1) < 0.05
+    titan = titan_llama(init=False)
+    with torch.no_grad():
+        for p in titan.parameters():
+            p.zero_()
+    titan = _repaired(titan, ids(1024))
+    assert abs(titan.layers["0"].attention.wq.weight.std().item() / 0.02 - 1) < 0.1
