@@ -660,13 +660,18 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
     empty: Dict[str, Verdict] = {}
     judged: set = set()
 
+    def scan(names: List[str]) -> None:
+        """Every element of these parameters read once, on the device, in one transfer."""
+        names = [n for n in names if n not in scanned]
+        scanned.update(names)
+        rows = to_host([torch.stack([v.double() for v in _scan(params[n])]) for n in names])
+        for n, (absmax, denormal, finite) in zip(names, rows):
+            a = actual[n]
+            a.absmax, a.denormal, a.finite = max(a.absmax, absmax), int(denormal), bool(finite)
+
     def never_written(name: str) -> bool:
         """Every element read (once, and only for a parameter the declared init does not explain)."""
-        if name not in scanned:
-            scanned.add(name)
-            absmax, denormal, finite = to_host([torch.stack([v.double() for v in _scan(params[name])])])[0]
-            a = actual[name]
-            a.absmax, a.denormal, a.finite = max(a.absmax, absmax), int(denormal), bool(finite)
+        scan([name])
         a = actual[name]
         return bool(a.denormal or a.absmax >= HUGE)
 
@@ -679,6 +684,7 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
     for path, scope, method in _called_scopes(model, owners, budget):
         if _wanted(path, scope, True, params, judged):
             yield from _judge_called(model, path, scope, method, params, actual, judged, empty, tol)
+    scan([n for n in params if n not in judged])
     for name in params:
         if name not in judged and never_written(name):
             empty[name] = _empty(model, name, actual[name], None)
