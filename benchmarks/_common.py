@@ -150,7 +150,7 @@ def example(inputs: Inputs) -> Any:
 # ------------------------------------------------------------------ workloads
 def main_output(out: Any) -> torch.Tensor:
     """The tensor the audit backpropagates from: ``logits``, else ``last_hidden_state`` of a Hugging Face model,
-    else the output (as ``initlint.probe.primary_output``)."""
+    else the output (as ``initlint.probe.run.primary_output``)."""
     if isinstance(out, torch.Tensor):
         return out
     for key in ("logits", "last_hidden_state"):

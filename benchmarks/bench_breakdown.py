@@ -40,8 +40,8 @@ def stages(model, inputs):
     import initlint
     from initlint.capture import capture
     from initlint.capture.base import DropoutOff
-    from initlint.guard import guarded as preserved
-    from initlint.probe import ProbeResult, StatsObserver, _Collector, run_probe
+    from initlint.probe.guard import guarded as preserved
+    from initlint.probe.run import ProbeResult, StatsObserver, _Collector, run_probe
 
     args, kwargs = inputs
     select = C.forward_rules()

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from initlint.capture import RuntimeCapture  # noqa: E402
 from initlint.capture.base import DropoutOff  # noqa: E402  (the plain forward runs with dropout off too)
-from initlint.probe import StatsObserver, _Collector  # noqa: E402
+from initlint.probe.run import StatsObserver, _Collector  # noqa: E402
 
 REPEATS = 7
 

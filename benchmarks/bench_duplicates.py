@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import _common as C  # noqa: E402
-from initlint.probe import (ProbeResult, Units, _Collector, _duplicate_rows, _param_stats,  # noqa: E402
+from initlint.probe.run import (ProbeResult, Units, _Collector, _duplicate_rows, _param_stats,  # noqa: E402
                             confirm_duplicates)
 
 

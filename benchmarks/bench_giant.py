@@ -58,7 +58,7 @@ def main() -> None:
     start = time.perf_counter()
     last = [start]
 
-    def progress(event: "initlint.stream.BlockProgress") -> None:
+    def progress(event: "initlint.scale.stream.BlockProgress") -> None:
         now = time.perf_counter()
         if now - last[0] >= 30 or event.index == event.total:
             print(f"  {event.phase} {event.index}/{event.total} {event.block} at {event.seconds:.0f} s", flush=True)

@@ -9,7 +9,7 @@ warm-up round and with the workloads taking turns within each repeat, of:
 
 * ``fwd+bwd``: a training-mode forward and ``torch.autograd.grad`` of a random cotangent
   with respect to every parameter (``_common.forward_backward``);
-* ``guarded fwd+bwd``: the same inside ``initlint.guard.guarded`` (stand-ins for every
+* ``guarded fwd+bwd``: the same inside ``initlint.probe.guard.guarded`` (stand-ins for every
   tensor, train mode, seeded RNG, everything restored afterwards): what the guard adds to a
   forward, including any copy-on-write materialisation the forward causes;
 * ``guard alone``: entering and leaving the guard with nothing inside (taking the snapshot,
@@ -71,7 +71,7 @@ def main() -> None:
     import torch
 
     import initlint
-    from initlint.guard import guarded
+    from initlint.probe.guard import guarded
 
     model = gpt2(opts.layers)
     ids = torch.randint(0, model.config.vocab_size, (opts.batch, opts.seq), generator=torch.Generator().manual_seed(0))

@@ -78,7 +78,9 @@ class Stages:
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[None]:
-        from initlint import api, guard, probe
+        from initlint import api
+        from initlint.probe import guard as guard
+        from initlint.probe import run as probe
         from initlint.capture import fx, runtime
 
         patches: List[Tuple[Any, str, str, bool]] = [
@@ -122,7 +124,7 @@ class Stages:
 def zoo_models(names: List[str]) -> List[Tuple[str, Callable[[], Tuple[Any, C.Inputs]]]]:
     import torch
     import zoo_real
-    from initlint.load import infer_inputs, normalise_inputs
+    from initlint.inputs.load import infer_inputs, normalise_inputs
 
     def builder(name: str) -> Callable[[], Tuple[Any, C.Inputs]]:
         def build() -> Tuple[Any, C.Inputs]:

@@ -25,7 +25,7 @@ model, the others plain Python of three kinds (a small module with dataclasses, 
 whose classes derive from a sibling module's base class and from ``enum``/``Exception``,
 and a 300-line module of functions and classes). Measured:
 
-* in a fresh process, ``initlint.targets.collect([FOLDER])`` (walk + static scan of every
+* in a fresh process, ``initlint.inputs.targets.collect([FOLDER])`` (walk + static scan of every
   file, once) with ``torch`` absent from ``sys.modules`` afterwards, and ``scan_file`` of
   each plain file on its own (best of 5 per file, nothing cached; median and maximum);
 * interleaved fresh processes of ``initlint check FOLDER`` and ``initlint check`` of the
@@ -282,9 +282,9 @@ def write_folder(root: str, total: int, models: int) -> Dict[str, List[str]]:
 
 SCAN_SCRIPT = r'''
 import json, statistics, sys, time
-from initlint.scan import _Resolver, scan_file
-import initlint.scan as scan
-from initlint.targets import collect
+from initlint.inputs.scan import _Resolver, scan_file
+import initlint.inputs.scan as scan
+from initlint.inputs.targets import collect
 folder, plain = sys.argv[1], json.loads(sys.argv[2])
 start = time.perf_counter()
 found = collect([folder])
@@ -313,7 +313,7 @@ def part_two(total: int, models: int, repeats: int) -> None:
                                             capture_output=True, text=True, check=True).stdout)
         if sorted(scanned["targets"]) != sorted(files["models"]):
             raise SystemExit(f"FAILED: the walk found {scanned['targets']}, not the model files")
-        scan_imports = torch_imports(["-c", f"from initlint.targets import collect; collect([{folder!r}])"], directory)
+        scan_imports = torch_imports(["-c", f"from initlint.inputs.targets import collect; collect([{folder!r}])"], directory)
         check_dir = [py, "-m", "initlint", "check", folder]
         check_models = [py, "-m", "initlint", "check", *files["models"]]
         for argv in (check_dir, check_models):

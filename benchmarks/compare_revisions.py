@@ -107,7 +107,7 @@ LOGITS_EXAMPLES = ("NaiveMLP", "KaimingMLP")
 
 def example_models(tree: str) -> Iterator[Tuple[str, Builder]]:
     """The models ``initlint check`` finds in each file of ``examples/`` (none needing arguments)."""
-    from initlint.load import resolve
+    from initlint.inputs.load import resolve
 
     folder = os.path.join(tree, "examples")
     for filename in sorted(os.listdir(folder)):

@@ -14,7 +14,7 @@ from .version import __version__
 __all__ = ["audit", "fix", "FixReport", "Report", "Finding", "LoadError", "UsageError", "ignore", "__version__"]
 
 _LAZY = {"audit": "api", "UsageError": "errors", "Report": "report", "Finding": "report", "LoadError": "errors",
-         "ignore": "suppress", "fix": "repair", "FixReport": "repair"}
+         "ignore": "rules.suppress", "fix": "repair", "FixReport": "repair"}
 
 
 def __getattr__(name: str) -> Any:

@@ -9,16 +9,15 @@ import torch.nn as nn
 
 from .capture import BACKENDS, CaptureError, capture
 from .errors import LoadError, UsageError
-from .link import link_findings
-from .load import (DEFAULT_BATCH, check_finite, infer_inputs, move_inputs, normalise_inputs,
-                   shaped_inputs)
+from .rules.link import link_findings
+from .inputs.load import DEFAULT_BATCH, check_finite, infer_inputs, move_inputs, normalise_inputs, shaped_inputs
 from .attempts import ForwardFailed, model_device, probe_retrying
-from .guard import guarded
-from .probe import ProbeResult, run_probe
-from .report import Finding, Report, group_runs
+from .probe.guard import guarded
+from .probe.run import ProbeResult, run_probe
+from .report.findings import Finding, Report, group_runs
 from .rules import AuditContext, all_rules, plugin_errors, select_rules, with_uses
 from .rules.il000_rule_error import RuleError
-from .suppress import apply_suppressions
+from .rules.suppress import apply_suppressions
 
 
 RULE_ERROR = RuleError.code
@@ -69,21 +68,21 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
           rule_options: Optional[Dict[str, Dict[str, Any]]] = None, name: Optional[str] = None,
           target: str = "", init: Optional[Callable[[nn.Module], None]] = None,
           progress: Optional[Callable[[Any], None]] = None, **settings: Any) -> Report:
-    """Audit ``model`` at initialisation and return a :class:`~initlint.report.Report`.
+    """Audit ``model`` at initialisation and return a :class:`~initlint.report.findings.Report`.
 
     ``example_inputs`` may be a tensor, a tuple of positional inputs or a dict of keyword
     inputs; when omitted, a probe batch is inferred from the first layer that reads the
     input. The model is never changed: capture and probe run under
-    :func:`initlint.guard.guarded`, so parameters, buffers and module attributes (the same
+    :func:`initlint.probe.guard.guarded`, so parameters, buffers and module attributes (the same
     objects, bits and version counters), training flags, gradients, hooks, the RNG states
     and the global modes are all as before when this returns, or raises.
 
     A model on the ``meta`` device is audited block by block on ``device`` (default CPU; pass
     ``device="meta"`` for the graph rules only), each block initialised by ``init(module)``
     when given, else by the model's own init, and ``progress`` (a function of one
-    :class:`~initlint.stream.BlockProgress`) hears of every block; see :mod:`initlint.stream`.
+    :class:`~initlint.scale.stream.BlockProgress`) hears of every block; see :mod:`initlint.scale.stream`.
     """
-    from .config import apply_settings
+    from .inputs.config import apply_settings
 
     options = apply_settings(dict(select=select, ignore=ignore, logits=logits, seed=seed, batch_size=batch_size,
                                   rule_options=rule_options, device=device, input_shapes=input_shapes), settings)
@@ -116,13 +115,13 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
         check_finite(args, kwargs)
     needs = set().union(*(r.needs for r in rules)) if rules else set()
     if streamed:
-        from .stream import stream_probe
+        from .scale.stream import stream_probe
 
         cap, probe = stream_probe(work, args, kwargs, device=dev, init=init, seed=int(options["seed"]),
                                   logits=options["logits"], backward="gradients" in needs, notes=report.notes,
                                   progress=progress)
     elif sharded:
-        from .distributed import sharded_probe
+        from .scale.distributed import sharded_probe
 
         cap, probe = sharded_probe(work, args, kwargs, device=dev, seed=int(options["seed"]),
                                    logits=options["logits"], backward="gradients" in needs, notes=report.notes,
@@ -144,7 +143,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
 def _real_inputs(inputs: Any, seed: int, report: Report) -> Any:
     """Example inputs on the meta device carry shapes, not values: floats get standard-normal values and
     masks (bool) ones, of the same shapes and dtypes; integers (token ids) cannot be made up."""
-    from . import nested
+    from .capture import nested
 
     if not any(t.device.type == "meta" for t in nested.tensors(inputs)):
         return inputs
@@ -167,15 +166,15 @@ def _real_inputs(inputs: Any, seed: int, report: Report) -> Any:
 
 def _sharded(model: nn.Module) -> bool:
     """A model with DTensor parameters (FSDP2, tensor parallelism) is audited across its ranks."""
-    from .distributed import is_sharded
+    from .scale.distributed import is_sharded
 
     return is_sharded(model)
 
 
 def _streamed(model: nn.Module, device: Optional[str], init: Any) -> bool:
     """A model on the meta device is audited block by block, unless the meta device itself is asked for."""
-    from .distributed import is_sharded
-    from .stream import is_streamable
+    from .scale.distributed import is_sharded
+    from .scale.stream import is_streamable
 
     if is_sharded(model) or not is_streamable(model):
         if init is not None:

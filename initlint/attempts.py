@@ -9,12 +9,12 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from . import nested
+from .capture import nested
 from .errors import LoadError
-from .probe import ProbeResult, run_probe
-from .report import Report
+from .probe.run import ProbeResult, run_probe
+from .report.findings import Report
 from .rules import all_rules
-from .usercode import user_frame
+from .inputs.usercode import user_frame
 
 
 def model_device(model: nn.Module) -> torch.device:

@@ -13,7 +13,7 @@ import click
 
 from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_INTERRUPTED, echo_error
 from .version import __version__
-from .config import target_file
+from .inputs.config import target_file
 
 
 def _fail(message: str) -> None:
@@ -114,7 +114,7 @@ def _one_answer(command: Any, *args: Any) -> None:
 
 
 def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
-    from .targets import TargetError, collect
+    from .inputs.targets import TargetError, collect
 
     _check_arguments(targets, opts)
     hook = opts["skip_files_without_models"]
@@ -128,7 +128,7 @@ def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
         if hook:
             sys.exit(EXIT_CLEAN)
         _fail(found.nothing)
-    from .config import show_progress
+    from .inputs.config import show_progress
     from .runner import run_check
 
     code = run_check(found.targets, opts, progress=show_progress(), implicit=found.implicit, notes=found.notes)
@@ -139,7 +139,7 @@ def _check_arguments(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
     """Refuse a bad value of the command line itself with one sentence, before any file is read and before
     torch is imported: a missing path, a malformed number, shape or device, an unknown format, severity
     or rule. (The configuration files are checked once a target holds a model.)"""
-    from .config import ConfigError, check_choices, check_flags, parse_shape
+    from .inputs.config import ConfigError, check_choices, check_flags, parse_shape
     from .errors import UsageError
     from .rules import UnknownCode, check_patterns
 
@@ -182,7 +182,7 @@ def fix(target: str, **opts: Any) -> None:
 
 
 def _fix(target: str, opts: Dict[str, Any]) -> None:
-    from .config import ConfigError, check_flags, parse_shape
+    from .inputs.config import ConfigError, check_flags, parse_shape
     from .errors import UsageError
     from .rules import UnknownCode, check_patterns
 
@@ -195,7 +195,7 @@ def _fix(target: str, opts: Dict[str, Any]) -> None:
         check_patterns(_patterns(opts, "select", "ignore"))
     except (ConfigError, UsageError, UnknownCode) as exc:
         _fail(str(exc))
-    from .fix_cli import run_fix
+    from .repair.command import run_fix
 
     sys.exit(run_fix(target, opts))
 
@@ -215,7 +215,7 @@ def rules_cmd() -> None:
 @click.argument("code")
 def explain(code: str) -> None:
     """Print the documentation of rule CODE (or its name)."""
-    from .docs import page
+    from .output.docs import page
     from .rules import UnknownCode, find_rule
 
     try:

@@ -8,8 +8,8 @@ from typing import Any, Callable, Collection, Dict, List, Optional
 import click
 
 from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS, echo_error
-from .report import SEVERITIES, Report
-from .config import target_file
+from .report.findings import SEVERITIES, Report
+from .inputs.config import target_file
 
 
 def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, implicit: Collection[str] = (),
@@ -21,7 +21,7 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
     ``notes`` name the files the walk passed over; with the models passed over here, every format
     that carries them (json, sarif, github) reports them.
     """
-    from .formats import FORMATS, use_colour
+    from .output.formats import FORMATS, use_colour
 
     def say(msg: str) -> None:
         if progress:
@@ -70,12 +70,12 @@ def prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Any]:
     """Read the configuration and check every setting before any user code runs (and before torch is
     imported); None after an error, which is printed.
 
-    Returns the per-file settings (:class:`initlint.targets.FileSettings`): each target's own
+    Returns the per-file settings (:class:`initlint.inputs.targets.FileSettings`): each target's own
     ``[tool.initlint]`` merged with the command line."""
-    from .config import ConfigError, check_choices, check_flags, load_config, merge_cli, parse_shape
+    from .inputs.config import ConfigError, check_choices, check_flags, load_config, merge_cli, parse_shape
     from .errors import LoadError, UnknownCode
     from .rules import select_rules
-    from .targets import FileSettings
+    from .inputs.targets import FileSettings
 
     try:
         check_flags(opts)
@@ -91,7 +91,7 @@ def prepare(targets: List[str], opts: Dict[str, Any]) -> Optional[Any]:
     for warning in config.warnings:
         click.echo(f"initlint: warning: {warning}", err=True)
     if opts.get("plot_path"):
-        from .plot import PlotError, require_matplotlib
+        from .report.plot import PlotError, require_matplotlib
 
         try:
             require_matplotlib()  # before minutes of auditing, not after
@@ -115,10 +115,10 @@ def _check_target(target: str, per_file: Any, opts: Dict[str, Any], say: Callabl
     The user's code runs with its own folder first on ``sys.path``, its stdout sent to stderr,
     and the RNGs seeded before the import and before each model is built.
     """
-    from .config import DEFAULT_IMPORT_TIMEOUT, ConfigError
+    from .inputs.config import DEFAULT_IMPORT_TIMEOUT, ConfigError
     from .errors import LoadError, NoModelsError, UnknownCode
-    from .load import parse_shape, resolve, unbuildable_error
-    from .usercode import own_folder, seed_everything, stdout_to_stderr
+    from .inputs.load import parse_shape, resolve, unbuildable_error
+    from .inputs.usercode import own_folder, seed_everything, stdout_to_stderr
 
     try:  # the file's own [tool.initlint], merged with the command line
         settings = per_file(target)
@@ -172,7 +172,7 @@ def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Cal
     (None: a layer-less helper of a folder walk or a hook run, passed over with a note)."""
     from .api import audit
     from .errors import LoadError, NoProbeInputError, UnknownCode
-    from .usercode import user_code
+    from .inputs.usercode import user_code
 
     try:
         model = cand.instantiate()
@@ -199,7 +199,7 @@ def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Cal
 def _point_at_the_user_file(report: Report, origin: str, model: Any) -> None:
     """Findings still located inside an installed library (a model such as ``GPT2Model`` built whole by a
     factory of the user's file) point at the line of that file that builds the model."""
-    from .locate import construction_site, is_library
+    from .capture.locate import construction_site, is_library
 
     path, _, name = origin.rpartition(":")
     if not (path.endswith(".py") and os.path.isfile(path)):
@@ -226,7 +226,7 @@ def _unexpected(exc: Exception) -> str:
 
 
 def _plot(report: Report, path: str, name: str, several: bool, say: Callable[[str], None]) -> bool:
-    from .plot import PlotError
+    from .report.plot import PlotError
 
     path = _plot_path(path, name, several)
     say(f"plotting {name} to {path}")

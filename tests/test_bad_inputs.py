@@ -297,7 +297,7 @@ def test_out_of_memory_even_at_batch_one_is_a_load_error():
 
 
 def test_a_failure_inside_initlint_is_not_blamed_on_the_model(monkeypatch):
-    import initlint.probe as probe
+    import initlint.probe.run as probe
 
     original = probe._derive
 
@@ -528,7 +528,7 @@ def test_import_timeout_from_the_config(tmp_path):
 def test_time_limit_without_sigalrm_uses_a_timer(monkeypatch):
     import signal
 
-    from initlint.usercode import TimedOut, time_limit
+    from initlint.inputs.usercode import TimedOut, time_limit
 
     monkeypatch.delattr(signal, "setitimer")  # as on Windows
     with pytest.raises(TimedOut):
@@ -545,7 +545,7 @@ def test_the_timer_interrupts_whatever_sigint_does(monkeypatch, disposition):
     """A process started in the background by a script inherits SIGINT ignored; the timer must still fire."""
     import signal
 
-    from initlint.usercode import TimedOut, time_limit
+    from initlint.inputs.usercode import TimedOut, time_limit
 
     seen = []
     handler = {"ignored": signal.SIG_IGN, "default": signal.default_int_handler,
@@ -623,8 +623,8 @@ def test_each_target_gets_its_own_helpers_module(tmp_path, monkeypatch):
 
 
 def test_helper_modules_are_forgotten_after_their_target(tmp_path):
-    from initlint.load import resolve
-    from initlint.usercode import own_folder
+    from initlint.inputs.load import resolve
+    from initlint.inputs.usercode import own_folder
 
     widths = []
     for folder, width in (("a", 8), ("b", 12)):
@@ -653,7 +653,7 @@ def test_probe_batch_beyond_memory_is_one_sentence(tmp_path, monkeypatch):
 
 
 def test_an_error_inside_initlint_is_one_line_unless_asked(tmp_path, monkeypatch):
-    import initlint.formats as formats
+    import initlint.output.formats as formats
 
     def broken(reports, colour=False, notes=()):
         raise KeyError("internal")
@@ -669,8 +669,8 @@ def test_an_error_inside_initlint_is_one_line_unless_asked(tmp_path, monkeypatch
 
 
 def test_folders_a_target_adds_to_sys_path_are_its_own_too(tmp_path):
-    from initlint.load import resolve
-    from initlint.usercode import own_folder
+    from initlint.inputs.load import resolve
+    from initlint.inputs.usercode import own_folder
 
     source = """
         import os, sys
@@ -703,7 +703,7 @@ def test_a_multi_line_exception_message_stays_on_one_line(tmp_path, monkeypatch)
 
 
 def test_out_of_memory_in_the_backward_probe_retries_on_the_same_capture(monkeypatch):
-    from initlint import probe
+    from initlint.probe import run as probe
     from transformer_models import CausalSelfAttention
 
     real, calls = probe._backward, []

@@ -133,7 +133,7 @@ def test_a_file_of_blocks_only_is_an_error_unless_skipping_for_pre_commit(tmp_pa
 
 
 def test_scan_counts_only_real_module_subclasses():
-    from initlint.scan import defines_module
+    from initlint.inputs.scan import defines_module
 
     assert defines_module("class DataModule:\n    pass\n") is False
     assert defines_module("import lightning as pl\nclass Data(pl.LightningDataModule):\n    pass\n") is False
@@ -184,11 +184,11 @@ def test_the_same_command_gives_the_same_numbers(tmp_path):
 
 def test_rule_catalog_is_up_to_date():
     """The catalog ``initlint rules`` and ``explain`` read without torch is generated from the rule classes."""
-    from initlint.docs import CATALOG, catalog_source, render
+    from initlint.output.docs import CATALOG, catalog_source, render
     from initlint.rules import _catalog
 
     with open(CATALOG, encoding="utf-8") as fh:
-        assert fh.read() == catalog_source(), "initlint/rules/catalog.py is stale; run: python -m initlint.docs"
+        assert fh.read() == catalog_source(), "initlint/rules/catalog.py is stale; run: python -m initlint.output.docs"
     from initlint.rules import all_rules
 
     rules = all_rules()
@@ -256,7 +256,7 @@ def test_bad_arguments_answer_in_one_sentence_without_importing_torch():
 
 
 def test_rules_and_explain_answer_without_importing_torch():
-    from initlint.docs import render
+    from initlint.output.docs import render
     from initlint.rules import all_rules
 
     listed, explained, by_name = _without_torch([["rules"], ["explain", "IL003"], ["explain", "saturated-softmax"]])
@@ -287,7 +287,7 @@ def test_rule_plugins_are_loaded_only_for_what_the_catalog_does_not_know(tmp_pat
 def test_input_shape_forms_and_forced_progress_lines():
     """``8x3x32x32`` and ``(8,3,32,32)`` mean 8,3,32,32 (as --help says); INITLINT_PROGRESS=1 shows the
     progress lines when stderr is not a terminal."""
-    from initlint.config import parse_shape
+    from initlint.inputs.config import parse_shape
 
     assert parse_shape("8,3,32,32") == parse_shape("8x3x32x32") == parse_shape("(8, 3, 32, 32)") == (8, 3, 32, 32)
     helped = run("check", "--help")
@@ -305,7 +305,7 @@ def test_fix_prints_a_module_that_reproduces_the_repair(tmp_path):
     import torch
 
     import initlint
-    from initlint.usercode import seed_everything
+    from initlint.inputs.usercode import seed_everything
 
     out = run("fix", "examples/naive_mlp.py", "--logits")
     assert out.returncode == 0, out.stderr
@@ -395,7 +395,7 @@ def test_readme_get_started_commands():
 
 def test_forced_progress_reaches_the_block_by_block_audit(monkeypatch):
     """The meta-device audit's per-block lines follow the same switch as the command line's."""
-    from initlint.stream import _terminal_progress
+    from initlint.scale.stream import _terminal_progress
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     monkeypatch.delenv("INITLINT_NO_PROGRESS", raising=False)

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from initlint.cli import main
-from initlint.config import KEYS
+from initlint.inputs.config import KEYS
 from initlint.rules import all_rules
 
 MODEL = """

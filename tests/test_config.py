@@ -8,7 +8,7 @@ import torch
 from click.testing import CliRunner
 
 from initlint.cli import main
-from initlint.config import KEYS, ConfigError, load_config
+from initlint.inputs.config import KEYS, ConfigError, load_config
 
 NET = '''
 import torch.nn as nn

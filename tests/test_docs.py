@@ -6,7 +6,7 @@ import sys
 import pytest
 from cli_server import run_initlint
 
-from initlint.docs import pages, readme_with_table, render
+from initlint.output.docs import pages, readme_with_table, render
 from initlint.rules import all_rules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -23,7 +23,7 @@ def test_every_rule_documents_every_section(code):
 def test_readme_rule_table_is_up_to_date():
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
         readme = fh.read()
-    assert readme_with_table(readme) == readme, "run: python -m initlint.docs"
+    assert readme_with_table(readme) == readme, "run: python -m initlint.output.docs"
     for code, rule in all_rules().items():
         assert f"| {code} | [{rule.name}](rules/{code}-{rule.name}.md) |" in readme
 
@@ -32,10 +32,10 @@ def test_rule_pages_are_up_to_date():
     directory = os.path.join(ROOT, "rules")
     present = {n for n in os.listdir(directory) if n.startswith("IL") and n.endswith(".md")}
     wanted = pages()
-    assert present == set(wanted), "run: python -m initlint.docs rules"
+    assert present == set(wanted), "run: python -m initlint.output.docs rules"
     for name, text in wanted.items():
         with open(os.path.join(directory, name), encoding="utf-8") as fh:
-            assert fh.read() == text, f"rules/{name} is stale; run: python -m initlint.docs rules"
+            assert fh.read() == text, f"rules/{name} is stale; run: python -m initlint.output.docs rules"
 
 
 def test_explain_prints_the_same_text():

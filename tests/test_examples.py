@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import initlint
-from initlint.load import resolve
+from initlint.inputs.load import resolve
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 sys.path.insert(0, EXAMPLES)

@@ -306,7 +306,7 @@ def test_constant_weights_get_a_fresh_draw():
 
 def test_draws_without_a_generator_in_nn_init(monkeypatch):
     """On a torch whose nn.init takes no generator, draws are written as tensor methods, still reproducible."""
-    from initlint import repair
+    from initlint.repair import planner as repair
 
     monkeypatch.setattr(repair, "NN_INIT_TAKES_GENERATOR", False)
     model = build(NaiveMLP)
@@ -410,7 +410,8 @@ def test_cli_exits_1_when_a_repairable_finding_remains(tmp_path):
     (["examples/missing.py"], "missing.py"),
 ])
 def test_cli_errors_exit_2_with_one_sentence(args, message):
-    from initlint import fix_cli, repair
+    from initlint.repair import command as fix_cli
+    from initlint.repair import planner as repair
 
     assert fix_cli.METHODS == repair.METHODS
     out = cli(*args)
@@ -452,7 +453,7 @@ def test_gpt2_conv1d_at_gpt2_small_width_is_repaired_and_its_code_reproduces_the
 
 
 def test_a_transposed_linear_is_recognised_by_its_shape_not_by_importing_transformers():
-    from initlint.repair import transposed_linear
+    from initlint.repair.planner import transposed_linear
 
     class Conv1D(nn.Module):  # HF's layout: weight (in, out), y = x @ W + b
         def __init__(self, nf, nx):

@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 import initlint
 from initlint.cli import main
-from initlint.formats import FORMATS, format_github, github_data, github_property, to_sarif, use_colour
-from initlint.report import Finding, Report
+from initlint.output.formats import FORMATS, format_github, github_data, github_property, to_sarif, use_colour
+from initlint.report.findings import Finding, Report
 from initlint.rules import all_rules
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text())
@@ -289,7 +289,7 @@ def test_a_reports_own_notes_are_in_json_and_sarif():
 
 
 def test_a_long_module_path_wraps_after_a_dot_never_inside_a_name():
-    from initlint.table import wrap_path
+    from initlint.report.table import wrap_path
 
     path = "backbone.transformer.h.{0..11}.attention.self.query_key_value"
     lines = wrap_path(path).splitlines()

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import initlint
-from initlint.graph import FrozenGraph, Graph
+from initlint.capture.graph import FrozenGraph, Graph
 from initlint.rules.base import Rule
 
 

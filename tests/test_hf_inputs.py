@@ -10,7 +10,7 @@ import transformers as tf
 from cli_server import run_initlint
 
 import initlint
-from initlint.load import LoadError, infer_inputs
+from initlint.inputs.load import LoadError, infer_inputs
 
 tf.logging.set_verbosity_error()
 logging.getLogger("transformers").setLevel(logging.ERROR)

@@ -7,7 +7,7 @@ import torch
 from cli_server import run_initlint
 
 import initlint
-from initlint.load import import_file
+from initlint.inputs.load import import_file
 
 SOURCE = textwrap.dedent('''
     import torch
@@ -100,9 +100,9 @@ def gpt2_file(tmp_path, monkeypatch):
 def test_library_files_are_named_from_their_package_folder():
     import transformers.models.gpt2.modeling_gpt2 as gpt2
 
-    from initlint.locate import is_library, shown_path
-    from initlint.report import Finding
-    from initlint.table import where
+    from initlint.capture.locate import is_library, shown_path
+    from initlint.report.findings import Finding
+    from initlint.report.table import where
 
     assert is_library(gpt2.__file__) and not is_library(__file__)
     assert shown_path(gpt2.__file__) == os.path.join("transformers", "models", "gpt2", "modeling_gpt2.py")

@@ -9,8 +9,8 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from initlint.attempts import _halve_batch
-from initlint.load import move_inputs
-from initlint.nested import map_tensors, tensors
+from initlint.inputs.load import move_inputs
+from initlint.capture.nested import map_tensors, tensors
 
 Pair = collections.namedtuple("Pair", "first second")
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 import initlint
-from initlint.report import Finding, Report
+from initlint.report.findings import Finding, Report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

@@ -7,10 +7,10 @@ import torch.nn as nn
 from click.testing import CliRunner
 
 import initlint
-from initlint import ops as O
+from initlint.capture import ops as O
 from initlint.cli import main
-from initlint.plot import PlotError, measured_ops, signal_series
-from initlint.report import Report
+from initlint.report.plot import PlotError, measured_ops, signal_series
+from initlint.report.findings import Report
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -130,7 +130,7 @@ class FunctionalRelu(nn.Module):
 def test_a_functional_call_is_named_by_its_source_line_not_model():
     import inspect
 
-    from initlint.plot import depth_labels, signal_figure
+    from initlint.report.plot import depth_labels, signal_figure
 
     report = initlint.audit(FunctionalRelu())
     lines, start = inspect.getsourcelines(FunctionalRelu.forward)

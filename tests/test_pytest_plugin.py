@@ -44,7 +44,7 @@ def clean_mlp():
 
 
 def test_entry_point_is_declared():
-    assert "initlint.pytest_plugin" in {ep.value for ep in entry_points(group="pytest11")}
+    assert "initlint.integrations.pytest_plugin" in {ep.value for ep in entry_points(group="pytest11")}
 
 
 def test_clean_model_passes_and_returns_the_report(pytester):

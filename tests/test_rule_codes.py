@@ -12,11 +12,10 @@ CODE = re.compile(r"\bIL\d{3}\b")
 USAGE_EXAMPLES = {
     ("cli.py", "The model output is logits: check its softmax (IL004)."),
     ("cli.py", "Codes or prefixes to run (comma-separated), e.g. IL00,IL010."),
-    ("config.py", "a list of rule codes or names such as [\"IL001\", \"dead-relu\"]"),
-    ("config.py", "a table of module patterns to lists of codes, such as \"encoder.*\" = [\"IL004\"]"),
-    ("config.py", "the model output is logits (check its softmax, IL004)"),
-    ("pytest_plugin.py", "(select=['IL001'])"),
-    ("suppress.py", "' must map to a list of rule codes such as [\"IL001\"]"),
+    ("inputs/config.py", "a list of rule codes or names such as [\"IL001\", \"dead-relu\"]"),
+    ("inputs/config.py", "a table of module patterns to lists of codes, such as \"encoder.*\" = [\"IL004\"]"),
+    ("inputs/config.py", "the model output is logits (check its softmax, IL004)"),
+    ("integrations/pytest_plugin.py", "(select=['IL001'])"),
 }
 """Help and error texts that show the user the syntax of a selection with a code as the example; the
 pipeline never acts on them."""

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 import initlint
 import initlint.rules as rules_pkg
 from initlint.cli import main
-from initlint.docs import render
+from initlint.output.docs import render
 from initlint.rules import Rule, all_rules, get_rule
 
 

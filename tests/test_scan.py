@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from initlint.scan import MAYBE, MODEL, NONE, UNPARSABLE, scan_file, scan_source
+from initlint.inputs.scan import MAYBE, MODEL, NONE, UNPARSABLE, scan_file, scan_source
 
 TORCH_MODELS = {
     "import torch.nn as nn": "import torch.nn as nn\nclass Net(nn.Module): pass\n",
@@ -141,7 +141,7 @@ def test_the_scan_imports_nothing(tmp_path):
     write_tree(tmp_path, files)
     script = textwrap.dedent(f"""
         import sys
-        from initlint.scan import scan_file
+        from initlint.inputs.scan import scan_file
         print([scan_file({str(tmp_path)!r} + '/' + name).verdict for name in {sorted(files)!r}])
         print('torch' in sys.modules)
     """)

@@ -4,7 +4,7 @@ import torch
 import torch.nn as nn
 
 import initlint
-from initlint.stats import OpStats, ParamStats, TensorStats, UnknownStatistic
+from initlint.probe.stats import OpStats, ParamStats, TensorStats, UnknownStatistic
 
 
 def test_probe_results_are_typed_records():

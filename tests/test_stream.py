@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 
 import initlint
-from initlint.stream import BlockProgress
+from initlint.scale.stream import BlockProgress
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -256,7 +256,7 @@ def test_init_for_a_model_that_holds_values_is_refused():
 # ------------------------------------------------------------------ out of memory
 def _run_out_of_memory_above(monkeypatch, largest):
     """The streamed probe runs out of memory while the batch is larger than ``largest``."""
-    from initlint.stream import StreamProbe
+    from initlint.scale.stream import StreamProbe
 
     real = StreamProbe.run
     tried = []

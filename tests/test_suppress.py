@@ -6,9 +6,9 @@ import torch.nn as nn
 
 import initlint
 from initlint.api import UsageError
-from initlint.report import Finding
+from initlint.report.findings import Finding
 from initlint.rules import get_rule, select_rules
-from initlint.suppress import apply_suppressions
+from initlint.rules.suppress import apply_suppressions
 
 
 def conv_bn():

@@ -12,7 +12,7 @@ import torch
 from click.testing import CliRunner
 
 from initlint.cli import main
-from initlint.targets import DEFAULT_EXCLUDE, ExclusionFinder, collect, walk
+from initlint.inputs.targets import DEFAULT_EXCLUDE, ExclusionFinder, collect, walk
 
 CONV_BN = '''
 import torch.nn as nn

@@ -101,14 +101,14 @@ def test_wheel_contents(installed: Installed) -> None:
         names = set(wheel.namelist())
         entry_points = next(wheel.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "initlint/py.typed" in names
-    assert {"initlint/cli.py", "initlint/docs.py", "initlint/pytest_plugin.py", "initlint/rules/__init__.py",
+    assert {"initlint/cli.py", "initlint/output/docs.py", "initlint/integrations/pytest_plugin.py", "initlint/rules/__init__.py",
             "initlint/rules/base.py"} <= names
     # `initlint explain` renders a rule's page from its module (docstring and examples): every rule is shipped
     assert len(RULES) >= 14 and {f"initlint/rules/{name}" for name in RULES} <= names
     assert {n.split("/")[0] for n in names} == {"initlint", next(n.split("/")[0] for n in names if ".dist-info/" in n)}
     sections = _entry_points(entry_points)
     assert sections["console_scripts"] == {"initlint": "initlint.cli:main"}
-    assert sections["pytest11"] == {"initlint": "initlint.pytest_plugin"}
+    assert sections["pytest11"] == {"initlint": "initlint.integrations.pytest_plugin"}
     assert "initlint.rules" not in sections  # that group is for other packages' rules; initlint's own are built in
 
 
@@ -153,11 +153,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-import initlint.pytest_plugin
+import initlint.integrations.pytest_plugin
 
 
 def test_plugin_is_the_installed_one():
-    assert initlint.pytest_plugin.__file__.startswith({site!r})
+    assert initlint.integrations.pytest_plugin.__file__.startswith({site!r})
 
 
 @pytest.mark.initlint(select=["IL002"])

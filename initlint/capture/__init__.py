@@ -1,4 +1,4 @@
-"""Stage 2, capture: turn an ``nn.Module`` into the project's :class:`~initlint.graph.Graph`.
+"""Stage 2, capture: turn an ``nn.Module`` into the project's :class:`~initlint.capture.graph.Graph`.
 
 Backends are tried in order. ``fx`` traces symbolically (no execution, module structure
 kept); ``runtime`` records the dataflow while the probe batch runs (module hooks plus a

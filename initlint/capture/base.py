@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
-from ..graph import Graph, Op
-from .. import ops as O
+from .graph import Graph, Op
+from . import ops as O
 
 Observer = Callable[[Op, Any], None]
 
@@ -39,7 +39,7 @@ class Capture:
 
     def finish(self) -> Graph:
         """End the capture: record where each module was constructed, then make the graph read-only."""
-        from ..locate import module_locations
+        from .locate import module_locations
 
         if not self.graph.frozen:
             self.graph.module_locations = module_locations(self.model)

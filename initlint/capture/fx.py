@@ -7,10 +7,19 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch.fx as fx
 import torch.nn as nn
 
-from .. import nested
-from .. import ops as O
-from .base import (AttentionSpy, Capture, CaptureError, DropoutOff, Observer, attention_inputs, param_roles,
-                   user_call_site, without_dropout)
+from . import nested
+from . import ops as O
+from .base import (
+    AttentionSpy,
+    Capture,
+    CaptureError,
+    DropoutOff,
+    Observer,
+    attention_inputs,
+    param_roles,
+    user_call_site,
+    without_dropout,
+)
 
 
 

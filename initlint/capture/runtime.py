@@ -16,9 +16,9 @@ import torch
 import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
-from .. import ops as O
-from ..graph import Op
-from ..nested import tensors as _tensors
+from . import ops as O
+from .graph import Op
+from .nested import tensors as _tensors
 from .base import Capture, Observer, attention_inputs, param_roles, user_call_site, without_dropout
 
 _NOT_RECORDED = frozenset({"__get__", "__set__", "size", "dim", "numel", "__len__", "__bool__", "__format__",

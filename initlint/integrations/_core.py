@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
-from ..report import SEVERITIES, Finding, Report
+from ..report.findings import SEVERITIES, Finding, Report
 
 LABEL_KEYS = ("labels", "label", "label_ids", "num_items_in_batch")
 """Keys of a batch dict that feed the loss, not the model's forward: left out of the audit."""
@@ -35,7 +35,7 @@ class BatchAuditor:
     def audit(self, model: Any, example: Any, log: logging.Logger) -> Optional[Report]:
         """Audit ``model`` on ``example`` (once); log the outcome; raise :class:`InitlintFailure` to stop."""
         from ..api import UsageError, audit
-        from ..load import LoadError
+        from ..inputs.load import LoadError
 
         self.done = True
         try:
@@ -60,7 +60,7 @@ class BatchAuditor:
         return [f for f in report.findings if SEVERITIES.index(f.severity) >= level]
 
     def _log(self, report: Report, failing: List[Finding], log: logging.Logger) -> None:
-        from ..formats import findings_table
+        from ..output.formats import findings_table
 
         serious = [f for f in report.findings if f.severity != "info"]
         if not report.findings:
@@ -73,7 +73,7 @@ class BatchAuditor:
             log.info("initlint: note: %s", note)
 
     def stop_message(self, report: Report, failing: List[Finding]) -> str:
-        from ..formats import findings_table
+        from ..output.formats import findings_table
 
         codes = sorted({f.code for f in failing})
         return (f"initlint stopped training before the first optimizer step: {len(failing)} finding(s) at or above "

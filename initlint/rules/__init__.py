@@ -3,7 +3,7 @@
 
 Importing this package does not import torch: :func:`rule_info`, :func:`find_rule` and rule
 selection read the generated :mod:`initlint.rules.catalog` (the built-in rules' metadata and
-pages, written by ``python -m initlint.docs`` from the rule classes) until the rule classes
+pages, written by ``python -m initlint.output.docs`` from the rule classes) until the rule classes
 are needed, torch is imported or a rule plugin is installed. ``Rule``, ``Audit`` and the other names of
 :mod:`initlint.rules.base` are loaded on first use.
 """

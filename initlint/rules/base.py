@@ -12,12 +12,12 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Map
 import torch
 import torch.nn as nn
 
-from .. import ops as O
-from ..graph import Graph, Op
-from ..locate import user_location
-from ..probe import ProbeResult
-from ..stats import OpStats
-from ..report import Finding
+from ..capture import ops as O
+from ..capture.graph import Graph, Op
+from ..capture.locate import user_location
+from ..probe.run import ProbeResult
+from ..probe.stats import OpStats
+from ..report.findings import Finding
 
 
 ROLES = ("cause", "symptom", "check", "meta")

@@ -1,5 +1,5 @@
 """The built-in rules' metadata and documentation, generated from the rule classes by
-``python -m initlint.docs`` (do not edit): ``initlint rules``, ``initlint explain`` and rule
+``python -m initlint.output.docs`` (do not edit): ``initlint rules``, ``initlint explain`` and rule
 selection read it without importing torch; a test fails when it is stale."""
 from typing import Any, Dict
 
@@ -765,7 +765,7 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'configuration, or an ``@initlint.ignore(...)`` decorator (or a ``__initlint_ignore__``\n'
                       'attribute) on a module class or on the model, whose codes matched no finding. The\n'
                       'pipeline emits this finding itself, after the other rules ran and their findings were\n'
-                      'filtered (``initlint.suppress``); this class only documents the code, and its own check\n'
+                      'filtered (``initlint.rules.suppress``); this class only documents the code, and its own check\n'
                       'finds nothing.\n'
                       '\n'
                       'A suppression is only judged when the rules it names ran: ignoring ``IL003`` while\n'

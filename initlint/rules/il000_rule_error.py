@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..report import Finding
+from ..report.findings import Finding
 from .base import AuditContext, Rule
 
 

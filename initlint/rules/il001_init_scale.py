@@ -7,9 +7,9 @@ from typing import Dict, Iterator, Optional, Tuple
 
 import torch.nn as nn
 
-from .. import ops as O
-from ..graph import Op
-from ..report import Finding
+from ..capture import ops as O
+from ..capture.graph import Op
+from ..report.findings import Finding
 from .base import AuditContext, Example, RepairPlan, Rule, activation_after, downstream, fmt, init_fix
 
 

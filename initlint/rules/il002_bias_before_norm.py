@@ -5,10 +5,10 @@ from typing import FrozenSet, Iterator, Optional, Tuple
 
 import torch.nn as nn
 
-from .. import ops as O
-from ..graph import Op
-from ..guard import guarded
-from ..report import Finding
+from ..capture import ops as O
+from ..capture.graph import Op
+from ..probe.guard import guarded
+from ..report.findings import Finding
 from .base import AuditContext, Example, Rule
 
 Shape = Tuple[int, ...]

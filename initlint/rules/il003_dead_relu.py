@@ -6,9 +6,9 @@ from typing import Iterator, Optional, Set
 
 import torch.nn as nn
 
-from .. import ops as O
-from ..graph import Graph, Op
-from ..report import Finding
+from ..capture import ops as O
+from ..capture.graph import Graph, Op
+from ..report.findings import Finding
 from .base import AuditContext, Example, RepairPlan, Rule, fmt, py_path, upstream_weight
 from .il001_init_scale import scale_target
 

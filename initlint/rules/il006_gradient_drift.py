@@ -6,9 +6,9 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import torch.nn as nn
 
-from .. import ops as O
-from ..graph import Graph, Op
-from ..report import Finding
+from ..capture import ops as O
+from ..capture.graph import Graph, Op
+from ..report.findings import Finding
 from .base import AuditContext, Example, RepairPlan, Rule, downstream, fmt, gated_ops, lsuv_stretch, measured_rms
 from .il001_init_scale import scale_target
 

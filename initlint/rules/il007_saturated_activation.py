@@ -5,8 +5,8 @@ from typing import Iterator
 
 import torch.nn as nn
 
-from .. import ops as O
-from ..report import Finding
+from ..capture import ops as O
+from ..report.findings import Finding
 from .base import SYMPTOM_MAX_FACTOR, AuditContext, Example, RepairPlan, Rule, fmt, init_fix, upstream_weight
 from .il001_init_scale import scale_target
 

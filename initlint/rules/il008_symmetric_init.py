@@ -7,12 +7,22 @@ from typing import Dict, Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from .. import ops as O
-from ..graph import Graph, Op
-from ..report import Finding
-from ..probe import unit_matrix
-from .base import (AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix, py_path,
-                   to_host)
+from ..capture import ops as O
+from ..capture.graph import Graph, Op
+from ..report.findings import Finding
+from ..probe.run import unit_matrix
+from .base import (
+    AuditContext,
+    Example,
+    RepairPlan,
+    Rule,
+    activation_gain,
+    downstream,
+    fmt,
+    init_fix,
+    py_path,
+    to_host,
+)
 from .il001_init_scale import scale_target
 from .il002_bias_before_norm import cancelling_norm
 

@@ -6,8 +6,8 @@ from typing import Iterator
 
 import torch.nn as nn
 
-from .. import ops as O
-from ..report import Finding
+from ..capture import ops as O
+from ..report.findings import Finding
 from .base import AuditContext, Example, RepairPlan, Rule, fmt
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..report import Finding
+from ..report.findings import Finding
 import torch.nn as nn
 
 from .base import AuditContext, Example, Rule
@@ -47,7 +47,7 @@ class UnusedSuppression(Rule):
     configuration, or an ``@initlint.ignore(...)`` decorator (or a ``__initlint_ignore__``
     attribute) on a module class or on the model, whose codes matched no finding. The
     pipeline emits this finding itself, after the other rules ran and their findings were
-    filtered (``initlint.suppress``); this class only documents the code, and its own check
+    filtered (``initlint.rules.suppress``); this class only documents the code, and its own check
     finds nothing.
 
     A suppression is only judged when the rules it names ran: ignoring ``IL003`` while

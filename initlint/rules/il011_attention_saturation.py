@@ -8,10 +8,20 @@ from typing import Iterator, List, Optional
 import torch
 import torch.nn as nn
 
-from ..graph import Op
-from ..report import Finding
-from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, projection_of, py_path,
-                   reference_std)
+from ..capture.graph import Op
+from ..report.findings import Finding
+from .base import (
+    AuditContext,
+    Example,
+    RepairPlan,
+    Rule,
+    attention_scores,
+    fmt,
+    measured,
+    projection_of,
+    py_path,
+    reference_std,
+)
 
 
 @dataclass

@@ -10,11 +10,23 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import torch
 import torch.nn as nn
 
-from .. import ops as O
-from ..graph import Op
-from ..report import Finding
-from .base import (AuditContext, Example, RepairPlan, Residual, Rule, activation_after, downstream, fmt, measured,
-                   py_path, residuals_of, shrink_branch)
+from ..capture import ops as O
+from ..capture.graph import Op
+from ..report.findings import Finding
+from .base import (
+    AuditContext,
+    Example,
+    RepairPlan,
+    Residual,
+    Rule,
+    activation_after,
+    downstream,
+    fmt,
+    measured,
+    py_path,
+    residuals_of,
+    shrink_branch,
+)
 
 
 

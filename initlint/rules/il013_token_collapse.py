@@ -6,11 +6,25 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 import torch
 import torch.nn as nn
 
-from .. import ops as O
-from ..graph import Graph, Op
-from ..report import Finding
-from .base import (BRANCH_GAIN_MAX, AuditContext, Example, RepairPlan, Residual, Rule, attention_scores, fmt, gain_of,
-                   measured_rms, output_weight, projection_of, residuals_of, shrink_branch)
+from ..capture import ops as O
+from ..capture.graph import Graph, Op
+from ..report.findings import Finding
+from .base import (
+    BRANCH_GAIN_MAX,
+    AuditContext,
+    Example,
+    RepairPlan,
+    Residual,
+    Rule,
+    attention_scores,
+    fmt,
+    gain_of,
+    measured_rms,
+    output_weight,
+    projection_of,
+    residuals_of,
+    shrink_branch,
+)
 
 
 

@@ -12,9 +12,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import torch
 import torch.nn as nn
 
-from .. import ops as O
-from ..guard import _rng as saved_rng
-from ..report import Finding
+from ..capture import ops as O
+from ..probe.guard import _rng as saved_rng
+from ..report.findings import Finding
 from .base import AuditContext, Example, Rule, fmt, py_path, to_host
 from .il008_symmetric_init import feeds_weight_layer
 

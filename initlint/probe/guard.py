@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from . import nested
+from ..capture import nested
 
 
 @contextmanager

@@ -1,7 +1,7 @@
 """The findings table: shared by the text format and :meth:`Report.assert_clean`.
 
 It reads findings by their fields only, so it imports neither the report nor the formats.
-Files are named as every format names them (:func:`initlint.locate.shown_path`).
+Files are named as every format names them (:func:`initlint.capture.locate.shown_path`).
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from tabulate import tabulate
 
-from .locate import is_library, shown_path
+from ..capture.locate import is_library, shown_path
 
 
 def where(f: Any) -> str:

@@ -5,7 +5,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from .locate import shown_path
+from ..capture.locate import shown_path
 from .table import findings_table
 
 SEVERITIES = ("info", "warning", "error")
@@ -98,9 +98,9 @@ class Report:
         """The per-layer signal profile (four panels against depth); needs ``initlint[plot]``.
 
         With ``path``, saves the image there and returns the plotted series by name (see
-        :func:`initlint.plot.signal_series`). Without it, returns the matplotlib ``Figure``,
+        :func:`initlint.report.plot.signal_series`). Without it, returns the matplotlib ``Figure``,
         which a notebook shows inline when it is the cell's result. Raises
-        :class:`initlint.plot.PlotError` when matplotlib is missing or the probe did not run.
+        :class:`initlint.report.plot.PlotError` when matplotlib is missing or the probe did not run.
         """
         from .plot import plot_signal, signal_figure
 

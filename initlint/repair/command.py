@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import click
 
-from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
-from .config import target_file
+from ..errors import EXIT_CLEAN, EXIT_ERROR, EXIT_FINDINGS
+from ..inputs.config import target_file
 
 
 class FixError(Exception):
@@ -26,17 +26,17 @@ def run_fix(target: str, opts: Dict[str, Any]) -> int:
     except FixError as exc:
         click.echo(f"initlint: error: {exc}", err=True)
         return EXIT_ERROR
-    from .api import UsageError
-    from .config import ConfigError
-    from .load import LoadError
-    from .rules import UnknownCode
+    from ..api import UsageError
+    from ..inputs.config import ConfigError
+    from ..inputs.load import LoadError
+    from ..rules import UnknownCode
 
-    from .usercode import own_folder, stdout_to_stderr, user_code
+    from ..inputs.usercode import own_folder, stdout_to_stderr, user_code
 
     path = target_file(target)
     try:
         settings, shapes = _settings(target, opts)
-        with own_folder(path), stdout_to_stderr():  # as `check` runs a target: see initlint.usercode
+        with own_folder(path), stdout_to_stderr():  # as `check` runs a target: see initlint.inputs.usercode
             name, origin, model = _build(target, int(settings.get("seed") or 0))
             with user_code(f"running {name}"):
                 rep = _repair(model, settings, shapes, name, origin)
@@ -64,9 +64,9 @@ def as_comments(text: str) -> str:
 
 
 def _settings(target: str, opts: Dict[str, Any]) -> Tuple[Dict[str, Any], List[Tuple[int, ...]]]:
-    from .config import load_config, merge_cli
-    from .load import parse_shape
-    from .rules import select_rules
+    from ..inputs.config import load_config, merge_cli
+    from ..inputs.load import parse_shape
+    from ..rules import select_rules
 
     config = load_config(opts.get("config_path"), target)
     for warning in config.warnings:
@@ -84,7 +84,7 @@ def _settings(target: str, opts: Dict[str, Any]) -> Tuple[Dict[str, Any], List[T
 
 
 METHODS = ("auto", "analytic", "lsuv")
-"""The methods of :func:`initlint.repair.fix`, here so that a wrong one is reported without importing torch."""
+"""The methods of :func:`initlint.repair.planner.fix`, here so that a wrong one is reported without importing torch."""
 
 
 def _check_cheap(opts: Dict[str, Any], target: str) -> None:
@@ -108,7 +108,7 @@ def _check_output(output: Optional[str], target: str) -> None:
 
 def _build(target: str, seed: int) -> Tuple[str, str, Any]:
     """The one model of ``target``, built right after seeding (as a seeded script of the user's would)."""
-    from .load import resolve, unbuildable_error
+    from ..inputs.load import resolve, unbuildable_error
 
     _seed(seed)
     candidates = resolve(target)
@@ -124,13 +124,13 @@ def _build(target: str, seed: int) -> Tuple[str, str, Any]:
 
 
 def _seed(seed: int) -> None:
-    from .usercode import seed_everything
+    from ..inputs.usercode import seed_everything
 
     seed_everything(seed)  # as `initlint check` does: the printed code matches a seeded build
 
 
 def _repair(model: Any, settings: Dict[str, Any], shapes: List[Tuple[int, ...]], name: str, origin: str) -> Any:
-    from .repair import fix
+    from .planner import fix
 
     return fix(model, method=settings["method"], select=settings.get("select"), ignore=settings.get("ignore"),
                seed=int(settings.get("seed") or 0), device=settings.get("device") or "auto",

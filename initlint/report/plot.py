@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Set, Tuple
 
-from . import ops as O
+from ..capture import ops as O
 
 
 class PlotError(Exception):
@@ -109,7 +109,7 @@ def signal_series(report: Any) -> Dict[str, Series]:
 def depth_labels(layers: List[Any]) -> List[str]:
     """The name of each point on the depth axis: a module call by its path; a functional call
     (``torch.relu``) by what was called and where: its enclosing module, else its source line."""
-    from .locate import shown_path
+    from ..capture.locate import shown_path
 
     labels = []
     for op in layers:

@@ -2,7 +2,7 @@
 
 Every format is a function ``(reports, colour=False, notes=()) -> str`` registered in :data:`FORMATS`;
 ``notes`` are the files and models passed over (``models/block.py:Block skipped: ...``). Every format
-names files the same way (:func:`initlint.locate.shown_path`): relative to the working directory,
+names files the same way (:func:`initlint.capture.locate.shown_path`): relative to the working directory,
 an installed library's file relative to its package folder.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from urllib.parse import quote
 
 
-from .locate import is_library, shown_path
-from .report import Finding, Report
-from .table import colour_text, findings_table, where
-from .version import __version__
+from ..capture.locate import is_library, shown_path
+from ..report.findings import Finding, Report
+from ..report.table import colour_text, findings_table, where
+from ..version import __version__
 
 
 def use_colour(stream: Any, environ: Optional[Dict[str, str]] = None) -> bool:
@@ -114,7 +114,7 @@ def doc_section(doc: str, heading: str) -> str:
 
 def sarif_rules() -> List[Dict[str, Any]]:
     """``tool.driver.rules``: one reporting descriptor per registered rule, from its docstring."""
-    from .rules import all_rules
+    from ..rules import all_rules
 
     out = []
     for code, rule in all_rules().items():

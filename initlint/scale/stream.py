@@ -35,13 +35,24 @@ import torch
 import torch.nn as nn
 from torch.utils import _pytree as pytree
 
-from . import ops as O
-from .capture import Capture, RuntimeCapture, capture
-from .capture.base import DropoutOff
-from .attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory, _out_of_memory_at_smallest
-from .load import LoadError
-from .probe import (ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible, confirm_duplicates_now,
-                    primary_output, put_logits, summarise, used_params, weight_units)
+from ..capture import ops as O
+from ..capture import Capture, RuntimeCapture, capture
+from ..capture.base import DropoutOff
+from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory, _out_of_memory_at_smallest
+from ..inputs.load import LoadError
+from ..probe.run import (
+    ProbeResult,
+    StatsObserver,
+    _Collector,
+    _param_stats,
+    backward_possible,
+    confirm_duplicates_now,
+    primary_output,
+    put_logits,
+    summarise,
+    used_params,
+    weight_units,
+)
 
 InitFn = Callable[[nn.Module], None]
 
@@ -419,7 +430,7 @@ class Materialiser:
 
     def _record(self, fresh: List[torch.Tensor]) -> None:
         """What the init gave each parameter, the first time it is drawn (IL014 compares it with the declared init)."""
-        from .rules.il014_init_not_applied import draw_of
+        from ..rules.il014_init_not_applied import draw_of
 
         for t in fresh:
             m, kind, name = self.plan.holders[id(t)][0]
@@ -750,7 +761,7 @@ class StreamProbe:
         return StatsObserver(lambda: self.cap.graph, self.c)
 
     def _cotangent(self, main: torch.Tensor) -> torch.Tensor:
-        """The backward probe's output direction, as :func:`initlint.probe.run_probe` draws it."""
+        """The backward probe's output direction, as :func:`initlint.probe.run.run_probe` draws it."""
         gen = torch.Generator().manual_seed(0)
         return torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
 
@@ -933,7 +944,7 @@ def _attempt(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], notes:
 
 @contextmanager
 def _seeded(model: nn.Module, seed: int, device: torch.device) -> Iterator[None]:
-    """The probe's random state and train mode, as :func:`initlint.guard.guarded` sets them; the
+    """The probe's random state and train mode, as :func:`initlint.probe.guard.guarded` sets them; the
     working copy is thrown away afterwards, so only the random state and grad mode are restored."""
     saved = _rng_get(device)
     grad_mode = torch.is_grad_enabled()
@@ -973,9 +984,9 @@ def _size(nbytes: int) -> str:
 
 
 def _terminal_progress() -> Optional[Callable[[BlockProgress], None]]:
-    """Block-by-block progress on stderr when it is a terminal (see :func:`initlint.config.show_progress`), once
+    """Block-by-block progress on stderr when it is a terminal (see :func:`initlint.inputs.config.show_progress`), once
     the audit has run for a while."""
-    from .config import show_progress
+    from ..inputs.config import show_progress
 
     if not show_progress():
         return None

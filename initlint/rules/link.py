@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from .report import Finding
-from .rules import all_rules
+from ..report.findings import Finding
+from . import all_rules
 
 
 def link_findings(findings: List[Finding], graph: Any = None) -> List[Finding]:

@@ -11,8 +11,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from .errors import UsageError
-from .report import Finding
+from ..errors import UsageError
+from ..report.findings import Finding
 
 ATTRIBUTE = "__initlint_ignore__"
 
@@ -89,7 +89,7 @@ def normalise_ignores(value: Any, where: str = "per_module_ignores") -> Dict[str
 
 def unknown_code(per_module_ignores: Mapping[str, Sequence[str]]) -> Optional[Tuple[str, str]]:
     """The first ``(code, pattern)`` whose code matches no registered rule, if any."""
-    from .rules import rule_info
+    from . import rule_info
 
     registry = rule_info()
     for pattern, codes in per_module_ignores.items():
@@ -159,7 +159,7 @@ def apply_suppressions(findings: List[Finding], model: Any, per_module_ignores: 
         raise UsageError(f"per_module_ignores: '{unknown[0]}' (for '{unknown[1]}') is not a known rule code or name")
     suppressions = config_suppressions(ignores) + code_suppressions(model)
     kept = [f for f in findings if not _silence(f, suppressions)]
-    from .rules.il010_unused_suppression import UnusedSuppression
+    from .il010_unused_suppression import UnusedSuppression
 
     if UnusedSuppression.code in selected:
         kept.extend(unused_findings(suppressions, selected))
@@ -178,8 +178,8 @@ def _silence(finding: Finding, suppressions: Iterable[Suppression]) -> bool:
 
 def unused_findings(suppressions: Iterable[Suppression], selected: Sequence[str]) -> List[Finding]:
     """Unused-suppression findings for suppressions whose codes (among ``selected``) silenced nothing."""
-    from .rules import all_rules
-    from .rules.il010_unused_suppression import UnusedSuppression
+    from . import all_rules
+    from .il010_unused_suppression import UnusedSuppression
 
     registry = all_rules()
     out = []

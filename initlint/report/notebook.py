@@ -1,4 +1,4 @@
-"""How a :class:`~initlint.report.Report` shows in Jupyter: an HTML table, or Markdown where HTML is not rendered.
+"""How a :class:`~initlint.report.findings.Report` shows in Jupyter: an HTML table, or Markdown where HTML is not rendered.
 
 One row per finding (a grouped run of layers is one row, as in the text format): code and
 rule name, severity, module, the message with its ``caused by`` references, the fix as code

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .errors import ConfigError, UsageError
+from ..errors import ConfigError, UsageError
 
 KNOWN = ("select", "ignore", "extend_select", "logits", "seed", "batch_size", "rule_options", "device", "fail_on",
          "per_module_ignores", "input_shapes")
@@ -218,20 +218,20 @@ def _bytes(n: float) -> str:
 
 
 def _formats() -> List[str]:
-    from .formats import FORMATS
+    from ..output.formats import FORMATS
 
     return list(FORMATS)
 
 
 def _severities() -> List[str]:
-    from .report import SEVERITIES
+    from ..report.findings import SEVERITIES
 
     return list(SEVERITIES)
 
 
 def _rule_options(value: Any, prefix: str = "rules.") -> Dict[str, Dict[str, Any]]:
     """``{rule name or code: {option: value}}``, every option checked against the rule's ``options``."""
-    from .rules import UnknownCode, find_rule, rule_info
+    from ..rules import UnknownCode, find_rule, rule_info
 
     if not isinstance(value, dict):
         raise _Invalid("a table of rule names to option tables, such as [tool.initlint.rules.dead-relu]")
@@ -290,7 +290,7 @@ def _in_range(rule: Any, where: str, name: str, default: Any, value: Any) -> Any
 _TYPE_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string", list: "list"}
 
 def _ignores(value: Any) -> Dict[str, List[str]]:
-    from .suppress import normalise_ignores, unknown_code
+    from ..rules.suppress import normalise_ignores, unknown_code
 
     try:
         table = normalise_ignores(value, "per-module-ignores")
@@ -437,7 +437,7 @@ def merge_cli(config: Config, opts: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _resolve_rules(file: Dict[str, Any], cli: Dict[str, Any]) -> Any:
-    from .rules import NoRulesLeft, Selection, resolve_selection
+    from ..rules import NoRulesLeft, Selection, resolve_selection
 
     layers = [Selection(v.get("select") or None, v.get("ignore") or (), v.get("extend_select") or ())
               for v in (file, cli)]

@@ -2,7 +2,7 @@
 
 An :class:`Op` is one call observed in the model's forward pass (a module call, a
 functional call or a tensor method), normalised to a small vocabulary of *kinds*
-(see :mod:`initlint.ops`). Edges link an op to the ops that produced its tensor inputs.
+(see :mod:`initlint.capture.ops`). Edges link an op to the ops that produced its tensor inputs.
 Rules never see torch.fx nodes or hook objects, only this.
 """
 from __future__ import annotations

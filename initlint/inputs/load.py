@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from . import nested
-from .errors import LoadError, NoModelsError, NoProbeInputError
+from ..capture import nested
+from ..errors import LoadError, NoModelsError, NoProbeInputError
 from .usercode import TimedOut, time_limit, user_code, user_frame
 
 DEFAULT_BATCH = 16
@@ -184,7 +184,7 @@ def _frame_in(exc: BaseException, abspath: str) -> str:
 
 # ----------------------------------------------------------------------------- inputs
 def parse_shape(text: str) -> Tuple[int, ...]:
-    """``8,3,32,32``, ``8x3x32x32`` or ``(8,3,32,32)`` -> ``(8, 3, 32, 32)``: see :func:`initlint.config.parse_shape`
+    """``8,3,32,32``, ``8x3x32x32`` or ``(8,3,32,32)`` -> ``(8, 3, 32, 32)``: see :func:`initlint.inputs.config.parse_shape`
     (raises :class:`UsageError`, a :class:`LoadError`)."""
     from .config import parse_shape as parse
 

@@ -1,7 +1,7 @@
 """Which files ``initlint check PATH...`` audits: folders are walked, files are scanned, nothing imported.
 
 A folder is walked recursively for ``*.py`` files that define a torch ``nn.Module`` subclass
-(by :mod:`initlint.scan`). The walk skips the paths matched by ``exclude`` (which replaces
+(by :mod:`initlint.inputs.scan`). The walk skips the paths matched by ``exclude`` (which replaces
 :data:`DEFAULT_EXCLUDE`) and ``extend-exclude`` (added to it) of the ``[tool.initlint]``
 table nearest to each folder. A pattern without ``/`` matches a file or folder name at any
 depth (``"*_legacy.py"``, ``"fixtures"``); one with ``/`` matches the path relative to the

@@ -4,7 +4,7 @@ Each record is a dataclass whose fields are floats, or ``None`` where nothing wa
 rule reads them by attribute (``stats.rms``) or by name (``stats.get("rms")``, ``"rms" in stats``,
 ``stats["rms"]``); a name that is not a field raises, so a typo is an error, not a silent
 ``None``. The probe collects plain dictionaries on the device side and turns them into these
-records once, when the run is over (:meth:`initlint.probe.ProbeResult.seal`).
+records once, when the run is over (:meth:`initlint.probe.run.ProbeResult.seal`).
 """
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ import time
 import traceback
 from typing import Iterator, Optional, Set
 
-from .errors import LoadError
-from .locate import shown_path
+from ..errors import LoadError
+from ..capture.locate import shown_path
 
 
 class TimedOut(BaseException):
@@ -227,7 +227,7 @@ def _found_in(name: str, folder: str) -> bool:
 
 def user_frame(exc: BaseException) -> str:
     """`` (at FILE:LINE)`` of the innermost frame outside initlint and torch, or ``""``."""
-    own = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # the initlint package
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not os.path.abspath(f.filename).startswith(own)
               and os.sep + "torch" + os.sep not in f.filename and not f.filename.startswith("<frozen")]
     return f" (at {shown_path(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""

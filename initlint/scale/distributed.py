@@ -5,7 +5,7 @@ model probed with the global batch (the ranks' local batches concatenated in dat
 rank order). The user's model is never run: its forward would lazily initialise FSDP state,
 unshard parameters and leave gradients behind. Instead the audit runs on a plain copy of the
 module tree (original classes, no FSDP or tensor-parallel hooks) block by block, as the
-streaming audit does (:mod:`initlint.stream`), each block's weights gathered from their
+streaming audit does (:mod:`initlint.scale.stream`), each block's weights gathered from their
 shards with ``DTensor.full_tensor()`` just before it runs and released after; so weight
 statistics, duplicate rows across shards included, are those of the unsharded weights.
 
@@ -29,13 +29,23 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from . import nested
-from .capture import Capture
-from .graph import Graph
-from .load import LoadError
-from .probe import ProbeResult, StatsObserver, _Collector
-from .stream import BlockProgress, Materialiser, Plan, StreamError, StreamProbe, _fx_called, _seeded, _swap, \
-    _terminal_progress, fx_then_runtime
+from ..capture import nested
+from ..capture import Capture
+from ..capture.graph import Graph
+from ..inputs.load import LoadError
+from ..probe.run import ProbeResult, StatsObserver, _Collector
+from .stream import (
+    BlockProgress,
+    Materialiser,
+    Plan,
+    StreamError,
+    StreamProbe,
+    _fx_called,
+    _seeded,
+    _swap,
+    _terminal_progress,
+    fx_then_runtime,
+)
 
 _SUMMED = frozenset({"norm", "saturated_count"})
 _LOWEST = frozenset({"low"})

@@ -40,11 +40,11 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set,
 import torch
 import torch.nn as nn
 
-from . import ops as O
-from .graph import Op
-from .report import Finding, Report
-from .rules.base import AuditContext, downstream, fmt, py_path
-from .version import __version__
+from ..capture import ops as O
+from ..capture.graph import Op
+from ..report.findings import Finding, Report
+from ..rules.base import AuditContext, downstream, fmt, py_path
+from ..version import __version__
 
 METHODS = ("auto", "analytic", "lsuv")
 MAX_ROUNDS = 2
@@ -57,7 +57,7 @@ NAMED_GAINS = {"relu": math.sqrt(2.0), "linear": 1.0, "tanh": 5.0 / 3.0, "selu":
 
 
 def _rule_of(code: str) -> Any:
-    from .rules import all_rules
+    from ..rules import all_rules
 
     return all_rules().get(code)
 
@@ -180,7 +180,7 @@ def fix(model: nn.Module, example_inputs: Any = None, *, method: str = "auto", s
     (``device``, ``logits``, ``input_shapes``, ``rule_options``, ...) go to
     :func:`initlint.audit`. A model with nothing to repair is left bit for bit as it was.
     """
-    from .api import UsageError, audit, unwrap
+    from ..api import UsageError, audit, unwrap
 
     if method not in METHODS:
         raise UsageError(f"unknown fix method '{method}'; use {', '.join(METHODS)}")
@@ -256,8 +256,8 @@ class _Fixer:
 
     def probe_inputs(self) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
         """The probe batch the audit uses, on the model's device."""
-        from .api import model_device
-        from .load import DEFAULT_BATCH, infer_inputs, move_inputs, normalise_inputs, shaped_inputs
+        from ..api import model_device
+        from ..inputs.load import DEFAULT_BATCH, infer_inputs, move_inputs, normalise_inputs, shaped_inputs
 
         if self.example_inputs is not None:
             args, kwargs = normalise_inputs(self.example_inputs)
@@ -564,7 +564,7 @@ def measure_lsuv(model: nn.Module, inputs: Tuple[Tuple[Any, ...], Dict[str, Any]
     later layer is measured as it will be once the factors are applied. Nothing of the model
     changes here; one transfer brings the factors to the host at the end.
     """
-    from .guard import guarded
+    from ..probe.guard import guarded
 
     factors: Dict[int, torch.Tensor] = {}
     hooks = []

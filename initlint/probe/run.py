@@ -4,7 +4,7 @@ Statistics are computed on the fly, op by op, as small device scalars; activatio
 are never kept. Everything is moved to the host in a single transfer at the end, so
 the probe adds no per-layer host-device synchronisation.
 
-The probe runs inside :func:`initlint.guard.guarded`, which leaves the model exactly as
+The probe runs inside :func:`initlint.probe.guard.guarded`, which leaves the model exactly as
 it was found; the backward probe uses ``torch.autograd.grad``, so no ``.grad`` is touched.
 """
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 import torch
 import torch.nn as nn
 
-from . import ops as O
-from .capture import Capture
-from .nested import tensors as _tensors
-from .graph import Graph, Op
+from ..capture import ops as O
+from ..capture import Capture
+from ..capture.nested import tensors as _tensors
+from ..capture.graph import Graph, Op
 from .stats import OpStats, ParamStats, SoftmaxStats, TensorStats
 
 SATURATION_MARGIN = 0.01
@@ -57,17 +57,17 @@ _SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.s
 
 @dataclass
 class ProbeResult:
-    """Host-side statistics of one probe run: typed records (:mod:`initlint.stats`) once sealed."""
+    """Host-side statistics of one probe run: typed records (:mod:`initlint.probe.stats`) once sealed."""
 
     ops: Dict[int, Any] = field(default_factory=dict)
-    """Per op: an :class:`~initlint.stats.OpStats` (scale and extremes of its output; dead units,
+    """Per op: an :class:`~initlint.probe.stats.OpStats` (scale and extremes of its output; dead units,
     saturation, softmax rows, attention and token statistics where they apply)."""
     params: Dict[str, Any] = field(default_factory=dict)
-    """Per weight of a Linear/Conv layer, and per bias: a :class:`~initlint.stats.ParamStats`."""
+    """Per weight of a Linear/Conv layer, and per bias: a :class:`~initlint.probe.stats.ParamStats`."""
     grads: Dict[str, Any] = field(default_factory=dict)
-    """Per weight parameter: a :class:`~initlint.stats.TensorStats` of its gradient under the backward probe."""
+    """Per weight parameter: a :class:`~initlint.probe.stats.TensorStats` of its gradient under the backward probe."""
     logits: Optional[Any] = None
-    """A :class:`~initlint.stats.SoftmaxStats` of the model output when it is logits (declared, or
+    """A :class:`~initlint.probe.stats.SoftmaxStats` of the model output when it is logits (declared, or
     certain from the output: see :func:`logits_output`)."""
     logits_op: Optional[int] = None
     """The op that produced the logits, when the capture knows it."""
@@ -703,7 +703,7 @@ def put_attention(c: _Collector, key: Any, call: O.AttentionCall) -> None:
     (root mean square of ``q . k`` over the admissible pairs, before the scale), ``q_rms`` and
     ``k_rms``; and the constants ``keys``, ``head_dim``, ``scale`` and ``default_scale``.
     Admissible keys are the ones the mask allows: boolean masks, ``is_causal``, and additive
-    biases above :data:`~initlint.ops.MASKED_BIAS`.
+    biases above :data:`~initlint.capture.ops.MASKED_BIAS`.
     """
     with torch.no_grad():
         sample = _sample_sdpa(call) if call.form == "sdpa" else _sample_mha(call)

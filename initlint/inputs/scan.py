@@ -463,7 +463,7 @@ def scan_source(source: Union[bytes, str], path: str = "<source>") -> ScanResult
     _RESOLVER.modules[mod.path] = mod
     result = ScanResult(NONE)
     for name in mod.order:
-        if name.startswith("_"):  # private helpers are not audited (initlint.load skips them too)
+        if name.startswith("_"):  # private helpers are not audited (initlint.inputs.load skips them too)
             continue
         kind = _RESOLVER.class_kind(mod, name)
         if kind == TORCH:
