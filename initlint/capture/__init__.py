@@ -8,31 +8,19 @@ model once, calling ``observe(op, value)`` after every op.
 """
 from __future__ import annotations
 
-from typing import List, Sequence
-
-import torch.nn as nn
-
-from .base import Capture, CaptureError, Observer
-from .fx import FxCapture
-from .runtime import RuntimeCapture
+from typing import Any
 
 __all__ = ["Capture", "CaptureError", "Observer", "FxCapture", "RuntimeCapture", "capture", "BACKENDS"]
 
-BACKENDS = {"fx": FxCapture, "runtime": RuntimeCapture}
+# Names load on first use: ``locate`` and ``nested`` serve stages that must not import torch
+# (the command line's checks of its arguments), and importing them imports this package.
+_LAZY = {"Capture": "base", "CaptureError": "base", "Observer": "base", "FxCapture": "fx",
+         "RuntimeCapture": "runtime", "capture": "backends", "BACKENDS": "backends"}
 
 
-def capture(model: nn.Module, order: Sequence[str] = ("fx", "runtime")) -> Capture:
-    """First backend in ``order`` that accepts ``model``; ``runtime`` always does.
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
 
-    The reasons earlier backends gave are kept on ``capture.fallback_reasons``.
-    """
-    reasons: List[str] = []
-    for name in order:
-        try:
-            cap = BACKENDS[name](model)
-        except CaptureError as exc:
-            reasons.append(f"{name}: {exc}")
-            continue
-        cap.fallback_reasons = reasons
-        return cap
-    raise CaptureError("no capture backend accepted the model: " + "; ".join(reasons))
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module 'initlint.capture' has no attribute '{name}'")
