@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any, Dict, List, Tuple
 
 import click
@@ -14,6 +15,10 @@ import click
 from .errors import EXIT_CLEAN, EXIT_ERROR, EXIT_INTERRUPTED, echo_error
 from .version import __version__
 from .inputs.config import target_file
+
+# torch warns at import when NumPy is missing; initlint does not need NumPy, and `pip install .`
+# does not bring it, so the warning would greet every first run of a minimal install
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 
 def _fail(message: str) -> None:
