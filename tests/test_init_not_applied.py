@@ -214,3 +214,39 @@ def test_fix_gives_a_clean_reaudit_on_every_flagged_case():
             p.zero_()
     titan = _repaired(titan, ids(1024))
     assert abs(titan.layers["0"].attention.wq.weight.std().item() / 0.02 - 1) < 0.1
+
+
+def test_fix_applies_the_declared_init_and_its_code_calls_it():
+    """GPT-2 without its c_proj scaling: fix calls the model's own _init_weights on the flagged blocks, the
+    c_proj weights come back at 0.02 / sqrt(2 n_layer), the re-audit is clean, and code() reproduces it."""
+    import math
+
+    from declared_models import gpt2, ids, undo_c_proj_scaling
+
+    torch.manual_seed(1)
+    model = gpt2()
+    undo_c_proj_scaling(model)
+    torch.manual_seed(1)
+    twin = gpt2()
+    undo_c_proj_scaling(twin)
+    report = initlint.fix(model, ids(1000))
+    assert {f.code for f in report.before.findings} == {"IL014"}
+    assert [f for f in report.after.findings if f.severity != "info"] == []
+    for block in model.transformer.h:
+        for proj in (block.attn.c_proj, block.mlp.c_proj):
+            assert abs(proj.weight.std().item() / (0.02 / math.sqrt(2 * 2)) - 1) < 0.05
+    code = report.code()
+    assert ".apply(model.transformer._init_weights)" in code and "nn.init.normal_" not in code
+    namespace: dict = {}
+    exec(code, namespace)
+    namespace["apply_initlint_fixes"](twin)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), twin.parameters()))
+
+
+def test_fix_runs_post_init_work_on_a_model_that_skipped_it():
+    from declared_models import ids, tiny_hf
+
+    model = tiny_hf(post_init=False)
+    report = initlint.fix(model, ids(model.config.vocab_size))
+    assert "IL014" in {f.code for f in report.before.findings}
+    assert "IL014" not in {f.code for f in report.after.findings}

@@ -70,6 +70,20 @@ def repairable(finding: Finding) -> bool:
 
 # ------------------------------------------------------------------------------------ results
 @dataclass
+class CallStep:
+    """The model's own init method called on one of its modules (``RepairPlan.call``): it writes
+    ``params`` as the model's authors wrote the init, block-level scalings included."""
+
+    call: Any
+    """Has ``apply(model, seed)``, ``source()`` (one line) and ``code(seed)`` (the lines that run it)."""
+    params: List[str]
+    rule: str
+    module: str
+    why: str
+
+
+# ------------------------------------------------------------------------------------ results
+@dataclass
 class Change:
     """One parameter that ``fix`` changed."""
 
@@ -143,6 +157,7 @@ class FixReport:
     """Audits run (at most 3)."""
     notes: List[str] = field(default_factory=list)
     steps: List[Step] = field(default_factory=list)
+    calls: List[CallStep] = field(default_factory=list)
 
     @property
     def remaining(self) -> List[Finding]:
@@ -206,6 +221,7 @@ class _Fixer:
         self.model, self.example_inputs, self.method, self.seed = model, example_inputs, method, seed
         self.options, self.run_audit = options, run_audit
         self.steps: List[Step] = []
+        self.calls: List[CallStep] = []
         self.acted: Set[str] = set()  # modules repaired so far (a symptom linked to one is handled through it)
         self.notes: List[str] = []
         self._gen: Optional[torch.Generator] = None
@@ -225,19 +241,30 @@ class _Fixer:
             audits += 1
         name = self.options.get("name") or type(self.model).__name__
         return FixReport(model=name, before=before, after=report, changes=self.changes(), method=self.method,
-                         seed=self.seed, audits=audits, notes=self.notes, steps=list(self.steps))
+                         seed=self.seed, audits=audits, notes=self.notes, steps=list(self.steps),
+                         calls=list(self.calls))
 
     # -------------------------------------------------------------------- applying steps
     def execute(self, planner: "Planner") -> bool:
         """Apply the planner's direct steps, then measure and apply its LSUV requests; False if nothing changed."""
-        count = len(self.steps)
+        count = len(self.steps) + len(self.calls)
+        for call in planner.calls:
+            self.apply_call(call)
         for step in planner.ordered(planner.steps):
             self.apply(step)
         if planner.requests:
             for step in measure_lsuv(self.model, self.probe_inputs(), planner.ordered_requests(), self.seed):
                 self.apply(step)
         self.notes.extend(n for n in planner.notes if n not in self.notes)
-        return len(self.steps) > count
+        return len(self.steps) + len(self.calls) > count
+
+    def apply_call(self, call: CallStep) -> None:
+        for name in call.params:
+            if name not in self._before_std:
+                self._before_std[name] = _std(self.model.get_parameter(name))
+        call.call.apply(self.model, self.seed)
+        self.calls.append(call)
+        self.acted.add(call.module)
 
     def apply(self, step: Step) -> None:
         param = self.model.get_parameter(step.param)
@@ -273,6 +300,11 @@ class _Fixer:
         for step in self.steps:
             by_param.setdefault(step.param, []).append(step)
         out = []
+        for call in self.calls:
+            for name in call.params:
+                out.append(Change(name=name, rule=call.rule, module=call.module, before_std=self._before_std[name],
+                                  after_std=_std(self.model.get_parameter(name)), init=call.call.source(),
+                                  reason=call.why))
         for name, steps in by_param.items():
             rules = ", ".join(dict.fromkeys(s.rule for s in steps))
             out.append(Change(name=name, rule=rules, module=steps[0].module, before_std=self._before_std[name],
@@ -318,6 +350,7 @@ class Planner:
         self.ctx = AuditContext(model=fixer.model, graph=report.graph, probe=report.probe,
                          logits=bool(fixer.options.get("logits")))
         self.steps: List[Step] = []
+        self.calls: List[CallStep] = []
         self.requests: List[LsuvRequest] = []
         self.notes: List[str] = []
         self._planned: Set[str] = set()
@@ -328,12 +361,12 @@ class Planner:
         for f, rule in findings:
             if not rule.repair_after_causes:
                 self._handle(f, rule)
-        if (self.steps or self.requests) and not self.last:
+        if (self.steps or self.calls or self.requests) and not self.last:
             return  # the re-audit judges the symptoms once their causes are repaired
         # a symptom at one place names its layer; one about a stretch (drift through depth) is measured over
         # every layer of the stretch and often follows from the other: it waits for their re-audit
         for stretch in (False, True):
-            if stretch and (self.steps or self.requests) and not self.last:
+            if stretch and (self.steps or self.calls or self.requests) and not self.last:
                 return
             for f, rule in findings:
                 if rule.repair_after_causes and bool(rule.stretch) == stretch and not self.through_cause(f):
@@ -423,6 +456,16 @@ class Planner:
             return
         if self._claim(op.params["weight"], op.module):
             self.requests.append(LsuvRequest(op, rule, why, shrink_only, tolerance, max_factor))
+
+    def call(self, declared: Any, params: Sequence[str], rule: str, why: str, module: str = "") -> None:
+        """Run the model's own init method ``declared`` (``apply(model, seed)``, ``source()``, ``code(seed)``),
+        which writes ``params``; once per round for the same call, and not over a parameter another step
+        of this round claimed."""
+        params = [n for n in params if n not in {s.param for s in self.steps}]
+        if not params or any(c.call == declared for c in self.calls):
+            return
+        self.calls.append(CallStep(declared, params, rule, module, why))
+        self._planned.add(module)
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -646,6 +689,9 @@ def render_code(rep: FixReport) -> str:
     head += ['"""', "import torch", "import torch.nn as nn", "", "",
              "def apply_initlint_fixes(model: nn.Module) -> nn.Module:"]
     body: List[str] = []
+    for call in rep.calls:
+        body.append(f"# {call.rule} {call.module or '<model>'}: {call.why}")
+        body.extend(call.call.code(rep.seed).splitlines())
     if rep.steps:
         body.append("p = model.get_parameter")
         drawn = next((s for s in rep.steps if s.draws), None)
@@ -655,7 +701,7 @@ def render_code(rep: FixReport) -> str:
         for step in rep.steps:
             body.append(f"    # {step.rule} {step.module or '<model>'}: {step.why}")
             body.append("    " + step.source(f"p({step.param!r})"))
-    else:
+    elif not rep.calls:
         body.append(f"# initlint found nothing to repair in {rep.model}")
     for f in rep.unrepairable:
         body.append(f"# not repairable by init: {f.code} {f.module or '<model>'}: {f.fix}")

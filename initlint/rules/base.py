@@ -7,7 +7,8 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Protocol, Set, Tuple
+from typing import (Any, Callable, Dict, FrozenSet, Iterable, Iterator, List, Mapping, Optional, Protocol, Sequence,
+                    Set, Tuple)
 
 import torch
 import torch.nn as nn
@@ -182,6 +183,10 @@ class RepairPlan(Protocol):
         """Rescale ``op``'s weight so that its output has rms :attr:`lsuv_target` on the probe batch
         (measured after the round's direct steps, layer after layer); where no forward hook can measure
         it, a redraw with ``fallback_std`` if given, else a note."""
+
+    def call(self, declared: Any, params: Sequence[str], rule: str, why: str, module: str = "") -> None:
+        """Run one of the model's own init methods (an object with ``apply(model, seed)``, ``source()`` and
+        ``code(seed)``) that writes ``params``; ``code()`` writes the call, not numbers."""
 
     def note(self, text: str) -> None:
         """A sentence for the summary: what was not repaired, and why."""

@@ -15,7 +15,7 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..probe.guard import _rng as saved_rng
 from ..report.findings import Finding
-from .base import AuditContext, Example, Rule, fmt, py_path, to_host
+from .base import AuditContext, Example, RepairPlan, Rule, fmt, py_path, to_host
 from .il008_symmetric_init import feeds_weight_layer
 
 
@@ -154,6 +154,19 @@ class InitNotApplied(Rule):
         return self.finding(audit, module, message, f"help: {'; '.join(calls)}", value=first.actual.std,
                             threshold=declared)
 
+    def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
+        """The model's own declared init on the module the finding names (``DeclaredCall``): ``code()``
+        writes that call, and block-level scalings come back as the model applies them."""
+        verdicts = plan.ctx.memo.get("declared_verdicts")
+        if verdicts is None:
+            with _one_thread():
+                verdicts = plan.ctx.memo["declared_verdicts"] = list(
+                    judge(plan.ctx.model, float(self.opts["std-tolerance"])))
+        for verdict in verdicts:
+            if verdict.module == module and verdict.call.method:
+                plan.call(verdict.call, [v.name for v in verdicts if v.call == verdict.call], self.code,
+                          f"the declared init did not run: {verdict.call.source()}", module=verdict.call.target)
+
     def repair_model(self, model: nn.Module, modules: Iterable[str], seed: int = 0,
                      calls: Optional[Dict[str, List["DeclaredCall"]]] = None) -> List[str]:
         """Repair the findings at ``modules``: the model's own declared init, called on the modules they name
@@ -162,8 +175,8 @@ class InitNotApplied(Rule):
         ``seed``; the global random state is left alone. Returns the code of the calls it ran.
 
         ``calls``: what :meth:`check` kept in ``audit.memo["declared_calls"]`` (module -> calls); without
-        it the model is judged again. ``initlint fix`` wiring: a repair step that calls a module method (not
-        one ``nn.init`` call per parameter) runs :meth:`DeclaredCall.apply` and writes :meth:`DeclaredCall.code`."""
+        it the model is judged again. ``initlint fix`` makes the same calls through :meth:`repair`
+        (``RepairPlan.call``), and its ``code()`` writes them."""
         if calls is None:
             calls = {}
             with _one_thread():
