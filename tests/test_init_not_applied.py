@@ -250,3 +250,17 @@ def test_fix_runs_post_init_work_on_a_model_that_skipped_it():
     report = initlint.fix(model, ids(model.config.vocab_size))
     assert "IL014" in {f.code for f in report.before.findings}
     assert "IL014" not in {f.code for f in report.after.findings}
+
+
+def test_fix_repairs_nanogpt_and_a_zeroed_titan_llama_through_their_own_init():
+    torch.manual_seed(0)
+    nano = NanoGPT(apply_init=False)
+    titan = titan_llama(init=False)
+    with torch.no_grad():
+        for p in titan.parameters():
+            p.zero_()
+    for model, inputs in ((nano, ids(512)), (titan, ids(1024))):
+        report = initlint.fix(model, inputs)
+        assert "IL014" in {f.code for f in report.before.findings}
+        assert [f for f in report.after.findings if f.severity != "info"] == []
+        assert "init_weights" in report.code()
