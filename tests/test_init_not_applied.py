@@ -264,3 +264,31 @@ def test_fix_repairs_nanogpt_and_a_zeroed_titan_llama_through_their_own_init():
         assert "IL014" in {f.code for f in report.before.findings}
         assert [f for f in report.after.findings if f.severity != "info"] == []
         assert "init_weights" in report.code()
+
+
+class _PartlyApplied(nn.Module):
+    """``_init_weights`` applied to the encoder only; the head keeps PyTorch's default on purpose."""
+
+    def __init__(self, apply: bool = True) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU())
+        self.head = nn.Linear(64, 10)
+        if apply:
+            self.encoder.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            nn.init.zeros_(module.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x))
+
+
+def test_a_declared_init_applied_to_part_of_the_model_leaves_the_rest_alone():
+    torch.manual_seed(0)
+    report = initlint.audit(_PartlyApplied(), torch.randn(16, 64), select=["IL014"])
+    assert report.findings == []
+    torch.manual_seed(0)
+    missing = initlint.audit(_PartlyApplied(apply=False), torch.randn(16, 64), select=["IL014"])
+    assert {f.module for f in missing.findings} >= {"encoder.0", "encoder.2"}

@@ -690,13 +690,22 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
 
     params = _Params(params, never_written)
     owners = _applied_owners(model)
+    # outside Hugging Face, `self.encoder.apply(self._init_weights)` may leave other modules at PyTorch's
+    # default on purpose: an owner's "still at the default" verdicts count only when none of its other
+    # parameters matched its declared init (a missing `self.apply` line leaves all at the default)
+    matched: set = set()
+    deferred: Dict[str, List[Verdict]] = {}
     if owners:
         for path, unit, whole in _units(model, "", budget):
             if any(id(m) in owners for m in unit.modules()) and _wanted(path, unit, whole, params, judged):
-                yield from _judge_applied(model, path, unit, whole, owners, params, actual, judged, empty, tol)
+                yield from _judge_applied(model, path, unit, whole, owners, params, actual, judged, empty, tol,
+                                          matched, deferred)
     for path, scope, method in _called_scopes(model, owners, budget):
         if _wanted(path, scope, True, params, judged):
             yield from _judge_called(model, path, scope, method, params, actual, judged, empty, tol)
+    for owner_path, verdicts in deferred.items():
+        if owner_path not in matched:
+            yield from verdicts
     scan([n for n in params if n not in judged])
     for name in params:
         if name not in judged and never_written(name):
@@ -749,7 +758,8 @@ def _called_scopes(model: nn.Module, owners: Dict[int, _Owner], budget: int) -> 
 
 def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, owners: Dict[int, _Owner],
                    params: "_Params", actual: Dict[str, Draw], judged: set,
-                   empty: Dict[str, Verdict], tol: float) -> Iterator[Verdict]:
+                   empty: Dict[str, Verdict], tol: float, matched: set,
+                   deferred: Dict[str, List[Verdict]]) -> Iterator[Verdict]:
     originals = [m for _, m in _post_order(unit, path)] if whole else [unit]
     def differs(name: str, declared: Draw) -> bool:
         return name in params and name not in judged and not same(actual[name], declared, tol)
@@ -773,6 +783,7 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
             continue
         judged.add(name)
         if same(actual[name], full, tol):
+            matched.add(owner.path)
             continue
         if params.never_written(name):
             empty[name] = _empty(model, name, actual[name], fix)
@@ -781,7 +792,11 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
         verdict = _compare(name, actual[name], dec.default.get(name, []), dec.own.get(name), full, tol, writer)
         if verdict is not None:
             kind, detail = verdict
-            yield Verdict(name, _module_of(name), kind, actual[name], full, by, fix, detail)
+            found = Verdict(name, _module_of(name), kind, actual[name], full, by, fix, detail)
+            if kind == "default" and not owner.hf:
+                deferred.setdefault(owner.path, []).append(found)
+            else:
+                yield found
 
 
 def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, params: "_Params",
