@@ -182,20 +182,6 @@ def test_pytest_plugin(installed: Installed) -> None:
     assert "FAILED test_models.py::test_bias_before_norm" in out.stdout and "IL002" in out.stdout
 
 
-BAD_MODEL = '''
-import torch.nn as nn
-
-
-class Bad(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3)
-        self.bn = nn.BatchNorm2d(8)
-
-    def forward(self, x):
-        return self.bn(self.conv(x)).relu()
-'''
-
 PLAIN = "import json\n\nprint(json.dumps({'a': 1}))\n"
 
 
@@ -206,11 +192,11 @@ def test_pre_commit_hook(installed: Installed) -> None:
     repo.mkdir()
     env = _env(installed.bin)
     assert _run(["git", "init", "-q", "."], repo, env).returncode == 0
-    (repo / "bad.py").write_text(BAD_MODEL)
+    shutil.copy(os.path.join(ROOT, "examples", "conv_bias_bn.py"), repo / "bad.py")  # IL002 on conv1
     (repo / "plain.py").write_text(PLAIN)
     assert shutil.which("initlint", path=env["PATH"]) == str(installed.bin / "initlint")
     cmd = [sys.executable, "-m", "pre_commit", "try-repo", ROOT, "initlint-system", "--verbose",
            "--files", "bad.py", "plain.py"]
     out = _run(cmd, repo, dict(env, PRE_COMMIT_HOME=str(installed.work / "pre-commit-cache")))
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "Failed" in out.stdout and "bad.py:Bad" in out.stdout and "IL002" in out.stdout
+    assert "Failed" in out.stdout and "bad.py:ConvBlock" in out.stdout and "IL002" in out.stdout
