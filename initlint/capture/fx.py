@@ -9,17 +9,8 @@ import torch.nn as nn
 
 from . import nested
 from . import ops as O
-from .base import (
-    AttentionSpy,
-    Capture,
-    CaptureError,
-    DropoutOff,
-    Observer,
-    attention_inputs,
-    param_roles,
-    user_call_site,
-    without_dropout,
-)
+from .base import (AttentionSpy, Capture, CaptureError, DropoutOff, Observer, attention_inputs, param_roles,
+                   user_call_site, without_dropout)
 
 
 

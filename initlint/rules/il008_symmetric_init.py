@@ -11,18 +11,8 @@ from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
 from ..probe.run import unit_matrix
-from .base import (
-    AuditContext,
-    Example,
-    RepairPlan,
-    Rule,
-    activation_gain,
-    downstream,
-    fmt,
-    init_fix,
-    py_path,
-    to_host,
-)
+from .base import (AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix, py_path,
+                   to_host)
 from .il001_init_scale import scale_target
 from .il002_bias_before_norm import cancelling_norm
 

@@ -10,18 +10,8 @@ import torch.nn as nn
 
 from ..capture.graph import Op
 from ..report.findings import Finding
-from .base import (
-    AuditContext,
-    Example,
-    RepairPlan,
-    Rule,
-    attention_scores,
-    fmt,
-    measured,
-    projection_of,
-    py_path,
-    reference_std,
-)
+from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, projection_of, py_path,
+                   reference_std)
 
 
 @dataclass

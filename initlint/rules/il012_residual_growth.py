@@ -13,20 +13,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Op
 from ..report.findings import Finding
-from .base import (
-    AuditContext,
-    Example,
-    RepairPlan,
-    Residual,
-    Rule,
-    activation_after,
-    downstream,
-    fmt,
-    measured,
-    py_path,
-    residuals_of,
-    shrink_branch,
-)
+from .base import (AuditContext, Example, RepairPlan, Residual, Rule, activation_after, downstream, fmt, measured,
+                   py_path, residuals_of, shrink_branch)
 
 
 

@@ -9,22 +9,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from .base import (
-    BRANCH_GAIN_MAX,
-    AuditContext,
-    Example,
-    RepairPlan,
-    Residual,
-    Rule,
-    attention_scores,
-    fmt,
-    gain_of,
-    measured_rms,
-    output_weight,
-    projection_of,
-    residuals_of,
-    shrink_branch,
-)
+from .base import (BRANCH_GAIN_MAX, AuditContext, Example, RepairPlan, Residual, Rule, attention_scores, fmt, gain_of,
+                   measured_rms, output_weight, projection_of, residuals_of, shrink_branch)
 
 
 

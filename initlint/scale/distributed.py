@@ -34,18 +34,8 @@ from ..capture import Capture
 from ..capture.graph import Graph
 from ..inputs.load import LoadError
 from ..probe.run import ProbeResult, StatsObserver, _Collector
-from .stream import (
-    BlockProgress,
-    Materialiser,
-    Plan,
-    StreamError,
-    StreamProbe,
-    _fx_called,
-    _seeded,
-    _swap,
-    _terminal_progress,
-    fx_then_runtime,
-)
+from .stream import (BlockProgress, Materialiser, Plan, StreamError, StreamProbe, _fx_called, _seeded, _swap,
+                     _terminal_progress, fx_then_runtime)
 
 _SUMMED = frozenset({"norm", "saturated_count"})
 _LOWEST = frozenset({"low"})

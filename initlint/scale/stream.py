@@ -40,19 +40,9 @@ from ..capture import Capture, RuntimeCapture, capture
 from ..capture.base import DropoutOff
 from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory, _out_of_memory_at_smallest
 from ..inputs.load import LoadError
-from ..probe.run import (
-    ProbeResult,
-    StatsObserver,
-    _Collector,
-    _param_stats,
-    backward_possible,
-    confirm_duplicates_now,
-    primary_output,
-    put_logits,
-    summarise,
-    used_params,
-    weight_units,
-)
+from ..probe.run import (ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible,
+                         confirm_duplicates_now, primary_output, put_logits, summarise, used_params, weight_units)
+from ..rules.il014_init_not_applied import _arity, _defined_outside_torch, _hf_base, draw_of
 
 InitFn = Callable[[nn.Module], None]
 
@@ -167,29 +157,12 @@ def _hf_owner(model: nn.Module) -> Dict[int, Any]:
 
 
 def _is_hf(owner: Any) -> bool:
-    hf = sys.modules.get("transformers.modeling_utils")
-    return hf is not None and isinstance(owner, hf.PreTrainedModel)
-
-
-def _declared_outside_torch(module: nn.Module, method: str) -> bool:
-    for cls in type(module).__mro__:
-        if method in cls.__dict__:
-            return not (cls.__module__ or "").startswith("torch.")
-    return False
-
-
-def _required_args(fn: Callable[..., Any]) -> Optional[int]:
-    import inspect
-
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return None
-    return sum(1 for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    hf = _hf_base()
+    return hf is not None and isinstance(owner, hf)
 
 
 def _declares_applied_init(m: nn.Module) -> bool:
-    return _declared_outside_torch(m, "_init_weights") and _required_args(m._init_weights) == 1
+    return _defined_outside_torch(m, "_init_weights") and _arity(m._init_weights) == 1
 
 
 def _whole_model_init(model: nn.Module) -> Optional[str]:
@@ -197,7 +170,7 @@ def _whole_model_init(model: nn.Module) -> Optional[str]:
     block-by-block audit can run: it initialises the whole model at once."""
     for method in ("init_weights", "reset_parameters", "_init_weights"):
         fn = getattr(model, method, None)
-        if callable(fn) and _declared_outside_torch(model, method) and _required_args(fn) == 0:
+        if callable(fn) and _defined_outside_torch(model, method) and _arity(fn) == 0:
             return f"{type(model).__name__}.{method}()"
     return None
 
@@ -430,7 +403,6 @@ class Materialiser:
 
     def _record(self, fresh: List[torch.Tensor]) -> None:
         """What the init gave each parameter, the first time it is drawn (IL014 compares it with the declared init)."""
-        from ..rules.il014_init_not_applied import draw_of
 
         for t in fresh:
             m, kind, name = self.plan.holders[id(t)][0]
