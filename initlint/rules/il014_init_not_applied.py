@@ -492,6 +492,7 @@ def _direct_size(m: nn.Module) -> int:
 
 
 def _post_order(m: nn.Module, path: str = "") -> List[Tuple[str, nn.Module]]:
+    """Modules children first, as ``PreTrainedModel.initialize_weights`` visits them."""
     out: List[Tuple[str, nn.Module]] = []
     seen: set = set()
 

@@ -42,7 +42,7 @@ from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory, _
 from ..inputs.load import LoadError
 from ..probe.run import (ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible,
                          confirm_duplicates_now, primary_output, put_logits, summarise, used_params, weight_units)
-from ..rules.il014_init_not_applied import _arity, _defined_outside_torch, _hf_base, draw_of
+from ..rules.il014_init_not_applied import _arity, _defined_outside_torch, _hf_base, _post_order, draw_of
 
 InitFn = Callable[[nn.Module], None]
 
@@ -173,23 +173,6 @@ def _whole_model_init(model: nn.Module) -> Optional[str]:
         if callable(fn) and _defined_outside_torch(model, method) and _arity(fn) == 0:
             return f"{type(model).__name__}.{method}()"
     return None
-
-
-def _post_order(model: nn.Module) -> List[Tuple[str, nn.Module]]:
-    """Modules children first, as ``PreTrainedModel.initialize_weights`` visits them."""
-    out: List[Tuple[str, nn.Module]] = []
-    seen: Set[int] = set()
-
-    def walk(path: str, m: nn.Module) -> None:
-        if id(m) in seen:
-            return
-        seen.add(id(m))
-        for name, child in m.named_children():
-            walk(_join(path, name), child)
-        out.append((path, m))
-
-    walk("", model)
-    return out
 
 
 class Plan:
