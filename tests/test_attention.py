@@ -261,3 +261,26 @@ def test_explicit_causal_softmax_is_judged_against_the_keys_each_query_sees(mask
     expected = (-(torch.special.xlogy(p, p)).sum(-1)[..., 1:] / n[..., 1:].log()).mean()
     assert report.probe.ops[softmax.id]["entropy"] == pytest.approx(float(expected), abs=1e-4)
     assert float(expected) > 0.9 and report.codes() == []
+
+
+def test_a_nan_filled_attention_model_is_il009s_finding_and_no_rule_crashes():
+    class Tokens(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(100, 32)
+            self.att = nn.MultiheadAttention(32, 4, batch_first=True)
+            self.fc = nn.Linear(32, 100)
+
+        def forward(self, x):
+            h = self.emb(x)
+            a, _ = self.att(h, h, h)
+            return self.fc(h + a)
+
+    torch.manual_seed(0)
+    model = Tokens()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    codes = {(f.code, f.module) for f in initlint.audit(model, torch.randint(0, 100, (4, 16))).findings}
+    assert ("IL009", "emb") in codes
+    assert not any(code == "IL000" for code, _ in codes)

@@ -1,6 +1,7 @@
 """IL013 token-collapse."""
 from __future__ import annotations
 
+import math
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import torch
@@ -118,6 +119,7 @@ class TokenCollapse(Rule):
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
         points, residual = self._points(audit)
+        points = [p for p in points if math.isfinite(p[1])]  # non-finite tokens are IL009's finding
         if len(points) < 2:
             return
         start, end = points[0], points[-1]
