@@ -3,6 +3,7 @@
     python benchmarks/bench_trainability.py                # 2 processes x 1 torch thread
     python benchmarks/bench_trainability.py --steps 400 --seeds 3 --rows naive,hot
     python benchmarks/bench_trainability.py --rows randn --orthogonal --no-cost
+    python benchmarks/bench_trainability.py --rows postnorm,gpt_mlp --zero-ends --no-cost
 
 Every seed model is trained on one fixed synthetic task, five ways: as it is, after
 ``initlint.fix``, after ``lsuv`` (Mishkin & Matas's LSUV, the ``lsuv`` package), after
@@ -58,7 +59,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 import initlint  # noqa: E402
 from linear_stack import RandnStack  # noqa: E402
 from naive_mlp import NaiveMLP  # noqa: E402
-from seed_models import DeadConvNet, DefaultReluMLP, HotSoftmaxHead, narrow_pyramid  # noqa: E402
+from seed_models import DeadConvNet, DefaultReluMLP, HotSoftmaxHead, PostNormResidualMLP, narrow_pyramid  # noqa: E402
 
 COLUMNS = ("as is", "initlint.fix", "lsuv", "anyinit", "textbook")
 
@@ -158,6 +159,8 @@ ROWS = [
         "uniform"),
     Row("deadconv", "conv net, bias -4 (dead units)", DeadConvNet, (3, 16, 16), "regression", "relu", "uniform"),
     Row("hot", "softmax head x30", HotSoftmaxHead, (64,), "probs", "relu", "uniform"),
+    Row("postnorm", "4 post-norm residual MLP blocks (width 128), branch ends 2.5x", PostNormResidualMLP, (16,),
+        "regression", "relu", "normal"),
     Row("gpt_qk", "4-block GPT (width 64), q/k/v projections N(0, 1)", lambda: tiny_gpt("qk"), (SEQ, WIDTH),
         "tokens", "gpt2", "normal"),
     Row("gpt_mlp", "4-block GPT (width 64), block 2's MLP output N(0, 1)", lambda: tiny_gpt("mlp_out"), (SEQ, WIDTH),
@@ -261,8 +264,9 @@ def peers() -> Dict[str, Optional[str]]:
 def initialise(column: str, model: nn.Module, row: Row, seed: int) -> Dict[str, Any]:
     """Apply ``column``'s init in place; return what it reports."""
     info: Dict[str, Any] = {}
-    if column == "initlint.fix":
-        rep = initlint.fix(model, seed=seed, **fix_options(row))
+    if column in ("initlint.fix", "fix, zero ends"):
+        options = {"rule_options": {"IL012": {"zero-branch-ends": True}}} if column == "fix, zero ends" else {}
+        rep = initlint.fix(model, seed=seed, **fix_options(row), **options)
         info.update(after=_codes(rep.after), audits=rep.audits, changes=len(rep.changes))
     elif column == "lsuv":
         import lsuv
@@ -420,6 +424,8 @@ def main() -> None:
     parser.add_argument("--no-cost", action="store_true", help="skip the measurement of fix's cost")
     parser.add_argument("--orthogonal", action="store_true",
                         help="add a column: the textbook gains with orthogonal matrices (what lsuv starts from)")
+    parser.add_argument("--zero-ends", action="store_true",
+                        help="add a column: initlint.fix with IL012's zero-branch-ends option")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     skip = peers()
@@ -431,7 +437,8 @@ def main() -> None:
     print(f"Adam lr 1e-3, batch {args.batch}, {args.steps} steps, seeds 0..{args.seeds - 1}, "
           f"torch {torch.__version__}, {args.jobs} process(es) x {args.threads} thread(s); "
           f"held-out loss, median (min-max)\n")
-    cols = [c for c in COLUMNS if not skip.get(c)] + (["orthogonal"] if args.orthogonal else [])
+    cols = [c for c in COLUMNS if not skip.get(c)] + (["orthogonal"] if args.orthogonal else []) \
+        + (["fix, zero ends"] if args.zero_ends else [])
     results = run_rows(wanted, args.seeds, args.steps, args.batch, cols, args.jobs, args.threads)
     print("| seed model | findings (unfixed) | " + " | ".join(cols) + " | after fix |")
     print("|---|---|" + "---|" * len(cols) + "---|")

@@ -6,6 +6,8 @@ Each is a model whose init initlint flags; ``initlint fix`` repairs it:
 - ``DeadConvNet``: a conv net whose second conv has a bias of -4 (IL003, dead units).
 - ``DefaultReluMLP``: 20 Linear+ReLU layers at PyTorch's default init (IL001, IL005, IL006).
 - ``HotSoftmaxHead``: a softmax classifier whose head weights are scaled x30 (IL004).
+- ``PostNormResidualMLP``: post-norm residual MLP blocks whose branches, every layer within 4x a
+  sound init, dwarf the normalised stream (IL012).
 - ``narrow_pyramid(depth, activation, init)``: seed 004's contracting pyramid, narrower
   (from 320 units instead of 1000, down to 5 after 100 layers) so that training it takes
   seconds; the inits are those of ``pyramid.py``.
@@ -13,7 +15,8 @@ Each is a model whose init initlint flags; ``initlint fix`` repairs it:
 The other seed models are ``NaiveMLP`` (``naive_mlp.py``) and ``RandnStack``
 (``linear_stack.py``).
 """
-from typing import List
+import math
+from typing import List, Optional
 
 import torch
 import torch.nn as nn
@@ -80,3 +83,36 @@ def narrow_pyramid(depth: int, activation: str, init: str, start: int = 320, rat
         layers += [nn.Linear(fan_in, fan_out), act()]
     layers.append(nn.Linear(widths[-1], 1))
     return uniform_init(nn.Sequential(*layers), init)
+
+
+class PostNormBlock(nn.Module):
+    """``LN(x + fc2(relu(fc1(x))))``: fc1 at He's init, fc2 at 2.5 / sqrt(fan_in), within the 4x of a
+    sound init that IL012 tolerates per layer, yet the branch (rms ~2.4) dwarfs the normalised stream."""
+
+    def __init__(self, width: int, fc2: Optional[nn.Linear] = None) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(width, 4 * width)
+        self.fc2 = fc2 or nn.Linear(4 * width, width)
+        self.norm = nn.LayerNorm(width)
+        nn.init.kaiming_normal_(self.fc1.weight, nonlinearity="relu")
+        if fc2 is None:
+            nn.init.normal_(self.fc2.weight, std=2.5 / math.sqrt(4 * width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x + self.fc2(torch.relu(self.fc1(x))))
+
+
+class PostNormResidualMLP(nn.Module):
+    """An input layer, ``depth`` :class:`PostNormBlock` s and a linear head on 16 features; with
+    ``share_last`` the last block reuses the one before's ``fc2``."""
+
+    def __init__(self, depth: int = 4, width: int = 128, share_last: bool = False) -> None:
+        super().__init__()
+        self.inp = nn.Linear(16, width)
+        blocks = [PostNormBlock(width) for _ in range(depth - 1)]
+        blocks.append(PostNormBlock(width, fc2=blocks[-1].fc2 if share_last else None))
+        self.blocks = nn.Sequential(*blocks)
+        self.out = nn.Linear(width, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.blocks(self.inp(x)))

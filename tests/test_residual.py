@@ -1,5 +1,8 @@
 """IL012 residual-growth and IL013 token-collapse on hand-written and real transformers."""
 import logging
+import math
+import os
+import sys
 
 import pytest
 import torch
@@ -8,6 +11,9 @@ import initlint
 from initlint.rules import Audit
 from initlint.rules.base import measured, residual_adds
 from transformer_models import AttentionOnly, NanoGPT, ResidualAttention
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+from seed_models import PostNormResidualMLP  # noqa: E402
 
 tf = pytest.importorskip("transformers")
 tf.logging.set_verbosity_error()
@@ -134,3 +140,33 @@ def test_inputs_that_are_alike_from_the_start_are_not_a_collapse():
     torch.manual_seed(0)
     x = torch.randn(1, 1, 256).expand(2, 32, 256) + 0.01 * torch.randn(2, 32, 256)
     assert codes(initlint.audit(AttentionOnly(), x, select=["IL013"]), "IL013") == set()
+
+
+@pytest.mark.parametrize("share_last", [False, True])
+def test_zero_branch_ends_zeroes_a_branch_end_that_only_feeds_its_addition(share_last):
+    torch.manual_seed(0)
+    model, x = PostNormResidualMLP(share_last=share_last), torch.randn(64, 16)
+    options = {"IL012": {"zero-branch-ends": True}}
+    flagged = codes(initlint.audit(model, x, select=["IL012"], rule_options=options), "IL012")
+    # a shared fc2 has one module path (blocks.2.fc2), reported once
+    assert flagged == ({"blocks.1.fc2", "blocks.2.fc2"} if share_last else {"blocks.1.fc2", "blocks.2.fc2", "blocks.3.fc2"})
+    result = initlint.fix(model, x, rule_options=options)
+    assert not result.after.findings
+    zeroed = {c.name for c in result.changes if c.init.startswith("nn.init.zeros_")}
+    redrawn = {c.name for c in result.changes if c.init.startswith("nn.init.normal_")}
+    if share_last:  # blocks 2 and 3 share fc2: zeroing it would change both, so it gets the depth-aware draw
+        assert zeroed == {"blocks.1.fc2.weight", "blocks.1.fc2.bias"}
+        assert redrawn == {"blocks.2.fc2.weight"}
+    else:
+        assert zeroed == {f"blocks.{i}.fc2.{p}" for i in (1, 2, 3) for p in ("weight", "bias")}
+        assert not redrawn
+        assert all(float(model.blocks[i].fc2.weight.detach().abs().max()) == 0.0 for i in (1, 2, 3))
+
+
+def test_without_zero_branch_ends_the_branch_end_gets_the_depth_aware_scale():
+    torch.manual_seed(0)
+    model, x = PostNormResidualMLP(), torch.randn(64, 16)
+    result = initlint.fix(model, x)
+    assert not result.after.findings
+    assert {c.name: c.after_std for c in result.changes} == pytest.approx(
+        {f"blocks.{i}.fc2.weight": 1 / math.sqrt(512 * 4) for i in (1, 2, 3)}, rel=0.05)

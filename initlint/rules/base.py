@@ -703,13 +703,14 @@ def self_residual_count(audit: AuditContext) -> int:
     return max(1, len(residuals_of(audit)))
 
 
-def shrink_branch(plan: RepairPlan, res: Residual, rule: str, why: str) -> None:
+def shrink_branch(plan: RepairPlan, res: Residual, rule: str, why: str, zero_end: bool = False) -> None:
     """Repair a residual branch that dwarfs its stream. A layer of the branch whose gain exceeds
     ``BRANCH_GAIN_MAX`` is off: it is redrawn at :func:`reference_std` (the branch's last layer is not to
     blame for an oversized layer before it). With no such layer, the last layer gets the depth-aware init:
     its textbook std ``1 / sqrt(fan_in)`` over ``sqrt(N)`` for the model's ``N`` residual additions
     (GPT-2's ``1 / sqrt(2 * n_layer)``), so that the ``N`` branches together add about one layer's variance;
-    never larger than it is."""
+    never larger than it is. With ``zero_end``, a last layer whose output reaches the addition and nothing
+    else (:func:`zeroable_end`) is zeroed instead, weight and bias: the block starts as the identity."""
     layers = [(op, output_weight(op)) for op in res.layers]
     layers = [(op, name) for op, name in layers if name and plan.ctx.param(name) is not None]
     if not layers:
@@ -724,6 +725,12 @@ def shrink_branch(plan: RepairPlan, res: Residual, rule: str, why: str) -> None:
     if off:
         return
     proj, name = layers[-1]
+    if zero_end and zeroable_end(plan.ctx, res, proj, name):
+        for param in (name, name[:-len("weight")] + "bias"):
+            if plan.ctx.param(param) is not None:
+                plan.zero(param, proj.module, rule, f"{why}: the branch's last layer starts at zero, so the block "
+                          f"starts as the identity")
+        return
     gain, fan = gain_of(plan.ctx, proj, name)
     adds = self_residual_count(plan.ctx)
     std = 1.0 / math.sqrt(fan * adds)
@@ -731,3 +738,22 @@ def shrink_branch(plan: RepairPlan, res: Residual, rule: str, why: str) -> None:
     if now > std:
         plan.redraw(proj, std, rule, f"{why}: 1/sqrt(fan_in {fan}) / sqrt({adds} residual additions), "
                     f"weight std {fmt(now)} -> {fmt(std)}", param=None if name == proj.params.get("weight") else name)
+
+
+def zeroable_end(audit: AuditContext, res: Residual, proj: Op, name: str) -> bool:
+    """Whether zeroing ``proj``'s weight (``name``) makes the branch exactly zero and touches nothing else:
+    the weight is used by this op alone, and the op's output reaches the addition through views and
+    dropout only, consumed by nothing else on the way."""
+    if sum(1 for op in audit.graph if name in op.params.values()) != 1:
+        return False  # tied or shared: zeroing it changes other layers too
+    current = proj
+    for _ in range(16):
+        consumers = audit.graph.consumers(current)
+        if len(consumers) != 1:
+            return False
+        current = consumers[0]
+        if current.id == res.add.id:
+            return True
+        if current.kind not in ("view", "dropout", "identity"):
+            return False  # a pool or a concatenation would mix the zeros with other values
+    return False

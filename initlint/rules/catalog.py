@@ -896,7 +896,10 @@ RULES: Dict[str, Dict[str, Any]] = {
               'severity': 'warning',
               'role': 'symptom',
               'summary': 'A residual branch dwarfs the stream it is added to at initialisation.',
-              'options': {'max-post-norm-ratio': 1.0, 'max-branch-ratio': 4.0, 'max-embedding-ratio': 100.0},
+              'options': {'max-post-norm-ratio': 1.0,
+                          'max-branch-ratio': 4.0,
+                          'max-embedding-ratio': 100.0,
+                          'zero-branch-ends': False},
               'option_ranges': {'max-post-norm-ratio': (0, None),
                                 'max-branch-ratio': (0, None),
                                 'max-embedding-ratio': (0, None)},
@@ -1004,7 +1007,13 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '- ``max-branch-ratio`` (default ``4``): flag any other residual branch that exceeds the\n'
                       '  stream by more than this factor.\n'
                       '- ``max-embedding-ratio`` (default ``100``): report (as information) a first branch that\n'
-                      '  exceeds the embedding or model input it is added to by more than this factor.\n'},
+                      '  exceeds the embedding or model input it is added to by more than this factor.\n'
+                      '- ``zero-branch-ends`` (default ``false``): when no layer of the branch is out of scale,\n'
+                      "  ``initlint fix`` zeroes the branch's last layer (weight and bias; the block starts as the\n"
+                      "  identity, as in Fixup, SkipInit and DiT's adaLN-Zero) instead of drawing it at the\n"
+                      "  depth-aware scale, where that layer's output goes to the addition and nowhere else and its\n"
+                      "  weight is not shared. The branch's earlier layers then get no gradient in the first step\n"
+                      '  only. ``benchmarks/bench_trainability.py`` trains both repairs (column ``fix, zero ends``).\n'},
     'IL013': {'code': 'IL013',
               'name': 'token-collapse',
               'severity': 'warning',

@@ -14,7 +14,7 @@ from ..capture import ops as O
 from ..capture.graph import Op
 from ..report.findings import Finding
 from .base import (AuditContext, Example, RepairPlan, Residual, Rule, activation_after, downstream, fmt, measured,
-                   py_path, residuals_of, shrink_branch)
+                   output_weight, py_path, residuals_of, shrink_branch, zeroable_end)
 
 
 
@@ -111,6 +111,12 @@ class ResidualGrowth(Rule):
       stream by more than this factor.
     - ``max-embedding-ratio`` (default ``100``): report (as information) a first branch that
       exceeds the embedding or model input it is added to by more than this factor.
+    - ``zero-branch-ends`` (default ``false``): when no layer of the branch is out of scale,
+      ``initlint fix`` zeroes the branch's last layer (weight and bias; the block starts as the
+      identity, as in Fixup, SkipInit and DiT's adaLN-Zero) instead of drawing it at the
+      depth-aware scale, where that layer's output goes to the addition and nowhere else and its
+      weight is not shared. The branch's earlier layers then get no gradient in the first step
+      only. ``benchmarks/bench_trainability.py`` trains both repairs (column ``fix, zero ends``).
     """
 
     code = "IL012"
@@ -122,7 +128,8 @@ class ResidualGrowth(Rule):
     repair_after_causes = True
     bad = (Example(pre_norm_transformer_with_output_projections_times_twenty, expect={"layers.0.linear2"}),)
     good = (Example(pre_norm_transformer_at_default_init),)
-    options = {"max-post-norm-ratio": 1.0, "max-branch-ratio": 4.0, "max-embedding-ratio": 100.0}
+    options = {"max-post-norm-ratio": 1.0, "max-branch-ratio": 4.0, "max-embedding-ratio": 100.0,
+               "zero-branch-ends": False}
     option_ranges = {"max-post-norm-ratio": (0, None), "max-branch-ratio": (0, None), "max-embedding-ratio": (0, None)}
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
@@ -146,10 +153,11 @@ class ResidualGrowth(Rule):
             if at.module in seen:
                 continue
             seen.add(at.module)
-            yield self._finding(audit, res.layers[-1], culprits, stream, branch, ratio, limit, place)
+            yield self._finding(audit, res, culprits, stream, branch, ratio, limit, place)
 
-    def _finding(self, audit: AuditContext, proj: Op, culprits: List[_Scaled], stream: float, branch: float,
+    def _finding(self, audit: AuditContext, res: Residual, culprits: List[_Scaled], stream: float, branch: float,
                  ratio: float, limit: float, place: str) -> Finding:
+        proj = res.layers[-1]
         onto = {"embedding": "the embedding (the first branch)", "post-norm": "a normalised stream (post-norm block)",
                 "stream": "the residual stream"}[place]
         message = (f"residual branch dwarfs the stream at init: the branch ending at {proj.module or '<model>'} adds "
@@ -159,6 +167,11 @@ class ResidualGrowth(Rule):
         if culprits:
             message += "; the scale comes from " + "; ".join(c.describe() for c in culprits)
             fix = _culprit_fix(culprits)
+        elif self.opts["zero-branch-ends"] and zeroable_end(audit, res, proj, output_weight(proj) or ""):
+            name = output_weight(proj)
+            fix = f"nn.init.zeros_({py_path(name)})  # the block starts as the identity"
+            if audit.param(name[:-len("weight")] + "bias") is not None:
+                fix += f"; nn.init.zeros_({py_path(name[:-len('weight')] + 'bias')})"
         else:
             fix = _fix(audit, proj, ratio)
         severity = "info" if place == "embedding" else None  # no measured harm: worth knowing, not failing
@@ -181,7 +194,8 @@ class ResidualGrowth(Rule):
                                 f"redrawn at std {fmt(std)} ({why})", param=None if c.weight == c.op.params.get("weight")
                                 else c.weight)
                 if not culprits:
-                    shrink_branch(plan, res, self.code, "the residual branch dwarfs the stream")
+                    shrink_branch(plan, res, self.code, "the residual branch dwarfs the stream",
+                                  zero_end=self.opts["zero-branch-ends"])
                 return
 
 
