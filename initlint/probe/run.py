@@ -319,8 +319,9 @@ def _acc(t: torch.Tensor) -> torch.dtype:
 
 
 def summarise(c: _Collector, scope: str, tensors: List[Tuple[str, torch.Tensor]], *, mean: bool,
-              rows: bool = False) -> None:
-    """Per tensor: ``rms``, ``low``, ``high`` (and ``mean``; duplicate-unit candidates for weights).
+              rows: bool = False, extremes: bool = True) -> None:
+    """Per tensor: ``rms``, ``low`` and ``high`` unless ``extremes`` is False (and ``mean``;
+    duplicate-unit candidates for weights).
 
     Reductions run in place, without copies; the norms of all tensors of one dtype and device
     come from one fused call. std, absmax and spread are derived on the host (:func:`_derive`)."""
@@ -334,9 +335,10 @@ def summarise(c: _Collector, scope: str, tensors: List[Tuple[str, torch.Tensor]]
             c.const(scope, name, "numel", float(t.numel()))
             if mean:
                 c.put(scope, name, "mean", t.mean(dtype=acc))
-            low, high = torch.aminmax(t)
-            c.put(scope, name, "low", low)
-            c.put(scope, name, "high", high)
+            if extremes:
+                low, high = torch.aminmax(t)
+                c.put(scope, name, "low", low)
+                c.put(scope, name, "high", high)
             if rows and t.dim() >= 2:
                 _duplicate_rows(c, scope, name, t)
 
@@ -643,6 +645,13 @@ def backward_possible(main: Optional[torch.Tensor], result: ProbeResult) -> bool
     return True
 
 
+GRAD_EXTREMES = False
+"""Gradients get no extremes pass: the rules ask of a gradient its scale and mean, whether it is zero
+(its norm is 0: every entry is 0, or below 4e-23 in float32, where no optimizer step moves the weight)
+and whether it is finite (its mean is: a sum of finite float32 entries overflows only when they reach
+3.4e38 / numel, 1e30 and more, while the norm's squares overflow from 1.8e19)."""
+
+
 def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch.Tensor], c: _Collector,
               result: ProbeResult) -> None:
     if not backward_possible(main, result):
@@ -657,7 +666,7 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
     cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
     grads = list(torch.autograd.grad([main], [p for _, p in weights], [cotangent], allow_unused=True))
     measured = [(name, g) for (name, _), g in zip(weights, grads) if g is not None and _measurable(c, name, g)]
-    summarise(c, "grads", measured, mean=True)
+    summarise(c, "grads", measured, mean=True, extremes=GRAD_EXTREMES)
     del grads
     result.backward_ran = True
 

@@ -236,14 +236,15 @@ def _descendants(graph: Graph, op: Op) -> Set[int]:
 
 
 def _no_gradient_before(audit: AuditContext, op: Op) -> bool:
-    """The backward probe (when it ran) agrees: every weight layer before ``op`` got an exactly zero gradient."""
+    """The backward probe (when it ran) agrees: every weight layer before ``op`` got a zero gradient (its
+    norm is 0; the probe does not keep a gradient's extremes)."""
     graph = audit.graph
     frontier, seen = list(op.inputs), set(op.inputs)
     while frontier:
         current = graph[frontier.pop()]
         if current.kind in O.WEIGHT_KINDS:
             grad = audit.probe.grads.get(current.params.get("weight", ""), {})
-            if grad.get("absmax", 0.0) != 0.0:
+            if grad.get("rms", 0.0) != 0.0:
                 return False
         for i in current.inputs:
             if i not in seen:

@@ -80,13 +80,13 @@ class NonFinite(Rule):
                                f"(largest input magnitude {scale})", _fix(op.kind, inputs), value=peak, threshold=3.4e38)
             break
         bad = [(op, op.params["weight"]) for op in audit.graph if op.kind in O.WEIGHT_KINDS and "weight" in op.params
-               and not _finite(audit.probe.grads.get(op.params["weight"], {}).get("absmax", 0.0))]
-        if bad:
+               and not _finite(audit.probe.grads.get(op.params["weight"], {}).get("mean", 0.0))]
+        if bad:  # a gradient's mean is finite exactly when its entries are (a finite sum overflows only from 1e30)
             op, name = bad[-1]
             yield self.finding(audit, op, f"the backward probe gives a non-finite gradient for {name} "
                                f"({len(bad)} weight(s) affected)",
                                "fix the forward signal scale first (IL001, IL005); the gradient overflows with it",
-                               value=audit.probe.grads[name]["absmax"], threshold=3.4e38)
+                               value=audit.probe.grads[name]["mean"], threshold=3.4e38)
 
     def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
         """An overflow is repaired through the init findings upstream of it; on its own it is left to the user."""

@@ -40,7 +40,7 @@ from ..capture import Capture, RuntimeCapture, capture
 from ..capture.base import DropoutOff
 from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory, _out_of_memory_at_smallest
 from ..inputs.load import LoadError
-from ..probe.run import (ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible,
+from ..probe.run import (GRAD_EXTREMES, ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible,
                          confirm_duplicates_now, primary_output, put_logits, summarise, used_params, weight_units)
 from ..rules.il014_init_not_applied import _arity, _defined_outside_torch, _hf_base, _post_order, draw_of
 
@@ -710,7 +710,7 @@ class StreamProbe:
             self._summarise_grad(name, self.pending.pop(name))
 
     def _summarise_grad(self, name: str, g: torch.Tensor) -> None:
-        summarise(self.c, "grads", [(name, g)], mean=True)
+        summarise(self.c, "grads", [(name, g)], mean=True, extremes=GRAD_EXTREMES)
 
     def _observer(self) -> StatsObserver:
         return StatsObserver(lambda: self.cap.graph, self.c)
