@@ -34,9 +34,26 @@ def test_statistics_match_a_direct_computation():
     w = model[2].weight.detach()
     params = report.probe.params["2.weight"]
     assert math.isclose(params["rms"], w.pow(2).mean().sqrt().item(), rel_tol=1e-5)
-    assert params["low"] == w.min().item() and params["high"] == w.max().item()
+    assert "low" not in params and "spread" not in params  # its units differ: neither zero nor constant
     assert params["dup_rows"] == 0 and params["rows"] == 48
     assert math.isclose(report.probe.params["0.bias"]["mean"], model[0].bias.mean().item(), rel_tol=1e-5)
+
+
+def test_weights_that_may_be_zero_or_constant_get_their_exact_extremes():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 6), nn.ReLU(),
+                          nn.Linear(6, 1))
+    with torch.no_grad():
+        model[0].weight.fill_(0.25)  # constant
+        model[2].weight.zero_()
+        model[4].weight.copy_(torch.randn(1, 6).expand(6, 6))  # every unit alike, not constant
+        model[6].weight.fill_(1e-30)  # below float32's squares: norm 0, not zero
+    params = initlint.audit(model, torch.randn(16, 8)).probe.params
+    assert (params["0.weight"]["low"], params["0.weight"]["spread"], params["0.weight"]["mean"]) == (0.25, 0.0, 0.25)
+    assert (params["2.weight"]["absmax"], params["2.weight"]["spread"]) == (0.0, 0.0)
+    w4 = model[4].weight.detach()
+    assert (params["4.weight"]["low"], params["4.weight"]["high"]) == (w4.min().item(), w4.max().item())
+    assert params["6.weight"]["rms"] == 0.0 and math.isclose(params["6.weight"]["absmax"], 1e-30, rel_tol=1e-6)
 
 
 def test_counts_stay_exact_next_to_half_precision_values():

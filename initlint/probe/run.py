@@ -112,6 +112,11 @@ class _Collector:
         self.pending: List["_Pending"] = []
         self.confirmed: Set[str] = set()
         """Weights whose duplicate units were confirmed early (:func:`confirm_duplicates_now`)."""
+        self.weights: Dict[str, torch.Tensor] = {}
+        """Weights measured without extremes: those that may be zero or constant get them on the host
+        (:func:`confirm_extremes`)."""
+        self.candidates: Dict[str, torch.Tensor] = {}
+        """Per weight of :attr:`weights`: a device flag, its norm is 0 or its units' keys are all alike."""
 
     def skip(self, kind: str, what: str) -> None:
         names = self.skipped.setdefault(kind, [])
@@ -331,6 +336,8 @@ def summarise(c: _Collector, scope: str, tensors: List[Tuple[str, torch.Tensor]]
         acc = _acc(values[0])
         norms = torch._foreach_norm(values, 2, dtype=acc)
         c.put_many(scope, names, "norm", torch.stack(norms))
+        if scope == "params" and not extremes:
+            c.candidates.update((n, norm == 0) for n, norm in zip(names, norms) if n in c.weights)
         for name, t in items:
             c.const(scope, name, "numel", float(t.numel()))
             if mean:
@@ -402,6 +409,8 @@ def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> No
     # (2, units): with the two directions as the left factor the product streams the weight once in its
     # own memory order, 2-40x faster on CPU than (units, fan) @ (fan, 2) for the same keys
     keys = dirs[:, :fan] @ work.t()
+    if name in c.candidates:  # every unit's weights alike: a candidate for a constant weight
+        c.candidates[name] = c.candidates[name] | (keys.amax(dim=1) == keys.amin(dim=1)).all()
     bias = units.bias.detach() if units.bias is not None and units.bias.numel() == rows else None
     if bias is not None:
         keys = keys + dirs[:, fan:] * bias.to(keys.dtype)[None, :]
@@ -428,6 +437,38 @@ def confirm_duplicates(c: _Collector, result: ProbeResult, chunk: int = 4096) ->
         stats = result.params.get(item.name, {})
         stats["dup_rows"] = float(_copies(item, chunk)) if stats.pop("dup_candidates", 0) else 0.0
     c.pending = []
+
+
+def queue_candidates(c: _Collector) -> None:
+    """Send the flags of :func:`confirm_extremes` with the one transfer."""
+    for name, flag in c.candidates.items():
+        c.put("params", name, "maybe_flat", flag.float())
+
+
+def confirm_extremes(c: _Collector, result: Optional[ProbeResult] = None) -> None:
+    """``low`` and ``high``, taken exactly, of the weights measured without extremes that may be zero
+    (norm 0) or constant (every unit's keys alike); the others are known to be neither. Two transfers,
+    the flags and the candidates' extremes, whatever the depth. Without ``result`` (a streamed block,
+    whose weights are freed before the one transfer) the extremes join the collector's values."""
+    names = list(c.candidates)
+    if result is None:
+        flags = torch.stack([c.candidates[n] for n in names]).tolist() if names else []
+    else:  # the flags came with the one transfer (:func:`queue_candidates`)
+        flags = [result.params.get(n, {}).pop("maybe_flat", 0.0) for n in names]
+    weights, c.weights, c.candidates = c.weights, {}, {}
+    wanted = [n for n, flag in zip(names, flags) if flag]
+    if not wanted:
+        return
+    with torch.no_grad():
+        host = torch.stack([torch.stack(list(torch.aminmax(weights[n]))).double() for n in wanted]).tolist()
+    for name, (low, high) in zip(wanted, host):
+        if result is None:
+            c.const("params", name, "low", low)
+            c.const("params", name, "high", high)
+        else:
+            stats = result.params[name]
+            stats["low"], stats["high"] = low, high
+            _derive(stats)
 
 
 def confirm_duplicates_now(c: _Collector, chunk: int = 4096) -> None:
@@ -478,16 +519,18 @@ def _derive(stats: Dict[str, float]) -> None:
 
 
 def _param_stats(c: _Collector, params: List[Tuple[str, torch.Tensor]],
-                 units: Optional[Dict[str, Units]] = None) -> None:
-    """Weights: scale, extremes and duplicated units. Biases: the mean is all a rule uses
+                 units: Optional[Dict[str, Units]] = None, extremes: bool = True) -> None:
+    """Weights: scale, duplicated units, and extremes (without ``extremes``: only for the weights that
+    may be zero or constant, see :func:`confirm_extremes`). Biases: the mean is all a rule uses
     (IL003 names a large negative bias)."""
     weights = [(n, p) for n, p in params if p.dim() >= 2]
     biases = [(n, p) for n, p in params if p.dim() < 2]
     c.units = units or {}
     c.pending = []
+    c.weights = {} if extremes else {n: p for n, p in weights}
     # Two key directions per unit and one entry each for the bias: one vector serves every layer.
     c.longest_row = 2 * (max((p[0].numel() for _, p in weights), default=0) + 1)
-    summarise(c, "params", weights, mean=False, rows=True)
+    summarise(c, "params", weights, mean=False, rows=True, extremes=extremes)
     for items in _grouped(biases, lambda b: (b.shape, b.dtype, b.device)):
         stack = torch.stack([b for _, b in items]).reshape(len(items), -1)
         c.put_many("params", [n for n, _ in items], "mean", stack.mean(dim=1, dtype=_acc(stack)))
@@ -570,9 +613,11 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
     cap.finish()
     params = [(n, named[n]) for n in used_params(cap.graph) if n in named]
     params = [(n, p) for n, p in params if _measurable(c, n, p) and p.numel() > 0 and p.device.type != "meta"]
-    _param_stats(c, params, weight_units(cap.graph, cap.model, named, c.shapes))
+    _param_stats(c, params, weight_units(cap.graph, cap.model, named, c.shapes), extremes=False)
+    queue_candidates(c)
     c.finish(result)
     confirm_duplicates(c, result)
+    confirm_extremes(c, result)
     result.notes.extend(c.skip_notes())
     return result.seal()
 

@@ -96,7 +96,8 @@ class TensorStats(Stats):
 
 @dataclass
 class ParamStats(TensorStats):
-    """A weight of a Linear/Conv layer (scale, extremes, copies of units), or a bias (``mean``)."""
+    """A weight of a Linear/Conv layer (scale, copies of units; extremes only where the weight may be
+    zero or constant, which the others are not), or a bias (``mean``)."""
 
     rows: Optional[float] = None
     """Units (output features or channels)."""

@@ -121,14 +121,16 @@ class SymmetricInit(Rule):
         rows, groups = int(stats.get("rows", 0)), max(int(stats.get("groups", 1)), 1)
         dups = int(stats.get("dup_rows", 0))
         numel = _numel(audit, name)
-        if stats["spread"] == 0 and stats["absmax"] == 0:
+        # extremes are measured for the weights that may be zero or constant; the others are neither
+        spread, absmax = stats.get("spread"), stats.get("absmax")
+        if spread == 0 and absmax == 0:
             if not feeds_weight_layer(audit.graph, op):
                 return None
             return self.finding(audit, op, f"all {numel} weights of {name} are zero and its output feeds further "
                                 f"weight layers: the backward signal through it is exactly zero (W^T delta = 0), "
                                 f"so no gradient reaches the layers below along this path",
                                 weight_fix(audit, op), value=0.0, threshold=0.0)
-        if stats["spread"] == 0 and rows // groups >= 2:
+        if spread == 0 and rows // groups >= 2:
             same = "and so are the biases: its units compute the same output for every input" \
                 if dups == rows - groups else "its units weigh the input identically and differ only by their biases"
             scope = f"{rows} units" if groups == 1 else f"{rows} units in {groups} groups"
@@ -150,7 +152,7 @@ class SymmetricInit(Rule):
         stats = plan.ctx.probe.params.get(op.params["weight"], {})
         if target is not None:
             std = target
-        elif stats.get("spread", 0.0) > 0 and stats.get("rms", 0.0) > 0:
+        elif stats.get("spread", math.inf) > 0 and stats.get("rms", 0.0) > 0:  # no extremes: not constant
             std = stats["rms"]  # duplicated rows in a layer of the right scale: keep the scale
         else:
             std = activation_gain(plan.graph, op) / math.sqrt(plan.ctx.fan_in(op) or 1)

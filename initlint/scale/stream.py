@@ -41,7 +41,8 @@ from ..capture.base import DropoutOff
 from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory, _out_of_memory_at_smallest
 from ..inputs.load import LoadError
 from ..probe.run import (GRAD_EXTREMES, ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible,
-                         confirm_duplicates_now, primary_output, put_logits, summarise, used_params, weight_units)
+                         confirm_duplicates_now, confirm_extremes, primary_output, put_logits, summarise, used_params,
+                         weight_units)
 from ..rules.il014_init_not_applied import _arity, _defined_outside_torch, _hf_base, _post_order, draw_of
 
 InitFn = Callable[[nn.Module], None]
@@ -687,8 +688,10 @@ class StreamProbe:
         todo = [(n, by_name[n]) for n in used if n in by_name and n not in self.stats_done]
         todo = [(n, p) for n, p in todo if p.is_floating_point() and p.numel() > 0]
         if todo:
-            _param_stats(self.c, todo, weight_units(self.cap.graph, self.cap.model, dict(todo), self.c.shapes))
+            _param_stats(self.c, todo, weight_units(self.cap.graph, self.cap.model, dict(todo), self.c.shapes),
+                         extremes=False)
             confirm_duplicates_now(self.c)  # the block's weights are freed before the one transfer
+            confirm_extremes(self.c)
             self.stats_done.update(n for n, _ in todo)
 
     def _wanted(self) -> Set[str]:
