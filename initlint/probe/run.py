@@ -729,6 +729,8 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
     measured = [(name, g) for (name, _), g in zip(weights, grads) if g is not None and _measurable(c, name, g)]
     summarise(c, "grads", measured, mean=True, extremes=GRAD_EXTREMES)
     if step is not None:
+        if loss is None:  # the random direction as a mean-reduced loss, as training losses are
+            grads = [None if g is None else g / max(main.numel(), 1) for g in grads]
         step.grads = {name: g for (name, _), g in zip(wanted, grads)}
         step.ran = True
     del grads

@@ -72,7 +72,8 @@ class StepStats:
     """The optimizer's class name."""
     loss: str
     """Which loss gave the gradients: ``loss(output, inputs)``, ``the model's loss``,
-    ``cross-entropy against random labels`` or ``the probe's random direction``."""
+    ``cross-entropy against random labels`` or ``the probe's random direction`` (as a loss averaged over the
+    output's elements: the gradients are the backward probe's divided by the output's size)."""
     params: Dict[str, ParamStep] = field(default_factory=dict)
     groups: List[GroupStep] = field(default_factory=list)
     unheld: Dict[str, float] = field(default_factory=dict)
@@ -85,6 +86,8 @@ class StepStats:
     """Tensors a group holds that are not parameters of the model: (group index, shape)."""
     unused: List[str] = field(default_factory=list)
     """Parameters that require grad and that the loss does not reach (their gradient is None)."""
+    grads_taken: bool = False
+    """The backward probe took the loss's gradients of every parameter that requires grad."""
     stepped: bool = False
     """False when the step could not be taken (the notes say why); the membership facts still hold."""
     notes: List[str] = field(default_factory=list)
@@ -220,6 +223,7 @@ def first_step(request: StepRequest, model: nn.Module) -> StepStats:
     stats.doubly_held = {n: g for n, g in held.items() if len(g) > 1}
     stats.frozen_held = {n: g[0] for n, g in held.items() if not named[n].requires_grad}
     grads = request.grads
+    stats.grads_taken = request.ran
     stats.unused = [n for n, p in named.items() if p.requires_grad and request.ran and grads.get(n) is None]
     unheld = [n for n, p in named.items() if p.requires_grad and n not in held and grads.get(n) is not None]
     if unheld:
