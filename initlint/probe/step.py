@@ -129,7 +129,8 @@ def resolve_optimizer(optimizer: Any, model: nn.Module) -> Optional[torch.optim.
             raise UsageError(f"optimizer must be a torch.optim.Optimizer over the model's parameters or a callable "
                              f"model -> Optimizer, not {type(given).__name__}")
         try:
-            optimizer = optimizer(model)
+            with torch.random.fork_rng(devices=[]):  # a callable that builds a module draws from the RNG
+                optimizer = optimizer(model)
         except UsageError:
             raise
         except Exception as exc:  # the user's code may fail in any way
