@@ -4,8 +4,6 @@ import copy
 import json
 import math
 import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -17,11 +15,10 @@ import initlint
 from initlint.errors import UsageError
 from initlint.probe.step import HALF
 
+from cli_server import run_initlint
 from model_state import bits, deep_state, process_state
 from transformer_models import NanoGPT
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 
 def mlp(std=None):
@@ -329,9 +326,7 @@ def test_plot_series_gain_the_update_ratio(tmp_path):
 
 # ----------------------------------------------------------------------------- CLI, config, hook
 def run_cli(*args, cwd):
-    env = dict(os.environ, PYTHONPATH=ROOT, INITLINT_NO_PROGRESS="1")
-    return subprocess.run([sys.executable, "-m", "initlint", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return run_initlint(list(args), cwd=str(cwd))
 
 
 MODEL = textwrap.dedent("""
