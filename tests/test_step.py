@@ -84,6 +84,28 @@ def test_step_equals_a_real_step_of_a_copy_with_state():
     assert report.step.loss == "loss(output, inputs)"
 
 
+@pytest.mark.parametrize("make", [
+    lambda p: torch.optim.AdamW(p, lr=1e-3, weight_decay=0.1),
+    lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-4),
+    lambda p: torch.optim.RMSprop(p, lr=1e-3),
+])
+def test_sampled_step_matches_the_exact_step(make, monkeypatch):
+    """Elementwise optimizers step a sample of each large tensor's elements: within 3% of the exact ratio."""
+    from initlint.probe import step as S
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10)), torch.randn(16, 256)
+    opt = make(model.parameters())
+    approx = initlint.audit(model, x, optimizer=opt, logits=True).step
+    assert approx.params["0.weight"].sampled == S.SAMPLE and approx.params["2.weight"].sampled == 0
+    monkeypatch.setattr(S, "SAMPLE", None)
+    exact = initlint.audit(model, x, optimizer=opt, logits=True).step
+    assert exact.params["0.weight"].sampled == 0
+    for name in ("0.weight", "2.weight", "0.bias"):
+        assert approx.params[name].ratio == pytest.approx(exact.params[name].ratio, rel=0.03)
+        assert approx.params[name].weight_rms == exact.params[name].weight_rms
+
+
 def test_adam_first_update_is_lr_per_entry():
     """At step one Adam moves every entry with a nonzero gradient by lr (m/sqrt(v) = sign(g))."""
     model, x = mlp(std=0.02), torch.randn(8, 32)

@@ -45,6 +45,9 @@ class ParamStep:
     """``update_rms / weight_rms`` (None for a weight of rms 0: see IL015 for its reference scale)."""
     shape: Tuple[int, ...] = ()
     dtype: str = "float32"
+    sampled: int = 0
+    """Elements stepped, when the optimizer is elementwise and the tensor larger than
+    :data:`SAMPLE` (the update's rms is estimated from them); 0: every element."""
     lost: float = 0.0
     """Stored in float16/bfloat16: the share of the elements whose update is nonzero in float32 that leave
     the stored value unchanged (the update is below half a unit in the last place); 0 for float32."""
@@ -248,10 +251,42 @@ def first_step(request: StepRequest, model: nn.Module) -> StepStats:
     return stats
 
 
+ELEMENTWISE = ("Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "ASGD", "Rprop", "Adadelta")
+"""``torch.optim`` classes whose step updates each element from that element's parameter, gradient and
+state alone: stepping a sample of the elements gives exactly the full step's update at those elements."""
+SAMPLE = 16384
+"""Elements stepped per tensor of an :data:`ELEMENTWISE` optimizer (all of a smaller tensor): the update's
+rms is estimated from them (relative error about ``1/sqrt(2 * SAMPLE)`` = 0.6% for Adam's first step,
+whose entries are +-lr), the weight's rms is taken exactly over the whole tensor."""
+
+
+@dataclass
+class _Clone:
+    name: str
+    group: int
+    tensor: torch.Tensor
+    """What the private optimizer steps: a copy of the parameter, or of a sample of its elements (float32
+    for a half parameter)."""
+    before: torch.Tensor
+    dtype: torch.dtype
+    shape: Tuple[int, ...]
+    weight_norm: torch.Tensor
+    """Norm of the whole parameter (float32)."""
+    numel: int
+
+
+def sampled(opt: torch.optim.Optimizer) -> bool:
+    """Whether ``opt``'s step may be taken on a sample of each tensor's elements (see :data:`ELEMENTWISE`)."""
+    cls = type(opt)
+    return cls.__module__.startswith("torch.optim") and cls.__name__ in ELEMENTWISE
+
+
 def _step(request: StepRequest, stats: StepStats, held: Dict[str, List[int]], named: Dict[str, nn.Parameter]) -> None:
     opt = request.optimizer
+    sample = SAMPLE if sampled(opt) else None
+    gen = torch.Generator().manual_seed(request.seed)
     groups: List[Dict[str, Any]] = []
-    clones: List[Tuple[str, int, torch.Tensor, torch.Tensor, torch.dtype]] = []
+    clones: List[_Clone] = []
     state: Dict[torch.Tensor, Dict[str, Any]] = {}
     seen = set()
     for gi, group in enumerate(opt.param_groups):
@@ -262,24 +297,34 @@ def _step(request: StepRequest, stats: StepStats, held: Dict[str, List[int]], na
                 continue  # a stale tensor, or one held twice: stepped once, in its first group
             seen.add(name)
             source = named[name].detach()
-            work = source.float() if source.dtype in HALF else source
-            clone = work.clone()
+            pick = _picker(source, sample, gen)
+            clone = pick(source).to(torch.float32 if source.dtype in HALF else source.dtype, copy=True)
             grad = request.grads.get(name)
-            clone.grad = None if grad is None or not named[name].requires_grad else grad.detach().to(clone.dtype)
+            clone.grad = None if grad is None or not named[name].requires_grad else pick(grad.detach()).to(clone.dtype)
             saved = opt.state.get(p)  # .get: indexing the defaultdict would add an entry to the user's state
             if saved:
-                state[clone] = _private_state(saved, clone)
+                state[clone] = _private_state(saved, clone, source.shape, pick)
             params.append(clone)
-            clones.append((name, gi, clone, clone.detach().clone(), source.dtype))
+            clones.append(_Clone(name, gi, clone, clone.detach().clone(), source.dtype, tuple(source.shape),
+                                 torch.linalg.vector_norm(source, dtype=torch.float32), source.numel()))
         groups.append({**{k: _private_value(v) for k, v in group.items() if k != "params"}, "params": params})
     fresh = _fresh(type(opt), groups, opt.defaults)
     for clone, s in state.items():
         fresh.state[clone] = s
-    devices = sorted({c.device.index or 0 for _, _, c, _, _ in clones if c.device.type == "cuda"})
+    devices = sorted({c.tensor.device.index or 0 for c in clones if c.tensor.device.type == "cuda"})
     with torch.random.fork_rng(devices=devices), torch.no_grad():
         fresh.step()
     _measure(stats, clones, opt)
     stats.stepped = True
+
+
+def _picker(source: torch.Tensor, sample: Optional[int], gen: torch.Generator) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The elements stepped of a tensor shaped like ``source``: all of them, or ``sample`` drawn at random
+    (seeded; the same positions for the parameter, its gradient and its state)."""
+    if sample is None or source.numel() <= sample:
+        return lambda t: t
+    index = torch.randint(0, source.numel(), (sample,), generator=gen).to(source.device)
+    return lambda t: t.reshape(-1)[index]
 
 
 def _fresh(cls: type, groups: List[Dict[str, Any]], defaults: Dict[str, Any]) -> torch.optim.Optimizer:
@@ -303,44 +348,45 @@ def _private_value(value: Any) -> Any:
         return value
 
 
-def _private_state(saved: Dict[str, Any], clone: torch.Tensor) -> Dict[str, Any]:
-    """A deep copy of one parameter's state; tensors shaped like the parameter follow the clone's
-    device and (float32, for a half parameter stepped in float32) dtype."""
+def _private_state(saved: Dict[str, Any], clone: torch.Tensor, shape: torch.Size,
+                   pick: Callable[[torch.Tensor], torch.Tensor]) -> Dict[str, Any]:
+    """A deep copy of one parameter's state; tensors shaped like the parameter are taken at the stepped
+    elements and follow the clone's device and (float32, for a half parameter) dtype."""
     out: Dict[str, Any] = {}
     for key, value in saved.items():
         if isinstance(value, torch.Tensor):
-            value = value.detach().clone()
-            if value.shape == clone.shape and value.is_floating_point():
-                value = value.to(clone.device, clone.dtype)
-            elif value.numel() > 1:
-                value = value.to(clone.device)
+            value = value.detach()
+            if value.shape == shape and value.is_floating_point():
+                value = pick(value).to(clone.device, clone.dtype, copy=True)
+            else:
+                value = value.clone() if value.numel() <= 1 else value.to(clone.device, copy=True)
         else:
             value = _private_value(value)
         out[key] = value
     return out
 
 
-def _measure(stats: StepStats, clones: List[Tuple[str, int, torch.Tensor, torch.Tensor, torch.dtype]],
-             opt: torch.optim.Optimizer) -> None:
-    """rms of each update and weight, one host transfer for all; the lost share of half parameters."""
+def _measure(stats: StepStats, clones: List[_Clone], opt: torch.optim.Optimizer) -> None:
+    """rms of each update (over the stepped elements) and weight (whole), one host transfer for all; the
+    lost share of half parameters."""
     values: List[torch.Tensor] = []
-    for name, gi, after, before, dtype in clones:
-        n = math.sqrt(max(before.numel(), 1))
-        update = after - before
-        values.append(torch.linalg.vector_norm(update, dtype=torch.float32) / n)
-        values.append(torch.linalg.vector_norm(before, dtype=torch.float32) / n)
-        if dtype in HALF:
+    for c in clones:
+        update = c.tensor.detach() - c.before
+        values.append(torch.linalg.vector_norm(update, dtype=torch.float32) / math.sqrt(max(update.numel(), 1)))
+        values.append(c.weight_norm.to(update.device) / math.sqrt(max(c.numel, 1)))
+        if c.dtype in HALF:
             moved = update != 0
-            kept = (before + update).to(dtype) == before.to(dtype)
+            kept = (c.before + update).to(c.dtype) == c.before.to(c.dtype)
             values.append((moved & kept).sum().float() / moved.sum().clamp_min(1).float())
         else:
-            values.append(torch.zeros((), device=before.device))
+            values.append(torch.zeros((), device=update.device))
     host = _host(values)
-    for i, (name, gi, after, before, dtype) in enumerate(clones):
+    for i, c in enumerate(clones):
         upd, w, lost = host[3 * i: 3 * i + 3]
-        stats.params[name] = ParamStep(name=name, group=gi, lr=_number(opt.param_groups[gi].get("lr")),
-                                       update_rms=upd, weight_rms=w, ratio=upd / w if w > 0 else None,
-                                       shape=tuple(before.shape), dtype=str(dtype).replace("torch.", ""), lost=lost)
+        stats.params[c.name] = ParamStep(name=c.name, group=c.group, lr=_number(opt.param_groups[c.group].get("lr")),
+                                         update_rms=upd, weight_rms=w, ratio=upd / w if w > 0 else None,
+                                         shape=c.shape, dtype=str(c.dtype).replace("torch.", ""), lost=lost,
+                                         sampled=c.tensor.numel() if c.tensor.numel() < c.numel else 0)
 
 
 def _groups(stats: StepStats, opt: torch.optim.Optimizer, held: Dict[str, List[int]],
