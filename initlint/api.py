@@ -181,7 +181,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     needs = set().union(*(r.needs for r in rules)) if rules else set()
     if step is not None and (streamed or sharded or is_meta):
         report.notes.append("the first step of the optimizer is taken only for a model audited whole on a real "
-                            "device: IL015 did not run")
+                            "device: the rules that read it did not run")
         step = None
     if streamed:
         from .scale.stream import stream_probe

@@ -302,12 +302,12 @@ def test_unused_module_is_information_without_optimizer_and_a_warning_under_ddp(
     assert [(f.code, f.module, f.severity) for f in report.findings if f.code == "IL016"] == [("IL016", "old_head", "info")]
     assert report.clean
     import torch.distributed as dist
+    import socket
 
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not built")
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29517")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    with socket.socket() as free:  # a port no other test process holds
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
         ddp = nn.parallel.DistributedDataParallel(model)
         report = initlint.audit(ddp, x)
@@ -339,7 +339,6 @@ def test_text_and_json_carry_the_step():
 
 
 def test_plot_series_gain_the_update_ratio(tmp_path):
-    pytest.importorskip("matplotlib")
     model, x = mlp(std=0.02), torch.randn(8, 32)
     report = initlint.audit(model, x, optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=1e-2))
     series = report.plot(str(tmp_path / "p.png"))

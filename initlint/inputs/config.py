@@ -347,7 +347,7 @@ KEYS: Dict[str, Key] = {k.name: k for k in (
     Key("rules", "rule_options", _rule_options, "per-rule options, by rule name or code"),
     Key("per-module-ignores", "per_module_ignores", _ignores, "module path pattern -> codes to silence there"),
     Key("optimizer", "optimizer", _optimizer, "the optimizer the model trains with, such as \"AdamW(lr=3e-4)\" "
-        "(its first step is audited: IL015, IL016)"),
+        "(its first step is audited)"),
     Key("precision", "precision", _one_of(_precisions), "fp16 or bf16: the model trains under autocast"),
     Key("grad-scaler", "grad_scaler", _boolean, "fp16 training scales the loss with torch.amp.GradScaler"),
 )}

@@ -245,7 +245,7 @@ def first_step(request: StepRequest, model: nn.Module) -> StepStats:
     except Exception as exc:  # a third-party optimizer that cannot be copied or stepped this way
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         stats.notes.append(f"the first step of {stats.optimizer} could not be taken on a copy ({type(exc).__name__}: "
-                           f"{first}); IL015 did not run")
+                           f"{first}); the rules that read the step did not run")
         stats.params = {}
     _groups(stats, opt, held, named)
     return stats
