@@ -26,7 +26,6 @@ import torch
 import torch.nn as nn
 
 from ..errors import UsageError
-from ..capture.nested import tensors as _tensors
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -169,8 +168,7 @@ def objective(request: StepRequest, out: Any, main: Optional[torch.Tensor], logi
     ``.loss``, else cross-entropy against seeded random labels when the output is logits, else None (the
     probe's random direction). Sets ``request.loss_kind``."""
     if request.loss is not None:
-        inputs = kwargs if kwargs and not args else (args[0] if len(args) == 1 and not kwargs else (args, kwargs)
-                                                     if kwargs else args)
+        inputs = _as_given(args, kwargs)
         try:
             value = request.loss(out, inputs)
         except Exception as exc:
@@ -195,6 +193,15 @@ def objective(request: StepRequest, out: Any, main: Optional[torch.Tensor], logi
     return None
 
 
+def _as_given(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+    """The example inputs in the form ``audit`` took them: a tensor, a dict of keyword inputs, or a tuple."""
+    if kwargs and not args:
+        return kwargs
+    if len(args) == 1 and not kwargs:
+        return args[0]
+    return (args, kwargs) if kwargs else args
+
+
 def _model_loss(out: Any) -> Optional[torch.Tensor]:
     value = getattr(out, "loss", None)
     if value is None and isinstance(out, dict):
@@ -202,11 +209,6 @@ def _model_loss(out: Any) -> Optional[torch.Tensor]:
     if isinstance(value, torch.Tensor) and value.numel() == 1 and value.requires_grad:
         return value.reshape(())
     return None
-
-
-def inputs_of(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> List[torch.Tensor]:
-    """The input tensors (for notes)."""
-    return list(_tensors((args, kwargs)))
 
 
 # ----------------------------------------------------------------------------- the step
