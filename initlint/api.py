@@ -36,6 +36,53 @@ def unwrap(model: Any) -> nn.Module:
     return model
 
 
+def _ddp_wrapped(model: Any) -> bool:
+    """Whether ``model`` is (behind ``torch.compile``) a DistributedDataParallel wrapper."""
+    for _ in range(8):
+        if isinstance(model, nn.parallel.DistributedDataParallel):
+            return True
+        inner = getattr(model, "_orig_mod", None) or (model.module if isinstance(model, nn.DataParallel) else None)
+        if not isinstance(inner, nn.Module):
+            return False
+        model = inner
+    return False
+
+
+PRECISIONS = {"fp16": torch.float16, "bf16": torch.bfloat16}
+"""``precision=`` -> the autocast dtype."""
+
+
+def check_precision(precision: Optional[str], grad_scaler: Any, dev: torch.device) -> Optional[str]:
+    """``precision`` checked: None, ``fp16`` or ``bf16`` (``float16``/``bfloat16`` are read the same way), and one
+    the device can autocast to; ``grad_scaler`` a boolean. :class:`UsageError` otherwise."""
+    if not isinstance(grad_scaler, bool):
+        raise UsageError(f"grad_scaler must be True or False, not {grad_scaler!r}")
+    if precision is None:
+        return None
+    text = str(precision).strip().lower() if isinstance(precision, (str, torch.dtype)) else None
+    text = {"float16": "fp16", "torch.float16": "fp16", "half": "fp16", "bfloat16": "bf16",
+            "torch.bfloat16": "bf16"}.get(text, text)
+    if text not in PRECISIONS:
+        raise UsageError(f"precision must be fp16, bf16 or None, not {precision!r}")
+    if dev.type == "meta":
+        return text
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            ok = torch.amp.is_autocast_available(dev.type)
+            if ok:
+                with torch.autocast(device_type=dev.type, dtype=PRECISIONS[text]):
+                    ok = torch.is_autocast_enabled(dev.type)
+        except (RuntimeError, ValueError, AttributeError):
+            ok = False
+    if not ok or any("autocast" in str(w.message).lower() for w in caught):
+        raise UsageError(f"precision {text}: {dev} cannot autocast to {PRECISIONS[text]}; audit on a device that "
+                         f"can (--device) or choose the other precision")
+    return text
+
+
 def resolve_device(device: Optional[str], model: nn.Module) -> torch.device:
     """``None`` -> the model's device; ``auto`` -> CUDA, else MPS, else CPU; checks availability."""
     if device is None:
@@ -67,7 +114,9 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
           input_shapes: Optional[Sequence[Tuple[int, ...]]] = None,
           rule_options: Optional[Dict[str, Dict[str, Any]]] = None, name: Optional[str] = None,
           target: str = "", init: Optional[Callable[[nn.Module], None]] = None,
-          progress: Optional[Callable[[Any], None]] = None, **settings: Any) -> Report:
+          progress: Optional[Callable[[Any], None]] = None, optimizer: Any = None,
+          loss: Optional[Callable[[Any, Any], Any]] = None, precision: Optional[str] = None,
+          grad_scaler: bool = False, **settings: Any) -> Report:
     """Audit ``model`` at initialisation and return a :class:`~initlint.report.findings.Report`.
 
     ``example_inputs`` may be a tensor, a tuple of positional inputs or a dict of keyword
@@ -81,6 +130,14 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     ``device="meta"`` for the graph rules only), each block initialised by ``init(module)``
     when given, else by the model's own init, and ``progress`` (a function of one
     :class:`~initlint.scale.stream.BlockProgress`) hears of every block; see :mod:`initlint.scale.stream`.
+
+    ``optimizer``: the ``torch.optim.Optimizer`` the model will train with (over its parameters), or a
+    callable ``model -> Optimizer``. initlint then takes one real step of that optimizer's class with
+    its param groups and state on a private copy (:mod:`initlint.probe.step`), with the gradients of
+    ``loss(output, inputs)`` when given, else of the model's own ``.loss``, else of cross-entropy
+    against random labels when the output is logits, else of the probe's random direction; the
+    optimizer itself is only read. ``precision`` (``"fp16"``, ``"bf16"`` or None) and ``grad_scaler``
+    (fp16 training with ``torch.amp.GradScaler``) say how the model will train.
     """
     from .inputs.config import apply_settings
 
@@ -89,6 +146,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     if not isinstance(model, nn.Module) and not hasattr(model, "_orig_mod"):
         raise UsageError(f"initlint.audit expects an nn.Module, got {type(model).__name__}")
     user_model = unwrap(model)
+    wrapped_ddp = _ddp_wrapped(model)
     report = Report(model=name or type(user_model).__name__, target=target)
     codes = select_rules(options["select"], options["ignore"], options.get("extend_select"))
     if RULE_ERROR not in codes and RULE_ERROR in select_rules(None, options["ignore"]):
@@ -98,6 +156,13 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     sharded = not streamed and _sharded(user_model)
     dev = resolve_device(options["device"] or ("cpu" if streamed else None), user_model)
     report.device = str(dev)
+    precision = check_precision(precision, grad_scaler, dev)
+    from .probe.step import request_for, resolve_optimizer
+
+    user_optimizer = resolve_optimizer(optimizer, user_model)
+    if user_optimizer is None and loss is not None:
+        raise UsageError("loss= is used for the first step of an optimizer; pass optimizer= too")
+    step = None if user_optimizer is None else request_for(user_optimizer, user_model, loss, int(options["seed"]))
     work = user_model
     if dev != model_device(user_model) and model_device(user_model).type != "meta":
         work = copy.deepcopy(user_model).to(dev)  # the user's model stays where it is
@@ -114,6 +179,10 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
         args, kwargs = move_inputs(args, dev), move_inputs(kwargs, dev)
         check_finite(args, kwargs)
     needs = set().union(*(r.needs for r in rules)) if rules else set()
+    if step is not None and (streamed or sharded or is_meta):
+        report.notes.append("the first step of the optimizer is taken only for a model audited whole on a real "
+                            "device: the rules that read it did not run")
+        step = None
     if streamed:
         from .scale.stream import stream_probe
 
@@ -127,12 +196,18 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
                                    logits=options["logits"], backward="gradients" in needs, notes=report.notes,
                                    progress=progress)
     else:
-        cap, probe = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report)
+        cap, probe = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report, step)
     work = cap.model  # the streamed and sharded audits ran on a plain copy: the user's classes, global shapes
     probe.seal()
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
     cap.finish()  # already done by the probe's forward pass, unless it raised before
-    ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))
+    ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]),
+                       precision=precision, grad_scaler=bool(grad_scaler), ddp=wrapped_ddp)
+    if step is not None:
+        from .probe.step import first_step
+
+        ctx.step = report.step = first_step(step, cap.model)
+        report.notes.extend(ctx.step.notes)
     findings = _run_rules(rules, ctx, probe, is_meta, codes)
     findings = apply_suppressions(findings, work, options.get("per_module_ignores"), codes)
     report.findings = group_runs(link_findings(findings, cap.graph))
@@ -231,7 +306,7 @@ def _first_lazy_module(model: nn.Module) -> Optional[Tuple[str, nn.Module]]:
 
 
 def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], options: Dict[str, Any],
-                       needs: set, is_meta: bool, report: Report):
+                       needs: set, is_meta: bool, report: Report, step: Any = None):
     """Capture and probe inside the state guard: fx first, then the runtime capture.
 
     Each attempt runs in its own guard, so what a failed fx trace or probe left behind (a
@@ -245,7 +320,7 @@ def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str
                             "materialise it with model.to_empty(device='cpu') and initialise it for a full audit")
         return cap, probe
     # logits None: judged as logits when the output says so (a `logits` field, a tied head)
-    run = dict(logits=options["logits"], backward="gradients" in needs, report=report)
+    run = dict(logits=options["logits"], backward="gradients" in needs or step is not None, report=report, step=step)
     reasons: List[str] = []
     attempts = [("fx", True), ("runtime", True)]  # (backend, copy-on-write stand-ins for the parameters)
     while attempts:
@@ -279,6 +354,8 @@ def _run_rules(rules, ctx: AuditContext, probe: ProbeResult, is_meta: bool, sele
         if is_meta and rule.needs - {"graph"}:
             continue
         if "gradients" in rule.needs and not probe.backward_ran:
+            continue
+        if "step" in rule.needs and ctx.step is None:
             continue
         try:
             found = list(rule.check(ctx))

@@ -84,11 +84,12 @@ def _raised_by_initlint(exc: BaseException) -> bool:
     return False
 
 
-def probe_retrying(cap, args, kwargs, logits: Optional[bool], backward: bool, report: Report) -> ProbeResult:
+def probe_retrying(cap, args, kwargs, logits: Optional[bool], backward: bool, report: Report,
+                   step: Optional[Any] = None) -> ProbeResult:
     """Run the probe; on out-of-memory, halve the batch (down to 1) and say so."""
     while True:
         try:
-            return run_probe(cap, args, kwargs, logits=logits, backward=backward)
+            return run_probe(cap, args, kwargs, logits=logits, backward=backward, step=step)
         except (LoadError, KeyboardInterrupt):
             raise
         except Exception as exc:

@@ -83,6 +83,13 @@ SHAPE_HELP = ("Probe input shape: sizes separated by commas, such as 8,3,32,32 (
               help="Save the per-layer signal profile as an image (needs initlint[plot]).")
 @click.option("--skip-files-without-models", is_flag=True,
               help="Skip files that define no torch nn.Module subclass or do not parse, and excluded paths (for pre-commit).")
+@click.option("--optimizer", default=None, metavar="SPEC",
+              help="The optimizer the model trains with, such as \"AdamW(lr=3e-4, weight_decay=0.1)\" or "
+                   "package.module:Name(...); its first step is audited. A target file's "
+                   "initlint_optimizer(model) is used when it defines one.")
+@click.option("--precision", default=None, help="fp16 or bf16: the model trains under autocast.")
+@click.option("--grad-scaler", is_flag=True, default=None,
+              help="fp16 training scales the loss with torch.amp.GradScaler.")
 def check(targets: Tuple[str, ...], **opts: Any) -> None:
     """Audit the models in TARGETS (FOLDER, FILE.py, FILE.py:NAME or package.module:NAME).
 

@@ -172,17 +172,20 @@ def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Cal
     (None: a layer-less helper of a folder walk or a hook run, passed over with a note)."""
     from .api import audit
     from .errors import LoadError, NoProbeInputError, UnknownCode
-    from .inputs.usercode import user_code
+    from .inputs.usercode import target_hook, user_code
 
     try:
         model = cand.instantiate()
+        optimizer = target_hook(cand.origin) or _optimizer_spec(settings.get("optimizer"))
         say(f"auditing {cand.name}: capture, probe, rules")
         with user_code(f"running {cand.name}"):
             report = audit(model, device=settings.get("device") or "auto", select=settings.get("select"),
                            ignore=settings.get("ignore"), logits=settings.get("logits"),
                            seed=settings.get("seed") or 0, batch_size=settings.get("batch_size"),
                            input_shapes=shapes or None, rule_options=settings.get("rule_options"), name=cand.name,
-                           target=cand.origin, per_module_ignores=settings.get("per_module_ignores"))
+                           target=cand.origin, per_module_ignores=settings.get("per_module_ignores"),
+                           optimizer=optimizer, precision=settings.get("precision"),
+                           grad_scaler=bool(settings.get("grad_scaler")))
         _point_at_the_user_file(report, cand.origin, model)
         return report
     except (LoadError, UnknownCode) as exc:
@@ -194,6 +197,13 @@ def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Cal
         if os.environ.get("INITLINT_TRACEBACK"):
             raise
         return Report(model=cand.name, target=cand.origin, error=_unexpected(exc))
+
+
+def _optimizer_spec(text: Optional[str]) -> Any:
+    """``--optimizer`` / ``optimizer = "..."``: a spec, callable on the model (None when not given)."""
+    from .inputs.optimizer import parse_optimizer
+
+    return parse_optimizer(text) if text else None
 
 
 def _point_at_the_user_file(report: Report, origin: str, model: Any) -> None:

@@ -223,6 +223,24 @@ def _formats() -> List[str]:
     return list(FORMATS)
 
 
+def _precisions() -> List[str]:
+    return ["fp16", "bf16"]
+
+
+def _optimizer(value: Any) -> str:
+    """An optimizer spec such as ``AdamW(lr=3e-4, weight_decay=0.1)``, parsed now (without torch) so a bad
+    one answers before any model is built; kept as text."""
+    from .optimizer import parse_optimizer
+
+    if not isinstance(value, str):
+        raise _Invalid("a string such as \"AdamW(lr=3e-4, weight_decay=0.1)\"")
+    try:
+        parse_optimizer(value)
+    except UsageError as exc:
+        raise _Invalid(str(exc), True) from None
+    return value
+
+
 def _severities() -> List[str]:
     from ..report.findings import SEVERITIES
 
@@ -328,6 +346,10 @@ KEYS: Dict[str, Key] = {k.name: k for k in (
     Key("input-shape", "input_shapes", _shapes, "probe input shape(s)"),
     Key("rules", "rule_options", _rule_options, "per-rule options, by rule name or code"),
     Key("per-module-ignores", "per_module_ignores", _ignores, "module path pattern -> codes to silence there"),
+    Key("optimizer", "optimizer", _optimizer, "the optimizer the model trains with, such as \"AdamW(lr=3e-4)\" "
+        "(its first step is audited)"),
+    Key("precision", "precision", _one_of(_precisions), "fp16 or bf16: the model trains under autocast"),
+    Key("grad-scaler", "grad_scaler", _boolean, "fp16 training scales the loss with torch.amp.GradScaler"),
 )}
 
 
@@ -448,7 +470,8 @@ def _resolve_rules(file: Dict[str, Any], cli: Dict[str, Any]) -> Any:
     return enabled, ignored
 
 
-FLAGS = {"seed": "--seed", "batch_size": "--batch-size", "import_timeout": "--import-timeout", "device": "--device"}
+FLAGS = {"seed": "--seed", "batch_size": "--batch-size", "import_timeout": "--import-timeout", "device": "--device",
+         "optimizer": "--optimizer", "precision": "--precision"}
 """Command-line options checked like the keys of the same name in the file."""
 
 
@@ -463,7 +486,7 @@ def check_flags(opts: Dict[str, Any]) -> None:
         try:
             checks[dest](value)
         except _Invalid as exc:
-            raise ConfigError(f"{flag} must be {exc}, not {value}") from None
+            raise ConfigError(str(exc) if exc.whole else f"{flag} must be {exc}, not {value}") from None
 
 
 def show_progress() -> bool:

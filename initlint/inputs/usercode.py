@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Iterator, Optional, Set
+from typing import Any, Iterator, Optional, Set
 
 from ..errors import LoadError
 from ..capture.locate import shown_path
@@ -223,6 +223,28 @@ def _found_in(name: str, folder: str) -> bool:
     locations = getattr(getattr(module, "__spec__", None), "submodule_search_locations", None)
     paths = [file] if file else list(locations or [])
     return any(os.path.abspath(p).startswith(folder + os.sep) for p in paths)
+
+
+OPTIMIZER_HOOK = "initlint_optimizer"
+"""A target file may define ``initlint_optimizer(model)`` returning the optimizer the model trains with."""
+
+
+def target_hook(origin: str, name: str = OPTIMIZER_HOOK) -> Optional[Any]:
+    """The function ``name`` of the module a candidate came from (``file.py:Model`` or ``package.module:Model``),
+    when that module defines one; the module is the one the loader imported for it."""
+    import hashlib
+
+    from .config import target_file
+
+    path = target_file(origin)
+    if path.endswith(".py") or os.path.exists(path):
+        abspath = os.path.abspath(path)
+        module = sys.modules.get("_initlint_target_" + hashlib.sha1(abspath.encode("utf-8", "surrogatepass"))
+                                 .hexdigest()[:16])
+    else:
+        module = sys.modules.get(path)
+    hook = getattr(module, name, None) if module is not None else None
+    return hook if callable(hook) else None
 
 
 def user_frame(exc: BaseException) -> str:

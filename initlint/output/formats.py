@@ -41,6 +41,7 @@ def format_text(reports: List[Report], colour: bool = False, notes: Sequence[str
             out.append(colour_text("  no findings", "32", colour))
         else:
             out.append(findings_table(r.findings, colour))
+        out.extend(step_lines(r))
         for note in r.notes:
             out.append(f"  note: {note}")
         out.append("")
@@ -48,6 +49,20 @@ def format_text(reports: List[Report], colour: bool = False, notes: Sequence[str
     errors = sum(1 for r in reports if r.error)
     out.append(f"{total} finding(s) in {len(reports)} model(s)" + (f", {errors} could not be audited" if errors else ""))
     return "\n".join(out)
+
+
+def step_lines(report: Report) -> List[str]:
+    """With an optimizer: one line per param group (lr, weight decay, size, median first-update ratio)."""
+    step = getattr(report, "step", None)
+    if step is None:
+        return []
+    from ..rules.base import fmt
+
+    lines = [f"  first step: {step.optimizer}, gradients of {step.loss}" + ("" if step.stepped else " (not taken)")]
+    for g in step.groups:
+        lines.append(f"    param group {g.index}: lr {fmt(g.lr)}, weight decay {fmt(g.weight_decay)}, {g.tensors} tensors "
+                     f"({g.elements:,} parameters), median update ratio {fmt(g.median_ratio)}")
+    return lines
 
 
 ALL_PASSED = "All checks passed!"

@@ -584,12 +584,14 @@ def used_params(graph: Graph) -> List[str]:
 
 
 def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, logits: Optional[bool] = False,
-              backward: bool = True, forward: bool = True) -> ProbeResult:
+              backward: bool = True, forward: bool = True, step: Optional[Any] = None) -> ProbeResult:
     """Run the probe through ``cap`` and return host-side statistics.
 
     With ``forward=False`` only the static parameter statistics are computed (for models whose
     tensors hold no data, such as models on the ``meta`` device). ``logits``: True, the output
     is logits; False, it is not; None, it is when that is certain (see :func:`logits_output`).
+    ``step``: a :class:`~initlint.probe.step.StepRequest`; the backward probe then differentiates the
+    training loss with respect to every parameter that requires grad, and leaves the gradients on it.
     """
     result = ProbeResult()
     c = _Collector()
@@ -607,8 +609,14 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
                                     f"and the backward probe were skipped")
                 main, grad_wanted = None, False
             put_logits(c, cap, out, main, logits, result)
+            loss = None
+            if step is not None and grad_wanted and main is not None:
+                from .step import objective
+
+                loss = objective(step, out, main, logits_output(out, main, cap, logits), args, kwargs)
             if grad_wanted:
-                _backward(cap, named, main, c, result)
+                _backward(cap, named, main, c, result, step, loss)
+            del loss
             del out, main
     cap.finish()
     params = [(n, named[n]) for n in used_params(cap.graph) if n in named]
@@ -698,20 +706,33 @@ and whether it is finite (its mean is: a sum of finite float32 entries overflows
 
 
 def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch.Tensor], c: _Collector,
-              result: ProbeResult) -> None:
+              result: ProbeResult, step: Optional[Any] = None, loss: Optional[torch.Tensor] = None) -> None:
     if not backward_possible(main, result):
         return
-    # Only the weights IL006 judges: embeddings' gradients are sparse and large, and not needed.
+    # Only the weights IL006 judges: embeddings' gradients are sparse and large, and not needed
+    # (unless the first step is taken: then every parameter that requires grad).
     weights = [(n, named[n]) for op in cap.graph if op.kind in O.WEIGHT_KINDS
                for role, n in op.params.items() if role == "weight" and n in named and named[n].requires_grad]
     weights = list(dict(weights).items())
-    if not weights:
+    wanted = weights
+    if step is not None:
+        judged = dict(weights)
+        wanted = weights + [(n, p) for n, p in named.items() if p.requires_grad and n not in judged]
+    if not wanted:
         return
-    gen = torch.Generator().manual_seed(0)
-    cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
-    grads = list(torch.autograd.grad([main], [p for _, p in weights], [cotangent], allow_unused=True))
+    if loss is not None:  # the training loss (the first step); IL006 reads the same gradients
+        grads = list(torch.autograd.grad([loss], [p for _, p in wanted], allow_unused=True))
+    else:
+        gen = torch.Generator().manual_seed(0)
+        cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
+        grads = list(torch.autograd.grad([main], [p for _, p in wanted], [cotangent], allow_unused=True))
     measured = [(name, g) for (name, _), g in zip(weights, grads) if g is not None and _measurable(c, name, g)]
     summarise(c, "grads", measured, mean=True, extremes=GRAD_EXTREMES)
+    if step is not None:
+        if loss is None:  # the random direction as a mean-reduced loss, as training losses are
+            grads = [None if g is None else g / max(main.numel(), 1) for g in grads]
+        step.grads = {name: g for (name, _), g in zip(wanted, grads)}
+        step.ran = True
     del grads
     result.backward_ran = True
 

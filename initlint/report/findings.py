@@ -60,6 +60,8 @@ class Report:
     notes: List[str] = field(default_factory=list)
     graph: Any = None
     probe: Any = None
+    step: Any = None
+    """The first step of the optimizer given (:class:`initlint.probe.step.StepStats`), else None."""
 
     @property
     def clean(self) -> bool:
@@ -130,6 +132,7 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "error": self.error,
             "notes": list(self.notes),
+            **({"step": self.step.to_dict()} if self.step is not None else {}),
         }
 
 

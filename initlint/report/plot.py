@@ -58,6 +58,9 @@ PANELS = (
     Panel("gradient", "weight gradient std", "std (log)", True, ("weight gradients",)),
 )
 """The four panels, top to bottom; ``series`` names the :func:`signal_series` keys each one draws."""
+UPDATE_PANEL = Panel("update", "first-step update ratio, rms(update) / rms(weight)", "ratio (log)", True,
+                     ("update ratio",))
+"""A fifth panel when the audit took the optimizer's first step (``optimizer=``)."""
 
 
 MAX_NAMED_TICKS = 40
@@ -90,7 +93,7 @@ def signal_series(report: Any) -> Dict[str, Series]:
     if report.graph is None or report.probe is None or not report.probe.forward_ran:
         raise PlotError(f"nothing to plot for {report.model}: the probe did not run a forward pass")
     flagged = flagged_modules(report)
-    out = {name: Series(name) for panel in PANELS for name in panel.series}
+    out = {name: Series(name) for panel in PANELS + (UPDATE_PANEL,) for name in panel.series}
     for depth, op in enumerate(measured_ops(report)):
         stats = report.probe.ops[op.id]
         hit = op.module in flagged
@@ -103,7 +106,15 @@ def signal_series(report: Any) -> Dict[str, Series]:
         grad = report.probe.grads.get(op.params.get("weight", ""), {})
         if op.kind in O.WEIGHT_KINDS and "std" in grad:
             out["weight gradients"].add(depth, grad["std"], op.module, hit)
+        moved = report.step.params.get(op.params.get("weight", "")) if report.step is not None else None
+        if op.kind in O.WEIGHT_KINDS and moved is not None and moved.ratio is not None:
+            out["update ratio"].add(depth, moved.ratio, op.module, hit)
     return out
+
+
+def panels(report: Any) -> Tuple[Panel, ...]:
+    """The panels of ``report``'s figure: the update ratio's too when the optimizer's first step was taken."""
+    return PANELS + ((UPDATE_PANEL,) if getattr(report, "step", None) is not None else ())
 
 
 def depth_labels(layers: List[Any]) -> List[str]:
@@ -142,10 +153,11 @@ def signal_figure(report: Any) -> Tuple[Any, Dict[str, Series]]:
     series = signal_series(report)
     layers = measured_ops(report)
     depth = len(layers)
-    fig = _figure_class()(figsize=(9, 10), constrained_layout=True)
+    shown = panels(report)
+    fig = _figure_class()(figsize=(9, 2.5 * len(shown)), constrained_layout=True)
     FigureCanvasAgg(fig)  # Agg, without touching pyplot's global backend
-    axes = fig.subplots(len(PANELS), 1, sharex=True)
-    for ax, panel in zip(axes, PANELS):
+    axes = fig.subplots(len(shown), 1, sharex=True)
+    for ax, panel in zip(axes, shown):
         _draw_panel(ax, panel, series, depth)
     axes[-1].set_xlabel("depth (measured weight layers and activations, in execution order)")
     if depth <= MAX_NAMED_TICKS:  # name the layers while the names still fit
@@ -176,7 +188,7 @@ def _figure_class() -> Any:
 
 
 _STYLE = {"weight layers": ("o", "tab:blue"), "activations": ("s", "tab:gray"), "relu": ("o", "tab:blue"),
-          "saturated": ("o", "tab:blue"), "weight gradients": ("o", "tab:blue")}
+          "saturated": ("o", "tab:blue"), "weight gradients": ("o", "tab:blue"), "update ratio": ("o", "tab:blue")}
 
 
 def _draw_panel(ax: Any, panel: Panel, series: Dict[str, Series], depth: int) -> None:
@@ -211,4 +223,5 @@ _EMPTY = {
     "dead": "no ReLU in the measured graph",
     "saturated": "no bounded activation (tanh, sigmoid, ...) in the measured graph",
     "gradient": "no gradient statistics: the backward probe did not run (no selected rule needs it)",
+    "update": "no weight layer was stepped",
 }

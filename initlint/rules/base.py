@@ -18,6 +18,7 @@ from ..capture.graph import Graph, Op
 from ..capture.locate import user_location
 from ..probe.run import ProbeResult
 from ..probe.stats import OpStats
+from ..probe.step import StepStats
 from ..report.findings import Finding
 
 
@@ -67,7 +68,8 @@ class Rule:
     name: str = ""
     severity: str = "warning"
     needs: frozenset = frozenset({"graph"})
-    """Any of ``graph`` (static), ``activations`` (forward probe), ``gradients`` (backward probe)."""
+    """Any of ``graph`` (static), ``activations`` (forward probe), ``gradients`` (backward probe), ``step``
+    (the first step of the user's optimizer: the rule runs only when one is given)."""
     options: Dict[str, Any] = {}
     """Option name -> default value; documented in the docstring's Options section."""
     option_ranges: Dict[str, Tuple[float, Optional[float]]] = {}
@@ -201,6 +203,14 @@ class AuditContext:
     graph: Graph
     probe: ProbeResult
     logits: bool = False
+    precision: Optional[str] = None
+    """How the model will train: ``"fp16"``, ``"bf16"`` (autocast) or None (float32)."""
+    grad_scaler: bool = False
+    """fp16 training scales the loss with ``torch.amp.GradScaler``."""
+    step: Optional[StepStats] = None
+    """The first step of the user's optimizer (:mod:`initlint.probe.step`); None without an optimizer."""
+    ddp: bool = False
+    """The audited model was wrapped in DistributedDataParallel."""
     results: Dict[str, List[Finding]] = field(default_factory=dict)
     """Findings of the rules that already ran, by code (filled by the pipeline)."""
     memo: Dict[str, Any] = field(default_factory=dict)

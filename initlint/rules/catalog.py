@@ -1193,4 +1193,113 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "  wider layer is 9.5% away from PyTorch's ``Linear`` default, which 0.05 tells apart.\n"
                       "  PyTorch's ``Linear`` default and ``normal(std=0.02)`` differ by 4% at width 768: the\n"
                       '  distribution family, not the std, tells those apart.\n'},
+    'IL015': {'code': 'IL015',
+              'name': 'update-scale',
+              'severity': 'warning',
+              'role': 'cause',
+              'summary': "the optimizer's first step moves a weight by a large share of its size",
+              'options': {'limit': 0.3},
+              'option_ranges': {'limit': (0.0, None)},
+              'needs': ('step',),
+              'uses': (),
+              'page': '# IL015 `update-scale`\n'
+                      '\n'
+                      'Severity: **warning**. Role: cause. Needs: step.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Takes one real step of the optimizer the model will train with (``initlint.audit(model, x,\n'
+                      'optimizer=...)``, ``--optimizer``, or ``initlint_optimizer(model)`` in the target file) on a\n'
+                      "private copy of the parameters and of the optimizer's state, and measures, for every weight\n"
+                      'tensor (two or more dimensions; biases and norm gains are not judged), the ratio\n'
+                      '``rms(first update) / rms(weight)``. A weight initialised to zero (a deliberate head, a\n'
+                      "residual branch's last layer) is judged against the scale a sound init gives it,\n"
+                      '``1 / sqrt(fan_in)``, not against 0. It reports the weights whose ratio is above ``limit``,\n'
+                      "with the param group's lr.\n"
+                      '\n'
+                      '## Why is this bad?\n'
+                      "The first steps of Adam move every entry by about ``lr`` whatever the gradient's size\n"
+                      '(``m / sqrt(v) = sign(g)`` at step one). On a weight of std 0.02, the usual GPT init, lr 1e-2\n'
+                      'moves each entry by half its typical size: one step rewrites the layer, the carefully\n'
+                      "chosen init is gone, and the loss jumps or diverges before any warm-up helps. nanoGPT's\n"
+                      'usual Adam lr 1e-3 gives a ratio near 0.14 on its output projections and is the best lr on a\n'
+                      'small task, while 1e-2 (ratio 0.5) ends 2.3x worse. For SGD the ratio is ``lr * rms(grad) /\n'
+                      'rms(weight)``, and the same limit holds.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def gpt_init_mlp_trained_with_adam_at_1e_2():\n'
+                      "    # every weight has std 0.02; Adam's first step moves each entry by about lr = 0.01\n"
+                      '    return mlp_at_gpt_init(), torch.randn(16, 256)\n'
+                      '```\n'
+                      'Flagged at ``0``, ``2``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def gpt_init_mlp_trained_with_adam_at_1e_3():\n'
+                      '    return mlp_at_gpt_init(), torch.randn(16, 256)\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      "Lower the param group's lr to the value the finding names (the first step is proportional\n"
+                      'to lr, so ``lr * limit / ratio`` brings the worst weight of the group to the limit), add a\n'
+                      'warm-up that starts there, or give the weight a larger init if its scale is the odd one out.\n'
+                      '\n'
+                      '## Options\n'
+                      "- `limit` (default 0.3): the largest ratio of the first update's rms to the weight's rms.\n"},
+    'IL016': {'code': 'IL016',
+              'name': 'not-optimized',
+              'severity': 'warning',
+              'role': 'check',
+              'summary': 'a trainable parameter no param group holds, one held twice or stale, or a module the forward '
+                         'never uses',
+              'options': {},
+              'option_ranges': {},
+              'needs': ('activations',),
+              'uses': (),
+              'page': '# IL016 `not-optimized`\n'
+                      '\n'
+                      'Severity: **warning**. Role: check. Needs: activations.\n'
+                      '\n'
+                      '## What it does\n'
+                      'With the optimizer the model will train with (``optimizer=``, ``--optimizer`` or\n'
+                      '``initlint_optimizer(model)``), compares its param groups with the model: a parameter that\n'
+                      'requires grad and gets a nonzero gradient from the loss but that no group holds, a parameter\n'
+                      'held by two groups (or twice by one), a frozen parameter held (information) and tensors held\n'
+                      "that are not parameters of the model any more (a replaced head's old weights).\n"
+                      '\n'
+                      'With or without an optimizer, it also reports modules whose parameters require grad but\n'
+                      'that the forward pass never uses (a leftover layer): as information, or as a warning when\n'
+                      'the audited model is wrapped in ``DistributedDataParallel``.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'A parameter no group holds keeps its init for the whole run: a head added after the\n'
+                      'optimizer was built, or ``optimizer = Adam(model.encoder.parameters())``, trains the\n'
+                      'encoder under a random, frozen head, and nothing fails. A parameter held twice is stepped\n'
+                      'twice (torch refuses it only at construction; ``group["params"].append`` slips past). A\n'
+                      "replaced module's old parameters still held cost optimizer memory and, with weight decay,\n"
+                      'are decayed for nothing. An unused module gets no gradient: ``DistributedDataParallel``\n'
+                      'stops with "Expected to have finished reduction in the prior iteration" unless\n'
+                      '``find_unused_parameters=True`` (which costs a graph walk every step).\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def optimizer_built_over_the_body_only():\n'
+                      '    # the optimizer was built before the head existed, or over model.body.parameters()\n'
+                      '    return Classifier(), torch.randn(8, 32)\n'
+                      '```\n'
+                      'Flagged at ``head``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def optimizer_over_every_parameter():\n'
+                      '    return Classifier(), torch.randn(8, 32)\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Build the optimizer once the model is complete, over ``model.parameters()`` (or param\n'
+                      'groups that together cover them); freeze on purpose with ``requires_grad_(False)`` and\n'
+                      'leave frozen parameters out of the groups; delete a leftover module (or call it).\n'
+                      '\n'
+                      '## Options\n'
+                      'None.\n'},
 }
