@@ -67,7 +67,8 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
           input_shapes: Optional[Sequence[Tuple[int, ...]]] = None,
           rule_options: Optional[Dict[str, Dict[str, Any]]] = None, name: Optional[str] = None,
           target: str = "", init: Optional[Callable[[nn.Module], None]] = None,
-          progress: Optional[Callable[[Any], None]] = None, **settings: Any) -> Report:
+          progress: Optional[Callable[[Any], None]] = None, precision: Optional[str] = None,
+          grad_scaler: bool = False, **settings: Any) -> Report:
     """Audit ``model`` at initialisation and return a :class:`~initlint.report.findings.Report`.
 
     ``example_inputs`` may be a tensor, a tuple of positional inputs or a dict of keyword
@@ -81,6 +82,10 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     ``device="meta"`` for the graph rules only), each block initialised by ``init(module)``
     when given, else by the model's own init, and ``progress`` (a function of one
     :class:`~initlint.scale.stream.BlockProgress`) hears of every block; see :mod:`initlint.scale.stream`.
+
+    ``precision`` (``"fp16"``, ``"bf16"`` or None) is the precision the model will train with: the probe
+    runs once more under ``torch.autocast`` at that dtype (:mod:`initlint.probe.precision`), and
+    ``grad_scaler`` says whether fp16 training uses ``torch.amp.GradScaler``.
     """
     from .inputs.config import apply_settings
 
@@ -98,6 +103,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     sharded = not streamed and _sharded(user_model)
     dev = resolve_device(options["device"] or ("cpu" if streamed else None), user_model)
     report.device = str(dev)
+    _check_precision(precision, grad_scaler, dev)
     work = user_model
     if dev != model_device(user_model) and model_device(user_model).type != "meta":
         work = copy.deepcopy(user_model).to(dev)  # the user's model stays where it is
@@ -132,12 +138,44 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     probe.seal()
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
     cap.finish()  # already done by the probe's forward pass, unless it raised before
-    ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]))
+    precise = None
+    if precision is not None:
+        precise = _precision_probe(cap, args, kwargs, precision, grad_scaler, probe, int(options["seed"]),
+                                   skipped=streamed or sharded or is_meta, notes=report.notes)
+    ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]),
+                       precision=precision, grad_scaler=grad_scaler, precision_probe=precise)
     findings = _run_rules(rules, ctx, probe, is_meta, codes)
     findings = apply_suppressions(findings, work, options.get("per_module_ignores"), codes)
     report.findings = group_runs(link_findings(findings, cap.graph))
     report.notes.extend(probe.notes)
     return report
+
+
+def _check_precision(precision: Optional[str], grad_scaler: Any, device: torch.device) -> None:
+    """A precision the device can autocast to, and a boolean ``grad_scaler``; else one sentence."""
+    from .probe.precision import autocast_dtype
+
+    if not isinstance(grad_scaler, bool):
+        raise UsageError(f"grad_scaler must be True or False, not {grad_scaler!r}")
+    if precision is not None and not isinstance(precision, str):
+        raise UsageError(f"precision must be 'fp16', 'bf16' or None, not {precision!r}")
+    autocast_dtype(precision, device)
+
+
+def _precision_probe(cap: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], precision: str, grad_scaler: bool,
+                     probe: ProbeResult, seed: int, skipped: bool, notes: List[str]) -> Any:
+    """The autocast pass (:func:`initlint.probe.precision.run_precision_probe`) under the state guard."""
+    from .probe.precision import run_precision_probe
+
+    if skipped:
+        notes.append(f"the precision probe ({precision}) runs on models audited whole, not block by block or "
+                     f"sharded: precision-headroom was not checked")
+        return None
+    with guarded(cap.model, seed, (args, kwargs)):
+        stats = run_precision_probe(cap, args, kwargs, precision, grad_scaler=grad_scaler,
+                                    logits=probe.logits is not None, seed=seed)
+    notes.extend(stats.notes)
+    return stats
 
 
 def _real_inputs(inputs: Any, seed: int, report: Report) -> Any:

@@ -182,7 +182,8 @@ def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Cal
                            ignore=settings.get("ignore"), logits=settings.get("logits"),
                            seed=settings.get("seed") or 0, batch_size=settings.get("batch_size"),
                            input_shapes=shapes or None, rule_options=settings.get("rule_options"), name=cand.name,
-                           target=cand.origin, per_module_ignores=settings.get("per_module_ignores"))
+                           target=cand.origin, per_module_ignores=settings.get("per_module_ignores"),
+                           precision=settings.get("precision"), grad_scaler=bool(settings.get("grad_scaler")))
         _point_at_the_user_file(report, cand.origin, model)
         return report
     except (LoadError, UnknownCode) as exc:

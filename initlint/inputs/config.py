@@ -324,6 +324,8 @@ KEYS: Dict[str, Key] = {k.name: k for k in (
     Key("batch-size", "batch_size", _integer(1, MAX_BATCH), "probe batch size when the input is inferred"),
     Key("import-timeout", "import_timeout", _timeout, "seconds a target's import may take (0: no limit)"),
     Key("logits", "logits", _boolean, "the model output is logits (check its softmax, IL004)"),
+    Key("precision", "precision", _one_of(lambda: ["fp16", "bf16"]), "the precision training uses (fp16, bf16)"),
+    Key("grad-scaler", "grad_scaler", _boolean, "fp16 training uses torch.amp.GradScaler"),
     Key("format", "format", _one_of(_formats), "output format"),
     Key("input-shape", "input_shapes", _shapes, "probe input shape(s)"),
     Key("rules", "rule_options", _rule_options, "per-rule options, by rule name or code"),

@@ -16,6 +16,7 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..capture.locate import user_location
+from ..probe.precision import PrecisionStats
 from ..probe.run import ProbeResult
 from ..probe.stats import OpStats
 from ..report.findings import Finding
@@ -201,6 +202,12 @@ class AuditContext:
     graph: Graph
     probe: ProbeResult
     logits: bool = False
+    precision: Optional[str] = None
+    """The precision the model will train with (``fp16``, ``bf16``), or None."""
+    grad_scaler: bool = False
+    """Whether fp16 training uses ``torch.amp.GradScaler``."""
+    precision_probe: Optional[PrecisionStats] = None
+    """What the autocast pass measured, when a precision is given."""
     results: Dict[str, List[Finding]] = field(default_factory=dict)
     """Findings of the rules that already ran, by code (filled by the pipeline)."""
     memo: Dict[str, Any] = field(default_factory=dict)

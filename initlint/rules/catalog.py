@@ -1193,4 +1193,95 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "  wider layer is 9.5% away from PyTorch's ``Linear`` default, which 0.05 tells apart.\n"
                       "  PyTorch's ``Linear`` default and ``normal(std=0.02)`` differ by 4% at width 768: the\n"
                       '  distribution family, not the std, tells those apart.\n'},
+    'IL017': {'code': 'IL017',
+              'name': 'precision-headroom',
+              'severity': 'warning',
+              'role': 'check',
+              'summary': 'An activation or gradient overflows or underflows at the precision training uses.',
+              'options': {'headroom': 8.0, 'flush': 0.1},
+              'option_ranges': {'headroom': (1, None), 'flush': (0, 1)},
+              'needs': ('activations',),
+              'uses': (),
+              'page': '# IL017 `precision-headroom`\n'
+                      '\n'
+                      'Severity: **warning**. Role: check. Needs: activations.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Runs only when the audit is given the precision training will use (``precision="fp16"`` or\n'
+                      '``"bf16"``, ``--precision``). The probe then runs the forward and backward pass once more under\n'
+                      "``torch.autocast`` at that dtype, with a training loss (the model's own, cross-entropy against\n"
+                      'random labels for logits, else a mean squared error), and checks:\n'
+                      "- fp16: an op whose output (or the gradient reaching it, or a weight's gradient) overflows to\n"
+                      '  ``inf`` under autocast while it is finite in float32 (error), or comes within ``headroom``\n'
+                      "  of float16's largest value 65504 (warning); the first layer where it happens is named;\n"
+                      "- fp16: the share of each weight's gradient entries that are nonzero in float32 and exactly\n"
+                      "  zero under autocast: lost to underflow (float16's smallest subnormal is 6e-8). Without a\n"
+                      '  ``GradScaler`` the loss is unscaled; with one (``grad_scaler=True``, ``--grad-scaler``) it is\n'
+                      "  judged at the scaler's initial scale, 65536;\n"
+                      '- bf16 (and fp16) residual additions made in the half dtype (a model stored in bfloat16)\n'
+                      "  whose branch is below the stream's resolution: branch rms < stream rms x 2^-9 in bfloat16\n"
+                      '  (2^-12 in float16), so most of what the branch adds rounds away. Branches that start at\n'
+                      '  zero or behind a near-zero gate (ReZero, LayerScale, zero-initialised ends) are deliberate\n'
+                      '  and passed over.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'float16 keeps 5 exponent bits: values above 65504 become ``inf``, and the loss, every\n'
+                      'gradient and then every weight become NaN at the first step. A model that sits within a\n'
+                      'small factor of the limit at initialisation crosses it once training grows its weights\n'
+                      '(trained T5 checkpoints do: their FFN output ``DenseReluDense.wo`` exceeds 65504, which is\n'
+                      'why Hugging Face keeps ``wo`` in float32). At the other end, gradients below 6e-8 flush to\n'
+                      'zero: a mean-reduced loss over many outputs, a small output layer or a deep stack with\n'
+                      'shrinking gradients leaves whole layers with no gradient in float16, which is what a loss\n'
+                      "scaler is for. bfloat16 has float32's range but 8 significant bits: ``x + f(x)`` with\n"
+                      '``|f(x)|`` under half a unit in the last place of ``x`` returns ``x``, so a branch that small\n'
+                      'does not change the stream at all.\n'
+                      '\n'
+                      'Calibration. ``benchmarks/bench_precision.py`` trains an MLP (64-256-256-10, Adam, 100\n'
+                      'steps, 3 seeds) in float32 and under fp16 autocast, with and without a ``GradScaler``,\n'
+                      'with its hidden layers scaled so that the largest activation sits at a given fraction of\n'
+                      '65504 (the function is unchanged), and with its output scaled down so that gradients\n'
+                      'shrink. Trouble: a non-finite loss, the scaler skipping most steps, or a final loss 1.5x\n'
+                      "the float32 run's. Its table is in ``benchmarks/results/precision.md`` and the README.\n"
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def mlp_whose_first_layer_outputs_exceed_fp16():\n'
+                      '    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))\n'
+                      '    with torch.no_grad():\n'
+                      '        model[0].weight.mul_(3e4)  # hidden activations reach ~1e5; float16 holds at most 65504\n'
+                      '        model[2].weight.div_(3e4)  # the function is unchanged in float32\n'
+                      '    return model, torch.randn(32, 64)\n'
+                      '```\n'
+                      'Flagged at ``0``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def mlp_at_default_init():\n'
+                      '    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)), torch.randn(32, 64)\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      "Overflow: train in bfloat16 (float32's range), keep the overflowing layer in float32, or\n"
+                      'bring its scale down (a norm before it, a clamp, a smaller init):\n'
+                      '```python\n'
+                      'with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+                      '    loss = model(x)\n'
+                      '```\n'
+                      'Gradient underflow in fp16: use a loss scaler, which scales the loss before ``backward`` and\n'
+                      'unscales the gradients before the step:\n'
+                      '```python\n'
+                      'scaler = torch.amp.GradScaler()\n'
+                      'scaler.scale(loss).backward()\n'
+                      'scaler.step(optimizer)\n'
+                      'scaler.update()\n'
+                      '```\n'
+                      'A branch that rounds away in bfloat16: keep float32 master weights and compute under\n'
+                      'autocast (the stream stays float32), or initialise the branch at a scale the stream can\n'
+                      'resolve.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``headroom`` (default ``8``): warn when an fp16 activation or gradient comes within this\n'
+                      '  factor of 65504 (its largest magnitude above 65504 / headroom = 8188).\n'
+                      '- ``flush`` (default ``0.1``): flag a weight when more than this share of its nonzero float32\n'
+                      '  gradient entries are zero under fp16 autocast.\n'},
 }
