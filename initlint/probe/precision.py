@@ -116,6 +116,8 @@ class _Observer:
         self.values: Dict[int, Tuple[torch.Tensor, str]] = {}
         self.grads: Dict[int, torch.Tensor] = {}
         self.record_grads = record_grads
+        self.ids: Optional[Dict[int, int]] = None
+        """Op ids of the run -> the audited graph's, when the capture recorded a new graph (None: the same)."""
 
     def __call__(self, op: Op, value: Any) -> None:
         t = value if isinstance(value, torch.Tensor) else next(
@@ -208,9 +210,8 @@ def _pass(cap: Capture, graph: Graph, args: Tuple[Any, ...], kwargs: Dict[str, A
     try:
         with torch.enable_grad(), (torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()):
             out = cap.run(args, kwargs, observer)
-            if kept is not cap.graph and not _same_ops(kept, cap.graph):
-                observer.values.clear()  # a runtime capture that took another path: op ids do not match
-                stats.notes.append("the model ran another sequence of ops under autocast: per-op statistics skipped")
+            if kept is not cap.graph:
+                observer.ids = _aligned(cap.graph, kept)
             if loss is not None:
                 value, what = loss(out, (args, kwargs)), "the loss given"
             else:
@@ -229,13 +230,30 @@ def _pass(cap: Capture, graph: Graph, args: Tuple[Any, ...], kwargs: Dict[str, A
     return found, observer
 
 
-def _same_ops(a: Graph, b: Graph) -> bool:
-    return len(a) == len(b) and all(x.kind == y.kind and x.module == y.module for x, y in zip(a, b))
+def _aligned(new: Graph, old: Graph) -> Dict[int, int]:
+    """Op ids of a graph recorded again (the runtime capture records one per run) -> the audited graph's.
+
+    Under autocast a model may run extra ops (``hidden.to(self.wo.weight.dtype)`` in T5); ops are matched
+    by module, kind and call, and their order among those of the same kind in the module."""
+    def keys(graph: Graph) -> Dict[Tuple[str, str, str, int], int]:
+        seen: Dict[Tuple[str, str, str], int] = {}
+        out = {}
+        for op in graph:
+            base = (op.module, op.kind, op.target)
+            seen[base] = seen.get(base, -1) + 1
+            out[base + (seen[base],)] = op.id
+        return out
+
+    before = keys(old)
+    return {i: before[key] for key, i in keys(new).items() if key in before}
 
 
 def _collect(stats: PrecisionStats, observer: _Observer, grads: Dict[str, torch.Tensor],
              ref_grads: Dict[str, torch.Tensor]) -> None:
     """Everything measured, to the host in one transfer."""
+    if observer.ids is not None:
+        observer.values = {observer.ids[i]: v for i, v in observer.values.items() if i in observer.ids}
+        observer.grads = {observer.ids[i]: v for i, v in observer.grads.items() if i in observer.ids}
     op_ids = list(observer.values)
     grad_ids = [i for i in op_ids if i in observer.grads]
     names = [n for n in grads if n in ref_grads]

@@ -1,0 +1,212 @@
+"""Calibration of IL017 precision-headroom: does an fp16 finding come before fp16 training trouble?
+
+    nice -n 10 python benchmarks/bench_precision.py [--seeds 0,1,2] [--steps 100] [--out benchmarks/results/precision.md]
+
+An MLP (64-256-256-10, ReLU, a LayerNorm before the second ReLU) learns a synthetic classification task (labels of a fixed random
+teacher, 512 samples, batches of 64, Adam, cross-entropy) for ``--steps`` steps, three ways from
+the same init and data order: in float32, under fp16 ``torch.autocast`` without a loss scaler,
+and with ``torch.amp.GradScaler()``. Two families of inits:
+
+* ``act=F``: the layers before the norm are scaled so that the largest activation on the audit's
+  probe batch is the fraction ``F`` of float16's 65504 (``W0, b0, b2`` times ``a``: the float32
+  function is unchanged, ReLU being homogeneous and the norm undoing the scale, as T5's FFN output
+  is tamed by the next norm);
+* ``out=S``: the output layer's weight times ``S`` (the gradients of every earlier layer shrink
+  by ``S``; float32 Adam normalises them away, float16 may flush them to zero).
+
+Trouble for an fp16 run: a non-finite loss at any step, the scaler skipping more than half the
+steps, or less than half the float32 run's progress (first loss minus the mean of the last 10). The audit of
+each init (``initlint.audit(model, x, precision="fp16", grad_scaler=..., logits=True)``) gives
+IL017's verdict at the default options, and the raw measurements (the largest fp16 activation
+over 65504, the largest share of a weight's gradient lost to underflow) from which the table of
+candidate thresholds is computed.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from typing import Dict, List, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import initlint  # noqa: E402
+from initlint.capture import BACKENDS  # noqa: E402
+from initlint.probe.guard import guarded  # noqa: E402
+from initlint.probe.precision import run_precision_probe  # noqa: E402
+from initlint.probe.run import run_probe  # noqa: E402
+
+FP16 = 65504.0
+ACT_FRACTIONS = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 0.9, 2.0)
+OUT_SCALES = (1.0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
+HEADROOMS = (2.0, 4.0, 8.0, 16.0, 32.0)
+FLUSHES = (0.01, 0.05, 0.1, 0.2, 0.5)
+
+
+def build(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.LayerNorm(256), nn.ReLU(),
+                         nn.Linear(256, 10))
+
+
+def task(seed: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(1000 + seed)
+    x = torch.randn(512, 64, generator=gen)
+    teacher = torch.randn(64, 10, generator=gen)
+    return x, (x @ teacher).argmax(-1), torch.randn(64, 64, generator=gen)
+
+
+def peak_activation(model: nn.Module, x: torch.Tensor) -> float:
+    with torch.no_grad():
+        h1 = model[0](x)
+        h2 = model[2](model[1](h1))
+        return max(float(h1.abs().max()), float(h2.abs().max()))
+
+
+def init_for(kind: str, value: float, seed: int, probe: torch.Tensor) -> nn.Module:
+    model = build(seed)
+    with torch.no_grad():
+        if kind == "act":
+            a = value * FP16 / peak_activation(model, probe)
+            model[0].weight.mul_(a)
+            model[0].bias.mul_(a)
+            model[2].bias.mul_(a)
+        else:
+            model[5].weight.mul_(value)
+    return model
+
+
+def train(model: nn.Module, data, mode: str, steps: int, seed: int) -> Dict[str, float]:
+    x, y, _ = data
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu") if mode == "fp16+scaler" else None
+    gen = torch.Generator().manual_seed(seed)
+    losses: List[float] = []
+    skipped = 0
+    for _ in range(steps):
+        idx = torch.randint(0, x.shape[0], (64,), generator=gen)
+        with torch.autocast("cpu", dtype=torch.float16, enabled=mode != "fp32"):
+            loss = F.cross_entropy(model(x[idx]).float(), y[idx])
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss))
+        if scaler is not None:
+            before = scaler.get_scale()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            skipped += scaler.get_scale() < before
+        else:
+            loss.backward()
+            opt.step()
+    final = sum(losses[-10:]) / 10
+    return {"first": losses[0], "final": final, "finite": all(math.isfinite(v) for v in losses),
+            "skipped": skipped / steps}
+
+
+def trouble(run: Dict[str, float], reference: Dict[str, float]) -> bool:
+    progress = reference["first"] - reference["final"]
+    return (not run["finite"] or run["skipped"] > 0.5 or not math.isfinite(run["final"])
+            or run["first"] - run["final"] < 0.5 * progress)
+
+
+def measure(model: nn.Module, probe: torch.Tensor, grad_scaler: bool) -> Tuple[float, float, bool]:
+    """(largest fp16 activation / 65504, largest share of a weight's gradient lost, overflow) of the precision probe."""
+    args = (probe,)
+    with guarded(model, 0, (args, {})):
+        cap = BACKENDS["fx"](model)
+        run_probe(cap, args, {}, logits=True, backward=False)
+    with guarded(model, 0, (args, {})):
+        stats = run_precision_probe(cap, args, {}, "fp16", grad_scaler=grad_scaler, logits=True)
+    half = [r for r in stats.ops.values() if r.dtype == "float16"]
+    overflow = any(not r.finite for r in half)
+    peak = max((r.absmax for r in half if r.finite), default=0.0) / FP16
+    share = max((w.share for w in stats.weights.values()), default=0.0)
+    return peak, share, overflow
+
+
+def rows(seeds: List[int], steps: int) -> List[Dict]:
+    out = []
+    for kind, values in (("act", ACT_FRACTIONS), ("out", OUT_SCALES)):
+        for value in values:
+            for seed in seeds:
+                data = task(seed)
+                probe = data[2]
+                reference = train(init_for(kind, value, seed, probe), data, "fp32", steps, seed)
+                for mode in ("fp16", "fp16+scaler"):
+                    scaler = mode == "fp16+scaler"
+                    model = init_for(kind, value, seed, probe)
+                    report = initlint.audit(model, probe, precision="fp16", grad_scaler=scaler, logits=True,
+                                            select=["IL017"])
+                    found = [f for f in report.findings if f.code == "IL017"]
+                    peak, share, overflow = measure(model, probe, scaler)
+                    run = train(model, data, mode, steps, seed)
+                    out.append(dict(case=f"{kind}={value:g}", seed=seed, mode=mode, flagged=bool(found),
+                                    what=",".join(sorted({f.severity for f in found})), peak=peak, share=share,
+                                    overflow=overflow, trouble=trouble(run, reference), fp32=reference["final"],
+                                    final=run["final"], skipped=run["skipped"]))
+                    print(out[-1], flush=True)
+    return out
+
+
+def outcome(flags: List[bool], troubles: List[bool]) -> str:
+    hit = sum(f and t for f, t in zip(flags, troubles))
+    flagged = sum(flags)
+    clean = len(flags) - flagged
+    missed = sum((not f) and t for f, t in zip(flags, troubles))
+    precision = f"{hit}/{flagged}" if flagged else "-"
+    return (f"flagged {flagged}: trouble after {precision}; clean {clean}: trouble after {missed}/{clean}"
+            if clean else f"flagged {flagged}: trouble after {precision}")
+
+
+def table(out: List[Dict]) -> str:
+    lines = ["| init | mode | seeds | IL017 (default) | fp16 peak / 65504 | max flushed share | trouble | "
+             "final loss fp16 (fp32) | steps skipped |", "|---|---|---|---|---|---|---|---|---|"]
+    cases = list(dict.fromkeys((r["case"], r["mode"]) for r in out))
+    for case, mode in cases:
+        rs = [r for r in out if r["case"] == case and r["mode"] == mode]
+        verdict = ", ".join(sorted({r["what"] or "clean" for r in rs}))
+        peak = "overflow" if all(r["overflow"] for r in rs) else f"{max(r['peak'] for r in rs):.3g}"
+        lines.append(f"| {case} | {mode} | {len(rs)} | {verdict} | {peak} | {max(r['share'] for r in rs):.3g} | "
+                     f"{sum(r['trouble'] for r in rs)}/{len(rs)} | "
+                     f"{sum(r['final'] for r in rs) / len(rs):.3g} ({sum(r['fp32'] for r in rs) / len(rs):.3g}) | "
+                     f"{max(r['skipped'] for r in rs):.2f} |")
+    troubles = [r["trouble"] for r in out]
+    lines += ["", f"Default options: {outcome([r['flagged'] for r in out], troubles)}.", "",
+              "Candidate thresholds (a run is flagged when it overflows, when its largest fp16 activation is above "
+              "65504 / headroom, or, without a scaler, when a weight loses more than `flush` of its gradient; with a "
+              "scaler the flushed share is judged at scale 65536):", "",
+              "| headroom | flush | outcome |", "|---|---|---|"]
+    for headroom in HEADROOMS:
+        for flush in FLUSHES:
+            flags = [r["overflow"] or r["peak"] >= 1 / headroom or r["share"] > flush for r in out]
+            lines.append(f"| {headroom:g} | {flush:g} | {outcome(flags, troubles)} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                      "precision.md"))
+    opts = parser.parse_args()
+    torch.set_num_threads(1)
+    start = time.time()
+    out = rows([int(s) for s in opts.seeds.split(",")], opts.steps)
+    text = (f"# IL017 precision-headroom against fp16 training\n\n`python benchmarks/bench_precision.py "
+            f"--seeds {opts.seeds} --steps {opts.steps}` ({time.time() - start:.0f} s, torch {torch.__version__}, "
+            f"one thread)\n\n" + table(out) + "\n")
+    os.makedirs(os.path.dirname(opts.out), exist_ok=True)
+    with open(opts.out, "w") as fh:
+        fh.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
