@@ -2,24 +2,30 @@
 
     nice -n 10 python benchmarks/bench_precision.py [--seeds 0,1,2] [--steps 100] [--out benchmarks/results/precision.md]
 
-An MLP (64-256-256-10, ReLU, a LayerNorm before the second ReLU) learns a synthetic classification task (labels of a fixed random
-teacher, 512 samples, batches of 64, Adam, cross-entropy) for ``--steps`` steps, three ways from
-the same init and data order: in float32, under fp16 ``torch.autocast`` without a loss scaler,
-and with ``torch.amp.GradScaler()``. Two families of inits:
+A small classifier (64 -> 256 -> ReLU -> 32 -> LayerNorm -> ReLU -> 10; the 32-wide layer is narrow
+enough that the earlier layers must learn: with them frozen the loss ends near 1.5 instead of 0.1)
+learns the labels of a fixed random teacher MLP (512 samples, batches of 64, Adam lr 1e-3). The
+model computes its own loss (``loss_weight * cross_entropy``, returned with the logits, as Hugging
+Face models do when given labels), so the audit's backward pass differentiates the loss training
+uses. Each init trains for ``--steps`` steps three ways from the same init and data order: in
+float32, under fp16 ``torch.autocast`` without a loss scaler, and with ``torch.amp.GradScaler()``.
+Three families of inits:
 
-* ``act=F``: the layers before the norm are scaled so that the largest activation on the audit's
-  probe batch is the fraction ``F`` of float16's 65504 (``W0, b0, b2`` times ``a``: the float32
-  function is unchanged, ReLU being homogeneous and the norm undoing the scale, as T5's FFN output
-  is tamed by the next norm);
-* ``out=S``: the output layer's weight times ``S`` (the gradients of every earlier layer shrink
-  by ``S``; float32 Adam normalises them away, float16 may flush them to zero).
+* ``act=F``: the inputs (training data and probe batch alike) are multiplied by ``a`` so that the
+  largest activation on the probe batch is the fraction ``F`` of float16's 65504: unnormalised
+  features, raw pixel values; the layers before the norm carry the scale, the norm takes it out
+  (as T5's FFN output is tamed by the next norm), and float32 training is unaffected;
+* ``head=S``: the output layer's weight times ``S`` (the gradients of every earlier layer shrink
+  by ``S`` until Adam grows the head);
+* ``loss=W``: the loss weight ``W`` (a term of a weighted multi-task loss, a mean over very many
+  outputs): every gradient shrinks by ``W`` for good.
 
 Trouble for an fp16 run: a non-finite loss at any step, the scaler skipping more than half the
-steps, or less than half the float32 run's progress (first loss minus the mean of the last 10). The audit of
-each init (``initlint.audit(model, x, precision="fp16", grad_scaler=..., logits=True)``) gives
-IL017's verdict at the default options, and the raw measurements (the largest fp16 activation
-over 65504, the largest share of a weight's gradient lost to underflow) from which the table of
-candidate thresholds is computed.
+steps, or less than half the float32 run's progress (the cross-entropy of the first step minus the
+mean of the last 10). The audit of each init (``initlint.audit(model, (x, labels), precision="fp16",
+grad_scaler=...)``) gives IL017's verdict at the default options, and the raw measurements (the
+largest fp16 activation over 65504, the largest share of a weight's gradient lost to underflow)
+from which the table of candidate thresholds is computed.
 """
 from __future__ import annotations
 
@@ -43,47 +49,60 @@ from initlint.probe.precision import run_precision_probe  # noqa: E402
 from initlint.probe.run import run_probe  # noqa: E402
 
 FP16 = 65504.0
-ACT_FRACTIONS = (1 / 64, 1 / 32, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 0.9, 2.0)
-OUT_SCALES = (1.0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
+FAMILIES = (("act", (1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 0.9, 2.0)),
+            ("head", (1.0, 1e-2, 1e-4, 1e-6)),
+            ("loss", (1.0, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6)))
 HEADROOMS = (2.0, 4.0, 8.0, 16.0, 32.0)
-FLUSHES = (0.01, 0.05, 0.1, 0.2, 0.5)
+FLUSHES = (0.01, 0.05, 0.1, 0.2, 0.5, 0.9)
 
 
-def build(seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.LayerNorm(256), nn.ReLU(),
-                         nn.Linear(256, 10))
+class Classifier(nn.Module):
+    """The MLP, returning ``{"loss": loss_weight * cross_entropy, "logits": ...}`` when given labels."""
+
+    def __init__(self, loss_weight: float = 1.0) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 32), nn.LayerNorm(32), nn.ReLU(),
+                                 nn.Linear(32, 10))
+        self.loss_weight = loss_weight
+
+    def forward(self, x: torch.Tensor, labels: torch.Tensor) -> Dict[str, torch.Tensor]:
+        logits = self.net(x)
+        return {"loss": self.loss_weight * F.cross_entropy(logits.float(), labels), "logits": logits}
 
 
-def task(seed: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def task(seed: int):
+    """Inputs, the teacher's labels, and a probe batch with its labels."""
     gen = torch.Generator().manual_seed(1000 + seed)
-    x = torch.randn(512, 64, generator=gen)
-    teacher = torch.randn(64, 10, generator=gen)
-    return x, (x @ teacher).argmax(-1), torch.randn(64, 64, generator=gen)
+    x = torch.randn(576, 64, generator=gen)
+    hidden, out = torch.randn(64, 32, generator=gen), torch.randn(32, 10, generator=gen)
+    y = (torch.relu(x @ hidden) @ out).argmax(-1)
+    return x[:512], y[:512], (x[512:], y[512:])
 
 
-def peak_activation(model: nn.Module, x: torch.Tensor) -> float:
+def peak_activation(model: Classifier, x: torch.Tensor) -> float:
     with torch.no_grad():
-        h1 = model[0](x)
-        h2 = model[2](model[1](h1))
+        h1 = model.net[0](x)
+        h2 = model.net[2](model.net[1](h1))
         return max(float(h1.abs().max()), float(h2.abs().max()))
 
 
-def init_for(kind: str, value: float, seed: int, probe: torch.Tensor) -> nn.Module:
-    model = build(seed)
+def init_for(kind: str, value: float, seed: int, probe: torch.Tensor) -> Tuple[Classifier, float]:
+    """The model and the factor its inputs are multiplied by."""
+    torch.manual_seed(seed)
+    model = Classifier(value if kind == "loss" else 1.0)
+    scale = 1.0
     with torch.no_grad():
         if kind == "act":
-            a = value * FP16 / peak_activation(model, probe)
-            model[0].weight.mul_(a)
-            model[0].bias.mul_(a)
-            model[2].bias.mul_(a)
-        else:
-            model[5].weight.mul_(value)
-    return model
+            scale = value * FP16 / peak_activation(model, probe)
+        elif kind == "head":
+            model.net[5].weight.mul_(value)
+    return model, scale
 
 
-def train(model: nn.Module, data, mode: str, steps: int, seed: int) -> Dict[str, float]:
+def train(model: nn.Module, data, mode: str, steps: int, seed: int, scale: float) -> Dict[str, float]:
     x, y, _ = data
+    x = x * scale
+    weight = model.loss_weight
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     scaler = torch.amp.GradScaler("cpu") if mode == "fp16+scaler" else None
     gen = torch.Generator().manual_seed(seed)
@@ -92,9 +111,9 @@ def train(model: nn.Module, data, mode: str, steps: int, seed: int) -> Dict[str,
     for _ in range(steps):
         idx = torch.randint(0, x.shape[0], (64,), generator=gen)
         with torch.autocast("cpu", dtype=torch.float16, enabled=mode != "fp32"):
-            loss = F.cross_entropy(model(x[idx]).float(), y[idx])
+            loss = model(x[idx], y[idx])["loss"]
         opt.zero_grad(set_to_none=True)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()) / weight)
         if scaler is not None:
             before = scaler.get_scale()
             scaler.scale(loss).backward()
@@ -115,9 +134,9 @@ def trouble(run: Dict[str, float], reference: Dict[str, float]) -> bool:
             or run["first"] - run["final"] < 0.5 * progress)
 
 
-def measure(model: nn.Module, probe: torch.Tensor, grad_scaler: bool) -> Tuple[float, float, bool]:
+def measure(model: nn.Module, probe, grad_scaler: bool) -> Tuple[float, float, bool]:
     """(largest fp16 activation / 65504, largest share of a weight's gradient lost, overflow) of the precision probe."""
-    args = (probe,)
+    args = tuple(probe)
     with guarded(model, 0, (args, {})):
         cap = BACKENDS["fx"](model)
         run_probe(cap, args, {}, logits=True, backward=False)
@@ -132,20 +151,22 @@ def measure(model: nn.Module, probe: torch.Tensor, grad_scaler: bool) -> Tuple[f
 
 def rows(seeds: List[int], steps: int) -> List[Dict]:
     out = []
-    for kind, values in (("act", ACT_FRACTIONS), ("out", OUT_SCALES)):
+    for kind, values in FAMILIES:
         for value in values:
             for seed in seeds:
                 data = task(seed)
                 probe = data[2]
-                reference = train(init_for(kind, value, seed, probe), data, "fp32", steps, seed)
+                model, scale = init_for(kind, value, seed, probe[0])
+                reference = train(model, data, "fp32", steps, seed, scale)
+                probe = (probe[0] * scale, probe[1])
                 for mode in ("fp16", "fp16+scaler"):
                     scaler = mode == "fp16+scaler"
-                    model = init_for(kind, value, seed, probe)
-                    report = initlint.audit(model, probe, precision="fp16", grad_scaler=scaler, logits=True,
+                    model, _ = init_for(kind, value, seed, data[2][0])
+                    report = initlint.audit(model, tuple(probe), precision="fp16", grad_scaler=scaler,
                                             select=["IL017"])
                     found = [f for f in report.findings if f.code == "IL017"]
                     peak, share, overflow = measure(model, probe, scaler)
-                    run = train(model, data, mode, steps, seed)
+                    run = train(model, data, mode, steps, seed, scale)
                     out.append(dict(case=f"{kind}={value:g}", seed=seed, mode=mode, flagged=bool(found),
                                     what=",".join(sorted({f.severity for f in found})), peak=peak, share=share,
                                     overflow=overflow, trouble=trouble(run, reference), fp32=reference["final"],

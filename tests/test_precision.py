@@ -124,6 +124,25 @@ def test_t5_ffn_output_beyond_fp16_is_named():
     assert il017(initlint.audit(model, {"input_ids": ids}, precision="bf16")) == set()
 
 
+def test_bf16_weights_whose_first_update_is_lost_are_flagged(monkeypatch):
+    from types import SimpleNamespace
+
+    from initlint.rules import il017_precision_headroom as il017_module
+
+    def param(lost, dtype="bfloat16"):
+        return SimpleNamespace(dtype=dtype, lost=lost, lr=1e-5)
+
+    step = SimpleNamespace(stepped=True, optimizer="AdamW",
+                           params={"0.weight": param(0.2), "2.weight": param(0.97), "4.weight": param(0.99, "float32")})
+    monkeypatch.setattr(il017_module, "step_of", lambda audit: step)
+    torch.manual_seed(0)
+    model = mlp()[0].to(torch.bfloat16)
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+    assert il017(initlint.audit(model, x, precision="bf16")) == {("IL017", "2")}
+    step.params["2.weight"] = param(0.3)
+    assert il017(initlint.audit(model, x, precision="bf16")) == set()
+
+
 def test_no_precision_no_finding():
     model, x = mlp(first=3e4)
     assert il017(initlint.audit(model, x)) == set()

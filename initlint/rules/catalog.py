@@ -1198,8 +1198,8 @@ RULES: Dict[str, Dict[str, Any]] = {
               'severity': 'warning',
               'role': 'check',
               'summary': 'An activation or gradient overflows or underflows at the precision training uses.',
-              'options': {'headroom': 8.0, 'flush': 0.1},
-              'option_ranges': {'headroom': (1, None), 'flush': (0, 1)},
+              'options': {'headroom': 8.0, 'flush': 0.1, 'lost-update': 0.5},
+              'option_ranges': {'headroom': (1, None), 'flush': (0, 1), 'lost-update': (0, 1)},
               'needs': ('activations',),
               'uses': (),
               'page': '# IL017 `precision-headroom`\n'
@@ -1222,7 +1222,10 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "  whose branch is below the stream's resolution: branch rms < stream rms x 2^-9 in bfloat16\n"
                       '  (2^-12 in float16), so most of what the branch adds rounds away. Branches that start at\n'
                       '  zero or behind a near-zero gate (ReZero, LayerScale, zero-initialised ends) are deliberate\n'
-                      '  and passed over.\n'
+                      '  and passed over;\n'
+                      '- with an optimizer (its first step taken on a private copy), weights stored in bfloat16 or\n'
+                      '  float16 whose first update is mostly below half a unit in the last place of the weight:\n'
+                      '  the step is lost to rounding.\n'
                       '\n'
                       '## Why is this bad?\n'
                       'float16 keeps 5 exponent bits: values above 65504 become ``inf``, and the loss, every\n'
@@ -1234,7 +1237,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'shrinking gradients leaves whole layers with no gradient in float16, which is what a loss\n'
                       "scaler is for. bfloat16 has float32's range but 8 significant bits: ``x + f(x)`` with\n"
                       '``|f(x)|`` under half a unit in the last place of ``x`` returns ``x``, so a branch that small\n'
-                      'does not change the stream at all.\n'
+                      'does not change the stream at all. The same holds for a weight stored in bfloat16: a weight\n'
+                      'of 0.02 has a unit in the last place of 1.2e-4, so an Adam update of lr 5e-5 leaves it as it\n'
+                      'was, step after step (mixed precision keeps float32 master weights for that reason).\n'
                       '\n'
                       'Calibration. ``benchmarks/bench_precision.py`` trains an MLP (64-256-256-10, Adam, 100\n'
                       'steps, 3 seeds) in float32 and under fp16 autocast, with and without a ``GradScaler``,\n'
@@ -1283,5 +1288,7 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '- ``headroom`` (default ``8``): warn when an fp16 activation or gradient comes within this\n'
                       '  factor of 65504 (its largest magnitude above 65504 / headroom = 8188).\n'
                       '- ``flush`` (default ``0.1``): flag a weight when more than this share of its nonzero float32\n'
-                      '  gradient entries are zero under fp16 autocast.\n'},
+                      '  gradient entries are zero under fp16 autocast.\n'
+                      '- ``lost-update`` (default ``0.5``): with an optimizer, flag a weight stored in bfloat16 or\n'
+                      "  float16 when more than this share of its first update's nonzero entries leave it unchanged.\n"},
 }

@@ -53,7 +53,10 @@ class PrecisionHeadroom(Rule):
       whose branch is below the stream's resolution: branch rms < stream rms x 2^-9 in bfloat16
       (2^-12 in float16), so most of what the branch adds rounds away. Branches that start at
       zero or behind a near-zero gate (ReZero, LayerScale, zero-initialised ends) are deliberate
-      and passed over.
+      and passed over;
+    - with an optimizer (its first step taken on a private copy), weights stored in bfloat16 or
+      float16 whose first update is mostly below half a unit in the last place of the weight:
+      the step is lost to rounding.
 
     ## Why is this bad?
     float16 keeps 5 exponent bits: values above 65504 become ``inf``, and the loss, every
@@ -65,7 +68,9 @@ class PrecisionHeadroom(Rule):
     shrinking gradients leaves whole layers with no gradient in float16, which is what a loss
     scaler is for. bfloat16 has float32's range but 8 significant bits: ``x + f(x)`` with
     ``|f(x)|`` under half a unit in the last place of ``x`` returns ``x``, so a branch that small
-    does not change the stream at all.
+    does not change the stream at all. The same holds for a weight stored in bfloat16: a weight
+    of 0.02 has a unit in the last place of 1.2e-4, so an Adam update of lr 5e-5 leaves it as it
+    was, step after step (mixed precision keeps float32 master weights for that reason).
 
     Calibration. ``benchmarks/bench_precision.py`` trains an MLP (64-256-256-10, Adam, 100
     steps, 3 seeds) in float32 and under fp16 autocast, with and without a ``GradScaler``,
@@ -98,6 +103,8 @@ class PrecisionHeadroom(Rule):
       factor of 65504 (its largest magnitude above 65504 / headroom = 8188).
     - ``flush`` (default ``0.1``): flag a weight when more than this share of its nonzero float32
       gradient entries are zero under fp16 autocast.
+    - ``lost-update`` (default ``0.5``): with an optimizer, flag a weight stored in bfloat16 or
+      float16 when more than this share of its first update's nonzero entries leave it unchanged.
     """
 
     code = "IL017"
@@ -109,8 +116,8 @@ class PrecisionHeadroom(Rule):
     bad = (Example(mlp_whose_first_layer_outputs_exceed_fp16, expect={"0"}, options={"precision": "fp16"}),)
     good = (Example(mlp_at_default_init, options={"precision": "fp16"}),
             Example(mlp_at_default_init, options={"precision": "bf16"}))
-    options = {"headroom": 8.0, "flush": 0.1}
-    option_ranges = {"headroom": (1, None), "flush": (0, 1)}
+    options = {"headroom": 8.0, "flush": 0.1, "lost-update": 0.5}
+    option_ranges = {"headroom": (1, None), "flush": (0, 1), "lost-update": (0, 1)}
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
         stats = audit.precision_probe
@@ -126,6 +133,7 @@ class PrecisionHeadroom(Rule):
                     yield from self._backward(audit, stats)
                 yield from self._flush(audit, stats)
         yield from self._rounded_branches(audit, stats)
+        yield from self._lost_updates(audit)
 
     # ------------------------------------------------------------------ fp16 range
     def _judged(self, audit: AuditContext) -> List[Op]:
@@ -235,6 +243,39 @@ class PrecisionHeadroom(Rule):
             audit, op, f"the residual branch ending at {_name(op)} rounds away in {dtype}: its rms is {fmt(ratio)}x "
             f"the stream's, below the stream's resolution {fmt(resolution)} (limit; half a unit in the last place "
             f"of {dtype}){more}", fix, value=ratio, threshold=resolution)
+
+
+    # ------------------------------------------------------------------ weights stored in half precision
+    def _lost_updates(self, audit: AuditContext) -> Iterator[Finding]:
+        """With an optimizer (the first step's statistics), weights stored in float16/bfloat16 whose first
+        update mostly leaves them unchanged: the update is below half a unit in the last place of the weight."""
+        step = step_of(audit)
+        if step is None or not getattr(step, "stepped", False):
+            return
+        limit = self.opts["lost-update"]
+        lost = [(name, p) for name, p in step.params.items()
+                if p.dtype in ("bfloat16", "float16") and p.lost > limit]
+        if not lost:
+            return
+        users = {}
+        for op in audit.graph:
+            for name in op.params.values():
+                users.setdefault(name, op)
+        name, worst = max(lost, key=lambda item: item[1].lost)
+        more = f"; {len(lost)} weights in all" if len(lost) > 1 else ""
+        lr = f", lr {fmt(worst.lr)}" if worst.lr is not None else ""
+        message = (f"{name} is stored in {worst.dtype}: {fmt(100 * worst.lost)}% of its first update "
+                   f"({step.optimizer}{lr}) is below half a unit in the last place of the weight and leaves it "
+                   f"unchanged (limit {fmt(100 * limit)}%){more}")
+        fix = ("keep float32 master weights: model.float(), and train under torch.autocast(device, "
+               "dtype=torch.bfloat16)")
+        yield self.finding(audit, users.get(name) or name.rsplit(".", 1)[0], message, fix, value=worst.lost,
+                           threshold=limit)
+
+
+def step_of(audit: AuditContext):
+    """The first optimizer step's statistics (``AuditContext.step``), when the audit was given an optimizer."""
+    return getattr(audit, "step", None)
 
 
 def _finite_in_float32(audit: AuditContext, op: Op) -> bool:
