@@ -168,17 +168,13 @@ def run_precision_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, A
     device = _device(cap.model)
     dtype = autocast_dtype(precision, device)
     stats = PrecisionStats(precision, SCALER_INIT_SCALE if grad_scaler and precision == "fp16" else 1.0)
-    graph = cap.graph
-    weights = _weights(graph, dict(cap.model.named_parameters()))
-    reference = _pass(cap, graph, args, kwargs, weights, None, logits, seed, loss, stats, 1.0)
-    if reference is None:
-        return stats
-    ref_grads, _ = reference
-    stats.reference_finite = all(bool(torch.isfinite(g).all()) for g in ref_grads.values())
-    observed = _pass(cap, graph, args, kwargs, weights, dtype, logits, seed, loss, stats, stats.scale)
-    if observed is None:
-        return stats
-    grads, observer = observed
+    weights = _weights(cap.graph, dict(cap.model.named_parameters()))
+    backward = precision == "fp16"  # bfloat16 has float32's range: its gradients neither overflow nor underflow
+    ref_grads: Dict[str, torch.Tensor] = {}
+    if backward:
+        ref_grads, _ = _pass(cap, args, kwargs, weights, None, logits, seed, loss, stats, 1.0, backward)
+        stats.reference_finite = all(bool(torch.isfinite(g).all()) for g in ref_grads.values())
+    grads, observer = _pass(cap, args, kwargs, weights, dtype, logits, seed, loss, stats, stats.scale, backward)
     _collect(stats, observer, grads, ref_grads)
     return stats
 
@@ -199,35 +195,35 @@ def _weights(graph: Graph, named: Dict[str, nn.Parameter]) -> Dict[str, nn.Param
     return out
 
 
-def _pass(cap: Capture, graph: Graph, args: Tuple[Any, ...], kwargs: Dict[str, Any],
-          weights: Dict[str, nn.Parameter], dtype: Optional[torch.dtype], logits: bool, seed: int,
-          loss: Optional[LossFn], stats: PrecisionStats, scale: float):
-    """One forward (under autocast when ``dtype``) and backward; ``(weight grads, observer)``, or None
-    when the output carries no gradient."""
-    observer = _Observer(record_grads=dtype is not None)
-    device = _device(cap.model)
+def _pass(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], weights: Dict[str, nn.Parameter],
+          dtype: Optional[torch.dtype], logits: bool, seed: int, loss: Optional[LossFn], stats: PrecisionStats,
+          scale: float, backward: bool) -> Tuple[Dict[str, torch.Tensor], "_Observer"]:
+    """One forward (under autocast when ``dtype``) and, with ``backward``, the loss's gradients of ``weights``
+    (times ``scale``); returns them (empty without a backward pass) and the observer of the forward."""
+    observer = _Observer(record_grads=dtype is not None and backward)
     kept = cap.graph
+    value, what = None, ""
     try:
-        with torch.enable_grad(), (torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()):
+        with torch.set_grad_enabled(backward), \
+                (torch.autocast(_device(cap.model).type, dtype=dtype) if dtype is not None else nullcontext()):
             out = cap.run(args, kwargs, observer)
             if kept is not cap.graph:
                 observer.ids = _aligned(cap.graph, kept)
-            if loss is not None:
-                value, what = loss(out, (args, kwargs)), "the loss given"
-            else:
-                value, what = default_loss(out, logits, seed)
+            if backward:
+                value, what = (loss(out, (args, kwargs)), "the loss given") if loss is not None else \
+                    default_loss(out, logits, seed)
     finally:
         cap.graph = kept  # the runtime capture records a fresh graph on every run
-    if value is None or not isinstance(value, torch.Tensor) or not value.requires_grad or not weights:
+    if not backward:
+        return {}, observer
+    if not isinstance(value, torch.Tensor) or not value.requires_grad or not weights:
         if dtype is not None:
             stats.notes.append("the precision probe ran no backward pass: the output carries no gradient")
-        return None
+        return {}, observer
     stats.loss = what
-    params = list(weights.values())
-    grads = torch.autograd.grad(value.float() * scale, params, allow_unused=True)
-    found = {n: g.detach() for n, g in zip(weights, grads) if g is not None}
+    grads = torch.autograd.grad(value.float() * scale, list(weights.values()), allow_unused=True)
     stats.backward_ran = stats.backward_ran or dtype is not None
-    return found, observer
+    return {n: g.detach() for n, g in zip(weights, grads) if g is not None}, observer
 
 
 def _aligned(new: Graph, old: Graph) -> Dict[int, int]:
