@@ -66,7 +66,7 @@ SHAPE_HELP = ("Probe input shape: sizes separated by commas, such as 8,3,32,32 (
 @click.option("--input-shape", "input_shapes", multiple=True, help=SHAPE_HELP)
 @click.option("--logits/--no-logits", default=None, help="The model output is logits: check its softmax (IL004).")
 @click.option("--precision", default=None, type=click.Choice(["fp16", "bf16"]),
-              help="The precision training uses: also probe under torch.autocast at that dtype (IL017).")
+              help="The precision training uses: also probe under torch.autocast at that dtype (precision-headroom).")
 @click.option("--grad-scaler", is_flag=True, default=None,
               help="fp16 training uses torch.amp.GradScaler: judge gradient underflow at its initial scale.")
 @click.option("--select", multiple=True, help="Codes or prefixes to run (comma-separated), e.g. IL00,IL010.")
