@@ -4,7 +4,8 @@
 
 A small classifier (64 -> 256 -> ReLU -> 32 -> LayerNorm -> ReLU -> 10; the 32-wide layer is narrow
 enough that the earlier layers must learn: with them frozen the loss ends near 1.5 instead of 0.1)
-learns the labels of a fixed random teacher MLP (512 samples, batches of 64, Adam lr 1e-3). The
+learns the labels of a fixed random teacher MLP (512 samples, batches of 64, Adam lr 1e-3, and 1e-2
+for a second ``act`` series, whose weights and activations grow faster). The
 model computes its own loss (``loss_weight * cross_entropy``, returned with the logits, as Hugging
 Face models do when given labels), so the audit's backward pass differentiates the loss training
 uses. Each init trains for ``--steps`` steps three ways from the same init and data order: in
@@ -30,6 +31,7 @@ from which the table of candidate thresholds is computed.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -49,11 +51,12 @@ from initlint.probe.precision import run_precision_probe  # noqa: E402
 from initlint.probe.run import run_probe  # noqa: E402
 
 FP16 = 65504.0
-FAMILIES = (("act", (1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 0.9, 2.0)),
-            ("head", (1.0, 1e-2, 1e-4, 1e-6)),
-            ("loss", (1.0, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6)))
-HEADROOMS = (2.0, 4.0, 8.0, 16.0, 32.0)
-FLUSHES = (0.01, 0.05, 0.1, 0.2, 0.5, 0.9)
+FAMILIES = (("act", (1 / 64, 1 / 16, 1 / 8, 1 / 4, 1 / 2, 0.6, 0.7, 0.8, 0.9, 2.0), 1e-3),
+            ("act", (1 / 16, 1 / 8, 1 / 4, 1 / 2, 0.7), 1e-2),
+            ("head", (1.0, 1e-2, 1e-4, 1e-6), 1e-3),
+            ("loss", (1.0, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6), 1e-3))
+HEADROOMS = (1.0, 1.25, 1.5, 2.0, 4.0, 8.0)
+FLUSHES = (0.01, 0.1, 0.25, 0.5, 0.9)
 
 
 class Classifier(nn.Module):
@@ -99,11 +102,11 @@ def init_for(kind: str, value: float, seed: int, probe: torch.Tensor) -> Tuple[C
     return model, scale
 
 
-def train(model: nn.Module, data, mode: str, steps: int, seed: int, scale: float) -> Dict[str, float]:
+def train(model: nn.Module, data, mode: str, steps: int, seed: int, scale: float, lr: float) -> Dict[str, float]:
     x, y, _ = data
     x = x * scale
     weight = model.loss_weight
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
     scaler = torch.amp.GradScaler("cpu") if mode == "fp16+scaler" else None
     gen = torch.Generator().manual_seed(seed)
     losses: List[float] = []
@@ -151,13 +154,13 @@ def measure(model: nn.Module, probe, grad_scaler: bool) -> Tuple[float, float, b
 
 def rows(seeds: List[int], steps: int) -> List[Dict]:
     out = []
-    for kind, values in FAMILIES:
+    for kind, values, lr in FAMILIES:
         for value in values:
             for seed in seeds:
                 data = task(seed)
                 probe = data[2]
                 model, scale = init_for(kind, value, seed, probe[0])
-                reference = train(model, data, "fp32", steps, seed, scale)
+                reference = train(model, data, "fp32", steps, seed, scale, lr)
                 probe = (probe[0] * scale, probe[1])
                 for mode in ("fp16", "fp16+scaler"):
                     scaler = mode == "fp16+scaler"
@@ -166,8 +169,8 @@ def rows(seeds: List[int], steps: int) -> List[Dict]:
                                             select=["IL017"])
                     found = [f for f in report.findings if f.code == "IL017"]
                     peak, share, overflow = measure(model, probe, scaler)
-                    run = train(model, data, mode, steps, seed, scale)
-                    out.append(dict(case=f"{kind}={value:g}", seed=seed, mode=mode, flagged=bool(found),
+                    run = train(model, data, mode, steps, seed, scale, lr)
+                    out.append(dict(case=f"{kind}={value:.3g}" + (f", lr {lr:g}" if lr != 1e-3 else ""), seed=seed, mode=mode, flagged=bool(found),
                                     what=",".join(sorted({f.severity for f in found})), peak=peak, share=share,
                                     overflow=overflow, trouble=trouble(run, reference), fp32=reference["final"],
                                     final=run["final"], skipped=run["skipped"]))
@@ -180,9 +183,10 @@ def outcome(flags: List[bool], troubles: List[bool]) -> str:
     flagged = sum(flags)
     clean = len(flags) - flagged
     missed = sum((not f) and t for f, t in zip(flags, troubles))
-    precision = f"{hit}/{flagged}" if flagged else "-"
-    return (f"flagged {flagged}: trouble after {precision}; clean {clean}: trouble after {missed}/{clean}"
-            if clean else f"flagged {flagged}: trouble after {precision}")
+    precision = f"{hit}/{flagged} ({100 * hit / flagged:.0f}%)" if flagged else "-"
+    recall = f"; recall {hit}/{hit + missed}" if hit + missed else ""
+    return (f"flagged {flagged}: trouble after {precision}; clean {clean}: trouble after {missed}/{clean}{recall}"
+            if clean else f"flagged {flagged}: trouble after {precision}{recall}")
 
 
 def table(out: List[Dict]) -> str:
@@ -226,6 +230,8 @@ def main() -> None:
     os.makedirs(os.path.dirname(opts.out), exist_ok=True)
     with open(opts.out, "w") as fh:
         fh.write(text)
+    with open(os.path.splitext(opts.out)[0] + ".json", "w") as fh:
+        json.dump(out, fh, indent=1)
     print(text)
 
 
