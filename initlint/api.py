@@ -139,7 +139,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
     cap.finish()  # already done by the probe's forward pass, unless it raised before
     precise = None
-    if precision is not None:
+    if precision is not None and "precision" in needs:
         precise = _precision_probe(cap, args, kwargs, precision, grad_scaler, probe, int(options["seed"]),
                                    skipped=streamed or sharded or is_meta, notes=report.notes)
     ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]),

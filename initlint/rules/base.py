@@ -68,7 +68,8 @@ class Rule:
     name: str = ""
     severity: str = "warning"
     needs: frozenset = frozenset({"graph"})
-    """Any of ``graph`` (static), ``activations`` (forward probe), ``gradients`` (backward probe)."""
+    """Any of ``graph`` (static), ``activations`` (forward probe), ``gradients`` (backward probe), ``precision``
+    (the probe again under ``torch.autocast``: the rule runs only when a precision is given)."""
     options: Dict[str, Any] = {}
     """Option name -> default value; documented in the docstring's Options section."""
     option_ranges: Dict[str, Tuple[float, Optional[float]]] = {}

@@ -1200,11 +1200,11 @@ RULES: Dict[str, Dict[str, Any]] = {
               'summary': 'An activation or gradient overflows or underflows at the precision training uses.',
               'options': {'headroom': 8.0, 'flush': 0.1, 'lost-update': 0.5},
               'option_ranges': {'headroom': (1, None), 'flush': (0, 1), 'lost-update': (0, 1)},
-              'needs': ('activations',),
+              'needs': ('activations', 'precision'),
               'uses': (),
               'page': '# IL017 `precision-headroom`\n'
                       '\n'
-                      'Severity: **warning**. Role: check. Needs: activations.\n'
+                      'Severity: **warning**. Role: check. Needs: activations, precision.\n'
                       '\n'
                       '## What it does\n'
                       'Runs only when the audit is given the precision training will use (``precision="fp16"`` or\n'
@@ -1250,7 +1250,7 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '\n'
                       '## Example\n'
                       '```python\n'
-                      'def mlp_whose_first_layer_outputs_exceed_fp16():\n'
+                      'def mlp_whose_first_layer_outputs_exceed_fp16():  # audited with precision="fp16"\n'
                       '    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))\n'
                       '    with torch.no_grad():\n'
                       '        model[0].weight.mul_(3e4)  # hidden activations reach ~1e5; float16 holds at most 65504\n'
@@ -1261,7 +1261,7 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '\n'
                       'Passed:\n'
                       '```python\n'
-                      'def mlp_at_default_init():\n'
+                      'def mlp_at_default_init():  # audited with precision="fp16", and "bf16"\n'
                       '    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)), torch.randn(32, 64)\n'
                       '```\n'
                       '\n'

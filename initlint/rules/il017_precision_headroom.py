@@ -24,7 +24,7 @@ one (an attention mask filled with ``finfo(float16).min`` sits at the limit on p
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
-def mlp_whose_first_layer_outputs_exceed_fp16():
+def mlp_whose_first_layer_outputs_exceed_fp16():  # audited with precision="fp16"
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
     with torch.no_grad():
         model[0].weight.mul_(3e4)  # hidden activations reach ~1e5; float16 holds at most 65504
@@ -32,7 +32,7 @@ def mlp_whose_first_layer_outputs_exceed_fp16():
     return model, torch.randn(32, 64)
 
 
-def mlp_at_default_init():
+def mlp_at_default_init():  # audited with precision="fp16", and "bf16"
     return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)), torch.randn(32, 64)
 
 
@@ -111,7 +111,7 @@ class PrecisionHeadroom(Rule):
     name = "precision-headroom"
     severity = "warning"
     role = "check"
-    needs = frozenset({"activations"})
+    needs = frozenset({"activations", "precision"})
     summary = "An activation or gradient overflows or underflows at the precision training uses."
     bad = (Example(mlp_whose_first_layer_outputs_exceed_fp16, expect={"0"}, options={"precision": "fp16"}),)
     good = (Example(mlp_at_default_init, options={"precision": "fp16"}),
