@@ -171,9 +171,17 @@ def _precision_probe(cap: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], pr
         notes.append(f"the precision probe ({precision}) runs on models audited whole, not block by block or "
                      f"sharded: precision-headroom was not checked")
         return None
-    with guarded(cap.model, seed, (args, kwargs)):
-        stats = run_precision_probe(cap, args, kwargs, precision, grad_scaler=grad_scaler,
-                                    logits=probe.logits is not None, seed=seed)
+    try:
+        with guarded(cap.model, seed, (args, kwargs)):
+            stats = run_precision_probe(cap, args, kwargs, precision, grad_scaler=grad_scaler,
+                                        logits=probe.logits is not None, seed=seed)
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # a kernel without a half-precision version on this device, a dtype check in forward
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        notes.append(f"the model's forward or backward under torch.autocast ({precision}) raised "
+                     f"{type(exc).__name__}: {first}; precision-headroom was not checked")
+        return None
     notes.extend(stats.notes)
     return stats
 

@@ -193,3 +193,22 @@ def test_cli_precision_flag_and_config_key(tmp_path):
     assert configured.returncode == 1 and "IL017" in configured.stdout, configured.stderr
     bad = run_initlint(["check", f"{src}:build", "--precision", "fp8"], cwd=ROOT, env=ENV)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+class RefusesHalf(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        if y.dtype != torch.float32:
+            raise TypeError("this model only runs in float32")
+        return y
+
+
+def test_a_forward_that_fails_under_autocast_is_a_note_not_a_crash():
+    model = RefusesHalf()
+    report = initlint.audit(model, torch.randn(4, 8), precision="fp16")
+    assert report.error is None and il017(report) == set()
+    assert any("autocast (fp16) raised TypeError" in note for note in report.notes)
