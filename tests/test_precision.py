@@ -212,3 +212,24 @@ def test_a_forward_that_fails_under_autocast_is_a_note_not_a_crash():
     report = initlint.audit(model, torch.randn(4, 8), precision="fp16")
     assert report.error is None and il017(report) == set()
     assert any("autocast (fp16) raised TypeError" in note for note in report.notes)
+
+
+class WeightedLoss(nn.Module):
+    """Returns its own loss, weighted (as Hugging Face models do given labels)."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+        self.weight = weight
+
+    def forward(self, x, labels):
+        logits = self.net(x)
+        return {"loss": self.weight * nn.functional.cross_entropy(logits.float(), labels), "logits": logits}
+
+
+def test_gradients_that_overflow_fp16_are_an_error_at_the_layer_nearest_the_loss_unless_a_scaler_backs_off():
+    torch.manual_seed(0)
+    inputs = (torch.randn(8, 16), torch.randint(0, 4, (8,)))
+    assert il017(initlint.audit(WeightedLoss(1e6), inputs, precision="fp16"), "error") == {("IL017", "net.2")}
+    assert il017(initlint.audit(WeightedLoss(1e6), inputs, precision="fp16", grad_scaler=True)) == set()
+    assert il017(initlint.audit(WeightedLoss(1.0), inputs, precision="fp16")) == set()
