@@ -214,7 +214,7 @@ class PrecisionHeadroom(Rule):
                   else "without a loss scaler")
         more = f"; {len(over)} of {len(stats.weights)} weights above the limit" if len(over) > 1 else ""
         message = (f"{name}: {fmt(100 * worst.share)}% of its nonzero float32 gradient entries are zero under fp16 "
-                   f"autocast {scaled} (limit {fmt(100 * limit)}%): they underflow float16 ({stats.loss}){more}; "
+                   f"autocast {scaled} (limit {fmt(100 * limit)}%): they underflow float16 (loss: {stats.loss}){more}; "
                    f"{fmt(100 * total)}% of all weight-gradient entries are lost")
         if audit.grad_scaler:
             fix = ("scaler = torch.amp.GradScaler(init_scale=2.0 ** 24)  # or train in bfloat16: "
