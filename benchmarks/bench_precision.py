@@ -21,6 +21,10 @@ Three families of inits:
 * ``loss=W``: the loss weight ``W`` (a term of a weighted multi-task loss, a mean over very many
   outputs): every gradient shrinks by ``W`` for good.
 
+A second table checks the bfloat16 residual check: a pre-norm residual MLP (4 blocks of width 64)
+stored in bfloat16 (pure bf16 training, no float32 master weights) with its branch ends scaled by
+``S``, against the same model in float32; IL017 is asked with ``precision="bf16"``.
+
 Trouble for an fp16 run: a non-finite loss at any step, the scaler skipping more than half the
 steps, or less than half the float32 run's progress (the cross-entropy of the first step minus the
 mean of the last 10). The audit of each init (``initlint.audit(model, (x, labels), precision="fp16",
@@ -214,6 +218,67 @@ def table(out: List[Dict]) -> str:
     return "\n".join(lines)
 
 
+class Residual(nn.Module):
+    """Pre-norm residual MLP: ``x + fc2(relu(fc1(LN(x))))`` four times, branch ends times ``branch``."""
+
+    def __init__(self, branch: float) -> None:
+        super().__init__()
+        self.inp = nn.Linear(64, 64)
+        self.fc1 = nn.ModuleList(nn.Linear(64, 64) for _ in range(4))
+        self.fc2 = nn.ModuleList(nn.Linear(64, 64) for _ in range(4))
+        self.out = nn.Linear(64, 10)
+        with torch.no_grad():
+            for fc in self.fc2:
+                fc.weight.mul_(branch)
+                fc.bias.mul_(branch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for fc1, fc2 in zip(self.fc1, self.fc2):
+            x = x + fc2(torch.relu(fc1(F.layer_norm(x, x.shape[-1:]))))
+        return self.out(F.layer_norm(x, x.shape[-1:]))
+
+
+def bf16_residual_rows(seeds: List[int], steps: int) -> List[Dict]:
+    out = []
+    for branch in (1.0, 1e-2, 1e-3, 1e-4, 1e-6):
+        for seed in seeds:
+            x, y, probe = task(seed)
+            finals = {}
+            for dtype in (torch.float32, torch.bfloat16):
+                torch.manual_seed(seed)
+                model = Residual(branch).to(dtype)
+                if dtype == torch.bfloat16:
+                    report = initlint.audit(model, probe[0].to(dtype), precision="bf16", select=["IL017"])
+                    flagged = any(f.code == "IL017" for f in report.findings)
+                opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+                gen = torch.Generator().manual_seed(seed)
+                losses = []
+                for _ in range(steps):
+                    idx = torch.randint(0, x.shape[0], (64,), generator=gen)
+                    loss = F.cross_entropy(model(x[idx].to(dtype)).float(), y[idx])
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+                    losses.append(float(loss.detach()))
+                finals[dtype] = (losses[0], sum(losses[-10:]) / 10)
+            (first32, end32), (first16, end16) = finals[torch.float32], finals[torch.bfloat16]
+            out.append(dict(branch=branch, seed=seed, flagged=flagged, fp32=end32, bf16=end16,
+                            trouble=not math.isfinite(end16) or first16 - end16 < 0.5 * (first32 - end32)))
+            print(out[-1], flush=True)
+    return out
+
+
+def bf16_table(out: List[Dict]) -> str:
+    lines = ["| branch ends x | seeds | IL017 (bf16) | trouble | final loss pure bf16 (fp32) |", "|---|---|---|---|---|"]
+    for branch in dict.fromkeys(r["branch"] for r in out):
+        rs = [r for r in out if r["branch"] == branch]
+        lines.append(f"| {branch:g} | {len(rs)} | {sum(r['flagged'] for r in rs)}/{len(rs)} flagged | "
+                     f"{sum(r['trouble'] for r in rs)}/{len(rs)} | {sum(r['bf16'] for r in rs) / len(rs):.3g} "
+                     f"({sum(r['fp32'] for r in rs) / len(rs):.3g}) |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
@@ -223,15 +288,18 @@ def main() -> None:
     opts = parser.parse_args()
     torch.set_num_threads(1)
     start = time.time()
-    out = rows([int(s) for s in opts.seeds.split(",")], opts.steps)
+    seeds = [int(s) for s in opts.seeds.split(",")]
+    out = rows(seeds, opts.steps)
+    residual = bf16_residual_rows(seeds, opts.steps)
     text = (f"# IL017 precision-headroom against fp16 training\n\n`python benchmarks/bench_precision.py "
             f"--seeds {opts.seeds} --steps {opts.steps}` ({time.time() - start:.0f} s, torch {torch.__version__}, "
-            f"one thread)\n\n" + table(out) + "\n")
+            f"one thread)\n\n" + table(out) + "\n\n## bfloat16 residual branches (pure bf16 training)\n\n"
+            + bf16_table(residual) + "\n")
     os.makedirs(os.path.dirname(opts.out), exist_ok=True)
     with open(opts.out, "w") as fh:
         fh.write(text)
     with open(os.path.splitext(opts.out)[0] + ".json", "w") as fh:
-        json.dump(out, fh, indent=1)
+        json.dump({"fp16": out, "bf16_residual": residual}, fh, indent=1)
     print(text)
 
 

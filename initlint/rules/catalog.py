@@ -1220,9 +1220,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "  judged at the scaler's initial scale, 65536;\n"
                       '- bf16 (and fp16) residual additions made in the half dtype (a model stored in bfloat16)\n'
                       "  whose branch is below the stream's resolution: branch rms < stream rms x 2^-9 in bfloat16\n"
-                      '  (2^-12 in float16), so most of what the branch adds rounds away. Branches that start at\n'
-                      '  zero or behind a near-zero gate (ReZero, LayerScale, zero-initialised ends) are deliberate\n'
-                      '  and passed over;\n'
+                      '  (2^-12 in float16), so most of what the branch adds rounds away (information: see the\n'
+                      '  calibration). Branches that start at zero or behind a near-zero gate (ReZero, LayerScale,\n'
+                      '  zero-initialised ends) are deliberate and passed over;\n'
                       '- with an optimizer (its first step taken on a private copy), weights stored in bfloat16 or\n'
                       '  float16 whose first update is mostly below half a unit in the last place of the weight:\n'
                       '  the step is lost to rounding.\n'
@@ -1258,6 +1258,12 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'did), a clean audit in 4 of 123 (an activation at 0.12 of the limit, just under 1/8, with\n'
                       'lr 1e-2); the flushed shares of untroubled runs stay at 0.05 and below, of troubled ones at\n'
                       '0.94 and above, hence ``flush`` 0.25.\n'
+                      '\n'
+                      'The same script trains a pre-norm residual MLP stored in bfloat16 (no float32 master\n'
+                      'weights) with its branch ends scaled down: from x1e-3 on its branches round away at init,\n'
+                      "yet it learns as well as at x1e-2 (the gradient reaches the branch's weights whatever the\n"
+                      'rounding, and Adam grows them out of it), so a branch that rounds away is reported as\n'
+                      'information.\n'
                       '\n'
                       '## Example\n'
                       '```python\n'
