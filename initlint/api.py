@@ -64,8 +64,6 @@ def check_precision(precision: Optional[str], grad_scaler: Any, dev: torch.devic
             "torch.bfloat16": "bf16"}.get(text, text)
     if text not in PRECISIONS:
         raise UsageError(f"precision must be fp16, bf16 or None, not {precision!r}")
-    if dev.type == "meta":
-        return text
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:

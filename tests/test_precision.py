@@ -162,7 +162,7 @@ def test_nothing_of_the_users_changes():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(precision="fp8"), "unknown precision"),
+    (dict(precision="fp8"), "precision must be fp16, bf16 or None, not .fp8."),
     (dict(precision=16), "precision must be"),
     (dict(precision="fp16", grad_scaler="yes"), "grad_scaler must be"),
 ])
