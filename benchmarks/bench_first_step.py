@@ -111,7 +111,7 @@ def train_run(case_key: str, opt_name: str, lr: float, seed: int, steps: int, ta
     for x, y in batches:
         opt.zero_grad(set_to_none=True)
         loss = task.loss(model(x), y)
-        value = float(loss)
+        value = float(loss.detach())
         losses.append(value)
         if not math.isfinite(value):
             break
@@ -237,6 +237,33 @@ def _fmt_loss(rs: List[dict]) -> str:
     return text + (f" ({div} div)" if div else "")
 
 
+def without_norm_fed(runs: List[dict]) -> List[dict]:
+    """Copies of ``runs`` whose figure leaves out the weights that feed a BatchNorm directly."""
+    out = []
+    for r in runs:
+        skip = set(CASES[r["case"]].feeds_norm)
+        out.append(dict(r, ratio=max(v for k, v in r["ratios"].items() if k not in skip)))
+    return out
+
+
+def _limit_tables(runs: List[dict], cases: List[str], picked: Optional[float], families: bool = True) -> List[str]:
+    lines: List[str] = []
+    groups = [("all", runs)] + [(c, [r for r in runs if r["case"] == c]) for c in cases]
+    if families:
+        groups += [(f"{o} (all cases)", [r for r in runs if r["opt"] == o]) for o in OPTIMIZERS]
+    for fam, rs in groups:
+        if not rs:
+            continue
+        lines += [f"### {fam}", "", "| limit | precision | recall | trouble after a clean audit |", "|---|---|---|---|"]
+        for lim in LIMITS:
+            flagged, hit, troubled, missed = scores(rs, lim)
+            mark = " (picked)" if lim == picked and fam == "all" else ""
+            lines.append(f"| {lim:g}{mark} | {_pct(hit, flagged)} | {_pct(hit, troubled)} | "
+                         f"{_pct(missed, len(rs) - flagged)} |")
+        lines.append("")
+    return lines
+
+
 def report(runs: List[dict], steps: int) -> str:
     best = mark_trouble(runs)
     limit, why = pick_limit(runs)
@@ -277,16 +304,12 @@ def report(runs: List[dict], steps: int) -> str:
               "Precision: troubled runs among flagged ones (a finding came before trouble). Recall: flagged runs "
               "among troubled ones. Clean: troubled runs among unflagged ones (a clean audit came before trouble).",
               ""]
-    families = [("all", runs)] + [(c, [r for r in runs if r["case"] == c]) for c in cases] + \
-               [(f"{o} (all cases)", [r for r in runs if r["opt"] == o]) for o in OPTIMIZERS]
-    for fam, rs in families:
-        lines += [f"### {fam}", "", "| limit | precision | recall | trouble after a clean audit |", "|---|---|---|---|"]
-        for lim in LIMITS:
-            flagged, hit, troubled, missed = scores(rs, lim)
-            mark = " (picked)" if lim == limit and fam == "all" else ""
-            lines.append(f"| {lim:g}{mark} | {_pct(hit, flagged)} | {_pct(hit, troubled)} | "
-                         f"{_pct(missed, len(rs) - flagged)} |")
-        lines.append("")
+    lines += _limit_tables(runs, cases, limit)
+    lines += ["## Excluding weights that feed a BatchNorm", "",
+              "The same figure, max over the weight tensors whose output does not go straight into a BatchNorm "
+              "(the conv weights of `cnn`; the loss does not depend on their scale, so a large relative step "
+              "there is harmless). The other cases have no such weight.", ""]
+    lines += _limit_tables(without_norm_fed(runs), cases, None, families=False)
     gpt = [r for r in runs if (r["case"], r["opt"], r["lr"]) == ("gpt", "Adam", 1e-3)]
     lines += ["## Verdict", "", f"Limit {limit:g}: {why}."]
     if gpt:

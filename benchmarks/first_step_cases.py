@@ -190,13 +190,15 @@ class Case:
     label: str
     build: Callable[[], nn.Module]
     task: Callable[[], object]
+    # weights whose output goes straight into a BatchNorm: the loss does not depend on their scale
+    feeds_norm: Tuple[str, ...] = ()
 
 
 CASES: Dict[str, Case] = {c.key: c for c in [
     Case("mlp", "MLP 64-256-256-256-10, ReLU, default init", mlp,
          lambda: TeacherTask(_mlp_teacher(), (64,), 64)),
     Case("cnn", "CNN 3 conv-BN-ReLU blocks (16-32-32), default init", cnn,
-         lambda: TeacherTask(_cnn_teacher(), (3, 16, 16), 32, smooth=True)),
+         lambda: TeacherTask(_cnn_teacher(), (3, 16, 16), 32, smooth=True), ("0.weight", "4.weight", "8.weight")),
     Case("gpt", "nanoGPT d128 L4 H4 block 64, 0.02 init", GPT, lambda: MarkovTask(8)),
     Case("postln", "post-LN TransformerEncoder d128 L4 H4, default init", PostLN, lambda: MarkovTask(8)),
 ]}
