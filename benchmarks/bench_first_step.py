@@ -176,8 +176,11 @@ def run_all(cases: Sequence[str], seeds: Sequence[int], steps: int, cache_path: 
 
 
 # ------------------------------------------------------------------------------ trouble and the table
-def mark_trouble(runs: List[dict]) -> Dict[Tuple[str, str], float]:
-    """Sets ``run['trouble']`` (a reason or ``""``) on every run; returns the best lr per (case, optimizer)."""
+def mark_trouble(runs: List[dict], floors: Optional[Dict[str, float]] = None) -> Dict[Tuple[str, str], float]:
+    """Sets ``run['trouble']`` (a reason or ``""``) on every run; returns the best lr per (case, optimizer).
+
+    With ``floors`` (a loss floor per case), "worse than the best lr" compares the losses above the floor."""
+    floors = floors or {}
     cells: Dict[Tuple[str, str, float], List[dict]] = {}
     for r in runs:
         cells.setdefault((r["case"], r["opt"], r["lr"]), []).append(r)
@@ -190,11 +193,12 @@ def mark_trouble(runs: List[dict]) -> Dict[Tuple[str, str], float]:
                 best[(case, opt)] = (lr, mean)
     for r in runs:
         best_lr, best_loss = best.get((r["case"], r["opt"]), (math.inf, math.inf))
+        floor = floors.get(r["case"], 0.0)
         if r["diverged"]:
             r["trouble"] = "diverged"
         elif r["final"] > r["first"]:
             r["trouble"] = "above start"
-        elif r["lr"] > best_lr and r["final"] >= WORSE * best_loss:
+        elif r["lr"] > best_lr and r["final"] - floor >= WORSE * (best_loss - floor):
             r["trouble"] = f">={WORSE:g}x best"
         else:
             r["trouble"] = ""
@@ -305,11 +309,6 @@ def report(runs: List[dict], steps: int) -> str:
               "among troubled ones. Clean: troubled runs among unflagged ones (a clean audit came before trouble).",
               ""]
     lines += _limit_tables(runs, cases, limit)
-    lines += ["## Excluding weights that feed a BatchNorm", "",
-              "The same figure, max over the weight tensors whose output does not go straight into a BatchNorm "
-              "(the conv weights of `cnn`; the loss does not depend on their scale, so a large relative step "
-              "there is harmless). The other cases have no such weight.", ""]
-    lines += _limit_tables(without_norm_fed(runs), cases, None, families=False)
     gpt = [r for r in runs if (r["case"], r["opt"], r["lr"]) == ("gpt", "Adam", 1e-3)]
     lines += ["## Verdict", "", f"Limit {limit:g}: {why}."]
     if gpt:
@@ -332,7 +331,29 @@ def report(runs: List[dict], steps: int) -> str:
         groups.setdefault((r["case"], r["opt"], r["lr"]), []).append(r)
     for (case, opt, lr), rs in sorted(groups.items()):
         lines.append(f"- {case} {opt} lr {lr:g}: {len(rs)} run(s), min ratio {min(r['ratio'] for r in rs):.3g}")
+    lines += [""] + sensitivity(runs, cases)
     return "\n".join(lines) + "\n"
+
+
+def sensitivity(runs: List[dict], cases: List[str]) -> List[str]:
+    """The same limits under two variations: the figure without BatchNorm-fed weights, and trouble judged
+    on the loss above the task's floor."""
+    lines = ["## Excluding weights that feed a BatchNorm", "",
+             "The same figure, max over the weight tensors whose output does not go straight into a BatchNorm "
+             "(the conv weights of `cnn`; the loss does not depend on their scale, so a large relative step "
+             "there is harmless). The other cases have no such weight.", ""]
+    lines += _limit_tables(without_norm_fed(runs), cases, None, families=False)
+    floors = {c: float(getattr(CASES[c].task(), "floor", 0.0)) for c in cases}
+    above = [dict(r) for r in runs]
+    mark_trouble(above, floors)
+    lines += ["## Trouble judged above the loss floor", "",
+              "The token task cannot go below the chain's entropy rate ("
+              + ", ".join(f"`{c}` {f:.3f}" for c, f in floors.items() if f) + " nats), so a run 1.5x worse than "
+              "the best lr in total loss is far worse in what it learned. Here the third kind of trouble compares "
+              "the losses above that floor: (final - floor) >= 1.5 (best - floor). The teacher tasks' floor is 0.",
+              ""]
+    lines += _limit_tables(above, cases, None)
+    return lines
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -20,8 +20,8 @@ the loss goes down at a sound learning rate and there is a best one:
 
 The transformers are half the width (64, not 128) and half the block (32, not 64) of nanoGPT's small
 character-level settings, so that 220 runs of each fit on a shared CPU. Adam's first step moves every
-weight by about lr, so its ratio is lr over the weight's scale whatever the width: at nanoGPT's init,
-lr 1e-3 gives 0.14 on ``c_proj`` at width 64 as at 768.
+weight by about lr, so its ratio is lr over the weight's scale whatever the width: at nanoGPT's init
+with 4 layers, lr 1e-3 gives 1e-3 / (0.02 / sqrt(8)) = 0.14 on ``c_proj`` at width 64 as at 768.
 
 The token task: 32 symbols drawn from a fixed random Markov chain (each symbol allows 3 next symbols,
 with fixed random probabilities); the loss floor (the chain's entropy rate) is 1.03 nats, far below

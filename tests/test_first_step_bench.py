@@ -65,3 +65,12 @@ def test_scores_and_the_picked_limit():
     assert scores(runs, 0.7) == (0, 0, 2, 2)
     limit, why = pick_limit(runs)
     assert limit == 0.5 and why.startswith("reaches")
+
+
+def test_above_the_floor_a_small_excess_loss_counts():
+    """Best lr ends at 1.2 over a floor of 1.0 (excess 0.2); 1.4 is 1.17x the best in total loss but 2x in excess."""
+    runs = [_run(1e-3, 0, 3.5, 1.2), _run(1e-2, 0, 3.5, 1.4)]
+    mark_trouble(runs)
+    assert [r["trouble"] for r in runs] == ["", ""]
+    mark_trouble(runs, {"c": 1.0})
+    assert [r["trouble"] for r in runs] == ["", ">=1.5x best"]
