@@ -138,8 +138,9 @@ def load_cache(path: str) -> Dict[str, dict]:
 
 def save_cache(path: str, cache: Dict[str, dict]) -> None:
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(cache, f, indent=0, sort_keys=True)
+    with open(tmp, "w") as f:  # a run a line
+        f.write("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(cache[k], sort_keys=True)}"
+                                     for k in sorted(cache)) + "\n}\n")
     os.replace(tmp, path)
 
 
@@ -318,23 +319,29 @@ def report(runs: List[dict], steps: int) -> str:
         lines.append(f"nanoGPT's usual Adam 1e-3: max ratio {top:.3g} over its seeds "
                      f"({'flagged' if top > limit else 'not flagged'} at {limit:g}), "
                      f"trouble in {sum(bool(r['trouble']) for r in gpt)}/{len(gpt)} runs.")
+    unreachable = [r for r in runs if r["trouble"] and r["ratio"] <= min(LIMITS)]
+    lines += ["", f"Troubled runs below every candidate limit (ratio <= {min(LIMITS):g}; no limit here can catch "
+              f"them) ({len(unreachable)}):", ""] + _grouped(unreachable, "max")
     missed = [r for r in runs if r["trouble"] and r["ratio"] <= limit]
-    lines += ["", f"Troubled runs no finding at {limit:g} precedes ({len(missed)}):", ""]
-    groups: Dict[Tuple[str, str, float], List[dict]] = {}
-    for r in missed:
-        groups.setdefault((r["case"], r["opt"], r["lr"]), []).append(r)
-    for (case, opt, lr), rs in sorted(groups.items()):
-        lines.append(f"- {case} {opt} lr {lr:g}: {len(rs)} run(s), max ratio "
-                     f"{max(r['ratio'] for r in rs):.3g}, trouble: {', '.join(sorted({r['trouble'] for r in rs}))}")
+    lines += ["", f"Troubled runs no finding at {limit:g} precedes ({len(missed)}):", ""] + _grouped(missed, "max")
     false = [r for r in runs if not r["trouble"] and r["ratio"] > limit]
-    lines += ["", f"Flagged runs that trained well at {limit:g} ({len(false)}):", ""]
-    groups = {}
-    for r in false:
-        groups.setdefault((r["case"], r["opt"], r["lr"]), []).append(r)
-    for (case, opt, lr), rs in sorted(groups.items()):
-        lines.append(f"- {case} {opt} lr {lr:g}: {len(rs)} run(s), min ratio {min(r['ratio'] for r in rs):.3g}")
+    lines += ["", f"Flagged runs that trained well at {limit:g} ({len(false)}):", ""] + _grouped(false, "min")
     lines += [""] + sensitivity(runs, cases)
     return "\n".join(lines) + "\n"
+
+
+def _grouped(runs: List[dict], which: str) -> List[str]:
+    """A line per (case, optimizer, lr): its runs, their max (or min) ratio and kinds of trouble."""
+    groups: Dict[Tuple[str, str, float], List[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["case"], r["opt"], r["lr"]), []).append(r)
+    pick = max if which == "max" else min
+    lines = []
+    for (case, opt, lr), rs in sorted(groups.items()):
+        kinds = sorted({r["trouble"] for r in rs if r["trouble"]})
+        lines.append(f"- {case} {opt} lr {lr:g}: {len(rs)} run(s), {which} ratio {pick(r['ratio'] for r in rs):.3g}"
+                     + (f", trouble: {', '.join(kinds)}" if kinds else ""))
+    return lines
 
 
 def task_floors(cases: List[str]) -> Dict[str, float]:
