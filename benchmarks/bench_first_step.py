@@ -357,8 +357,10 @@ def variants(runs: List[dict], cases: List[str]) -> List[Tuple[str, List[dict]]]
     both = without_norm_fed(runs)
     mark_trouble(both, floors)
     adam = [r for r in both if r["opt"] != "SGD"]
+    no_bn_case = [r for r in adam if not CASES[r["case"]].feeds_norm]
     return [("as defined", runs), ("without BN-fed weights", no_bn), ("trouble above the floor", above),
-            ("both", both), ("both, Adam and AdamW only", adam)]
+            ("both", both), ("both, Adam and AdamW only", adam),
+            ("both, Adam and AdamW, models without BatchNorm", no_bn_case)]
 
 
 def summary(runs: List[dict], cases: List[str]) -> List[str]:
@@ -374,7 +376,16 @@ def summary(runs: List[dict], cases: List[str]) -> List[str]:
             cells[-1] += f"{100 * hit / troubled:.0f}%" if troubled else "n/a"
         lines.append(f"| {lim:g} | " + " | ".join(cells) + " |")
     counts = ", ".join(f"{name}: {sum(bool(r['trouble']) for r in rs)}/{len(rs)}" for name, rs in vs)
-    return lines + ["", f"Troubled runs: {counts}.", ""]
+    lines += ["", f"Troubled runs: {counts}.", "", "Limit picked per column (>= 90% precision and >= 80% recall "
+              "with the best recall, the higher limit on a tie; else the best F1):", ""]
+    for name, rs in vs:
+        lim, why = pick_limit(rs)
+        flagged, hit, troubled, _ = scores(rs, lim)
+        below = max((r["ratio"] for r in rs if r["ratio"] <= lim), default=0.0)
+        above = min((r["ratio"] for r in rs if r["ratio"] > lim), default=math.inf)
+        lines.append(f"- {name}: {lim:g}, precision {_pct(hit, flagged)}, recall {_pct(hit, troubled)} ({why}; "
+                     f"no run's ratio lies between {below:.3g} and {above:.3g}, so any limit in that gap scores the same)")
+    return lines + [""]
 
 
 def sensitivity(runs: List[dict], cases: List[str]) -> List[str]:
