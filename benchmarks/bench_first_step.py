@@ -23,6 +23,12 @@ A run is in trouble when
   least 1.5x the best lr's mean final loss.
 A run that is only slow because its lr is too small is not trouble.
 
+The report scores every candidate limit (precision: troubled runs among flagged ones; recall: flagged runs
+among troubled ones; and how often a clean audit came before trouble), over all runs, per case and per
+optimizer, then under two variations: the figure without the weights that feed a BatchNorm directly
+(their scale does not matter to the loss), and trouble judged on the loss above the task's floor (the
+token task's entropy rate), alone and together.
+
 Each run is cached in ``results/first_step_runs.json`` (keyed by case, optimizer, lr, seed and steps),
 so a re-run skips what is done; the report is written to ``results/first_step.md``.
 """
