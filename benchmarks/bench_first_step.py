@@ -64,7 +64,7 @@ OPTIMIZERS: Dict[str, Callable[[float], Callable[[nn.Module], torch.optim.Optimi
     "AdamW": lambda lr: (lambda m: torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=0.1)),
     "SGD": lambda lr: (lambda m: torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9)),
 }
-ADAM_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1)
+ADAM_LRS = (1e-4, 3e-4, 1e-3, 3e-3, 5e-3, 1e-2, 2e-2, 3e-2, 1e-1)
 LRS: Dict[str, Tuple[float, ...]] = {"Adam": ADAM_LRS, "AdamW": ADAM_LRS,
                                      "SGD": (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0, 3.0)}
 LIMITS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.7, 1.0)
