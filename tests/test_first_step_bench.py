@@ -4,6 +4,7 @@ import math
 import os
 import sys
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -74,3 +75,15 @@ def test_above_the_floor_a_small_excess_loss_counts():
     assert [r["trouble"] for r in runs] == ["", ""]
     mark_trouble(runs, {"c": 1.0})
     assert [r["trouble"] for r in runs] == ["", ">=1.5x best"]
+
+
+@pytest.mark.slow  # trains the benchmark's MLP twice for 200 steps
+def test_mlp_at_adam_0_1_moves_its_weights_past_the_limit_and_ends_in_trouble():
+    from bench_first_step import train_run
+    from first_step_cases import CASES
+
+    task = CASES["mlp"].task()
+    runs = [train_run("mlp", "Adam", lr, 0, 200, task) for lr in (3e-3, 1e-1)]
+    assert runs[0]["ratio"] < 0.5 < runs[1]["ratio"]
+    mark_trouble(runs)
+    assert [bool(r["trouble"]) for r in runs] == [False, True]
