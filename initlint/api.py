@@ -64,8 +64,6 @@ def check_precision(precision: Optional[str], grad_scaler: Any, dev: torch.devic
             "torch.bfloat16": "bf16"}.get(text, text)
     if text not in PRECISIONS:
         raise UsageError(f"precision must be fp16, bf16 or None, not {precision!r}")
-    if dev.type == "meta":
-        return text
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
@@ -137,7 +135,8 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     ``loss(output, inputs)`` when given, else of the model's own ``.loss``, else of cross-entropy
     against random labels when the output is logits, else of the probe's random direction; the
     optimizer itself is only read. ``precision`` (``"fp16"``, ``"bf16"`` or None) and ``grad_scaler``
-    (fp16 training with ``torch.amp.GradScaler``) say how the model will train.
+    (fp16 training with ``torch.amp.GradScaler``) say how the model will train: with a precision the probe
+    runs once more under ``torch.autocast`` at that dtype (:mod:`initlint.probe.precision`).
     """
     from .inputs.config import apply_settings
 
@@ -201,8 +200,13 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     probe.seal()
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
     cap.finish()  # already done by the probe's forward pass, unless it raised before
+    precise = None
+    if precision is not None and "precision" in needs:
+        precise = _precision_probe(cap, args, kwargs, precision, grad_scaler, probe, int(options["seed"]),
+                                   skipped=streamed or sharded or is_meta, notes=report.notes)
     ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]),
-                       precision=precision, grad_scaler=bool(grad_scaler), ddp=wrapped_ddp)
+                       precision=precision, grad_scaler=bool(grad_scaler), ddp=wrapped_ddp,
+                       precision_probe=precise)
     if step is not None:
         from .probe.step import first_step
 
@@ -213,6 +217,30 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     report.findings = group_runs(link_findings(findings, cap.graph))
     report.notes.extend(probe.notes)
     return report
+
+
+def _precision_probe(cap: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], precision: str, grad_scaler: bool,
+                     probe: ProbeResult, seed: int, skipped: bool, notes: List[str]) -> Any:
+    """The autocast pass (:func:`initlint.probe.precision.run_precision_probe`) under the state guard."""
+    from .probe.precision import run_precision_probe
+
+    if skipped:
+        notes.append(f"the precision probe ({precision}) runs on models audited whole, not block by block or "
+                     f"sharded: precision-headroom was not checked")
+        return None
+    try:
+        with guarded(cap.model, seed, (args, kwargs)):
+            stats = run_precision_probe(cap, args, kwargs, precision, grad_scaler=grad_scaler,
+                                        logits=probe.logits is not None, seed=seed)
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except Exception as exc:  # a kernel without a half-precision version on this device, a dtype check in forward
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        notes.append(f"the model's forward or backward under torch.autocast ({precision}) raised "
+                     f"{type(exc).__name__}: {first}; precision-headroom was not checked")
+        return None
+    notes.extend(stats.notes)
+    return stats
 
 
 def _real_inputs(inputs: Any, seed: int, report: Report) -> Any:

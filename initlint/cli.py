@@ -65,6 +65,10 @@ SHAPE_HELP = ("Probe input shape: sizes separated by commas, such as 8,3,32,32 (
 @click.option("--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default auto).")
 @click.option("--input-shape", "input_shapes", multiple=True, help=SHAPE_HELP)
 @click.option("--logits/--no-logits", default=None, help="The model output is logits: check its softmax (IL004).")
+@click.option("--precision", default=None, type=click.Choice(["fp16", "bf16"]),
+              help="The precision training uses: also probe under torch.autocast at that dtype (precision-headroom).")
+@click.option("--grad-scaler", is_flag=True, default=None,
+              help="fp16 training uses torch.amp.GradScaler: judge gradient underflow at its initial scale.")
 @click.option("--select", multiple=True, help="Codes or prefixes to run (comma-separated), e.g. IL00,IL010.")
 @click.option("--ignore", multiple=True, help="Codes or prefixes to skip (comma-separated).")
 @click.option("--extend-select", multiple=True, help="Codes or prefixes to run on top of the selection (comma-separated).")
@@ -87,9 +91,6 @@ SHAPE_HELP = ("Probe input shape: sizes separated by commas, such as 8,3,32,32 (
               help="The optimizer the model trains with, such as \"AdamW(lr=3e-4, weight_decay=0.1)\" or "
                    "package.module:Name(...); its first step is audited. A target file's "
                    "initlint_optimizer(model) is used when it defines one.")
-@click.option("--precision", default=None, help="fp16 or bf16: the model trains under autocast.")
-@click.option("--grad-scaler", is_flag=True, default=None,
-              help="fp16 training scales the loss with torch.amp.GradScaler.")
 def check(targets: Tuple[str, ...], **opts: Any) -> None:
     """Audit the models in TARGETS (FOLDER, FILE.py, FILE.py:NAME or package.module:NAME).
 

@@ -708,11 +708,11 @@ def test_out_of_memory_in_the_backward_probe_retries_on_the_same_capture(monkeyp
 
     real, calls = probe._backward, []
 
-    def flaky(cap, named, main, c, result):
+    def flaky(cap, named, main, *rest, **options):
         calls.append(main.shape[0])
         if len(calls) == 1:  # the forward ran and the graph is complete (read-only) by now
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return real(cap, named, main, c, result)
+        return real(cap, named, main, *rest, **options)
 
     monkeypatch.setattr(probe, "_backward", flaky)
     torch.manual_seed(0)

@@ -374,7 +374,7 @@ def test_cli_flags_config_and_hook(tmp_path):
     bad = run_cli("check", "m.py", "--optimizer", "Adam(lr=", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not valid syntax" in bad.stderr
     bad = run_cli("check", "m.py", "--precision", "fp8", cwd=tmp_path)
-    assert bad.returncode == 2 and "--precision must be one of fp16, bf16" in bad.stderr
+    assert bad.returncode == 2 and "'fp8' is not one of 'fp16', 'bf16'" in bad.stderr
     unknown = run_cli("check", "m.py", "--optimizer", "Adamm(lr=1e-2)", "--input-shape", "8,64", cwd=tmp_path)
     assert unknown.returncode == 2 and "no optimizer named Adamm" in unknown.stderr
     (tmp_path / "pyproject.toml").write_text('[tool.initlint]\noptimizer = "SGD(lr=1e-3)"\nprecision = "bf16"\n'

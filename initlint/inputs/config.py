@@ -223,10 +223,6 @@ def _formats() -> List[str]:
     return list(FORMATS)
 
 
-def _precisions() -> List[str]:
-    return ["fp16", "bf16"]
-
-
 def _optimizer(value: Any) -> str:
     """An optimizer spec such as ``AdamW(lr=3e-4, weight_decay=0.1)``, parsed now (without torch) so a bad
     one answers before any model is built; kept as text."""
@@ -342,14 +338,14 @@ KEYS: Dict[str, Key] = {k.name: k for k in (
     Key("batch-size", "batch_size", _integer(1, MAX_BATCH), "probe batch size when the input is inferred"),
     Key("import-timeout", "import_timeout", _timeout, "seconds a target's import may take (0: no limit)"),
     Key("logits", "logits", _boolean, "the model output is logits (check its softmax, IL004)"),
+    Key("precision", "precision", _one_of(lambda: ["fp16", "bf16"]), "the precision training uses (fp16, bf16)"),
+    Key("grad-scaler", "grad_scaler", _boolean, "fp16 training uses torch.amp.GradScaler"),
     Key("format", "format", _one_of(_formats), "output format"),
     Key("input-shape", "input_shapes", _shapes, "probe input shape(s)"),
     Key("rules", "rule_options", _rule_options, "per-rule options, by rule name or code"),
     Key("per-module-ignores", "per_module_ignores", _ignores, "module path pattern -> codes to silence there"),
     Key("optimizer", "optimizer", _optimizer, "the optimizer the model trains with, such as \"AdamW(lr=3e-4)\" "
         "(its first step is audited)"),
-    Key("precision", "precision", _one_of(_precisions), "fp16 or bf16: the model trains under autocast"),
-    Key("grad-scaler", "grad_scaler", _boolean, "fp16 training scales the loss with torch.amp.GradScaler"),
 )}
 
 

@@ -16,6 +16,7 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..capture.locate import user_location
+from ..probe.precision import PrecisionStats
 from ..probe.run import ProbeResult
 from ..probe.stats import OpStats
 from ..probe.step import StepStats
@@ -69,7 +70,8 @@ class Rule:
     severity: str = "warning"
     needs: frozenset = frozenset({"graph"})
     """Any of ``graph`` (static), ``activations`` (forward probe), ``gradients`` (backward probe), ``step``
-    (the first step of the user's optimizer: the rule runs only when one is given)."""
+    (the first step of the user's optimizer: the rule runs only when one is given), ``precision`` (the
+    probe again under ``torch.autocast``: the rule runs only when a precision is given)."""
     options: Dict[str, Any] = {}
     """Option name -> default value; documented in the docstring's Options section."""
     option_ranges: Dict[str, Tuple[float, Optional[float]]] = {}
@@ -211,6 +213,8 @@ class AuditContext:
     """The first step of the user's optimizer (:mod:`initlint.probe.step`); None without an optimizer."""
     ddp: bool = False
     """The audited model was wrapped in DistributedDataParallel."""
+    precision_probe: Optional[PrecisionStats] = None
+    """What the autocast pass measured, when a precision is given."""
     results: Dict[str, List[Finding]] = field(default_factory=dict)
     """Findings of the rules that already ran, by code (filled by the pipeline)."""
     memo: Dict[str, Any] = field(default_factory=dict)

@@ -1302,4 +1302,120 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '\n'
                       '## Options\n'
                       'None.\n'},
+    'IL017': {'code': 'IL017',
+              'name': 'precision-headroom',
+              'severity': 'warning',
+              'role': 'check',
+              'summary': 'An activation or gradient overflows or underflows at the precision training uses.',
+              'options': {'headroom': 8.0, 'flush': 0.25, 'lost-update': 0.5},
+              'option_ranges': {'headroom': (1, None), 'flush': (0, 1), 'lost-update': (0, 1)},
+              'needs': ('activations', 'precision'),
+              'uses': (),
+              'page': '# IL017 `precision-headroom`\n'
+                      '\n'
+                      'Severity: **warning**. Role: check. Needs: activations, precision.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Runs only when the audit is given the precision training will use (``precision="fp16"`` or\n'
+                      '``"bf16"``, ``--precision``). The probe then runs the forward and backward pass once more under\n'
+                      "``torch.autocast`` at that dtype, with a training loss (the model's own, cross-entropy against\n"
+                      'random labels for logits, else a mean squared error), and checks:\n'
+                      "- fp16: an op whose output (or the gradient reaching it, or a weight's gradient) overflows to\n"
+                      '  ``inf`` under autocast while it is finite in float32 (error), or comes within ``headroom``\n'
+                      "  of float16's largest value 65504 (warning); the first layer where it happens is named;\n"
+                      "- fp16: the share of each weight's gradient entries that are nonzero in float32 and exactly\n"
+                      "  zero under autocast: lost to underflow (float16's smallest subnormal is 6e-8). Without a\n"
+                      '  ``GradScaler`` the loss is unscaled; with one (``grad_scaler=True``, ``--grad-scaler``) it is\n'
+                      "  judged at the scaler's initial scale, 65536;\n"
+                      '- bf16 (and fp16) residual additions made in the half dtype (a model stored in bfloat16)\n'
+                      "  whose branch is below the stream's resolution: branch rms < stream rms x 2^-9 in bfloat16\n"
+                      '  (2^-12 in float16), so most of what the branch adds rounds away (information: see the\n'
+                      '  calibration). Branches that start at zero or behind a near-zero gate (ReZero, LayerScale,\n'
+                      '  zero-initialised ends) are deliberate and passed over;\n'
+                      '- with an optimizer (its first step taken on a private copy), weights stored in bfloat16 or\n'
+                      '  float16 whose first update is mostly below half a unit in the last place of the weight:\n'
+                      '  the step is lost to rounding.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'float16 keeps 5 exponent bits: values above 65504 become ``inf``, and the loss, every\n'
+                      'gradient and then every weight become NaN at the first step. A model that sits within a\n'
+                      'small factor of the limit at initialisation crosses it once training grows its weights\n'
+                      '(trained T5 checkpoints do: their FFN output ``DenseReluDense.wo`` exceeds 65504, which is\n'
+                      'why Hugging Face keeps ``wo`` in float32). At the other end, gradients below 6e-8 flush to\n'
+                      'zero: a mean-reduced loss over many outputs, a small output layer or a deep stack with\n'
+                      'shrinking gradients leaves whole layers with no gradient in float16, which is what a loss\n'
+                      "scaler is for. bfloat16 has float32's range but 8 significant bits: ``x + f(x)`` with\n"
+                      '``|f(x)|`` under half a unit in the last place of ``x`` returns ``x``, so a branch that small\n'
+                      'does not change the stream at all. The same holds for a weight stored in bfloat16: a weight\n'
+                      'of 0.02 has a unit in the last place of 1.2e-4, so an Adam update of lr 5e-5 leaves it as it\n'
+                      'was, step after step (mixed precision keeps float32 master weights for that reason).\n'
+                      '\n'
+                      'Calibration. ``benchmarks/bench_precision.py`` (table in ``benchmarks/results/precision.md``)\n'
+                      'trains a small classifier (64-256-32, a LayerNorm, 10 classes; Adam, 200 steps, 5 seeds) from\n'
+                      'the same init in float32 and under fp16 autocast, with and without a ``GradScaler``. Trouble:\n'
+                      "a non-finite loss, the scaler skipping most steps, or less than half the float32 run's\n"
+                      'progress. Activations were pushed towards 65504 by unnormalised inputs: at Adam lr 1e-3 the\n'
+                      'runs whose largest activation sat at 0.6 of the limit overflowed in 3 of 5 seeds and from\n'
+                      '0.7 on (already inf under fp16 arithmetic at init) in all; at lr 1e-2, where the weights\n'
+                      'and activations grow faster, every run from 1/8 of the limit up overflowed within 200 steps\n'
+                      'and none at 1/16: hence ``headroom`` 8. Gradients were shrunk by a loss weight (every\n'
+                      "gradient small for good: at 1e-5 and 1e-6, 94-100% of the first layer's gradient flushes and\n"
+                      'the runs learn nothing; at 1e-4, 4.7% flushes and they learn) and by a small output layer\n'
+                      "(at 1e-6 the earlier layers' gradients flush entirely at init, but Adam grows the head\n"
+                      "within a few steps and the run learns as in float32: the finding's known false alarm).\n"
+                      'Over the 250 runs: a finding came before trouble in 89 of 127 flagged runs (all 50 errors\n'
+                      'did), a clean audit in 4 of 123 (an activation at 0.12 of the limit, just under 1/8, with\n'
+                      'lr 1e-2); the flushed shares of untroubled runs stay at 0.05 and below, of troubled ones at\n'
+                      '0.94 and above, hence ``flush`` 0.25.\n'
+                      '\n'
+                      'The same script trains a pre-norm residual MLP stored in bfloat16 (no float32 master\n'
+                      'weights) with its branch ends scaled down: from x1e-3 on its branches round away at init,\n'
+                      "yet it learns as well as at x1e-2 (the gradient reaches the branch's weights whatever the\n"
+                      'rounding, and Adam grows them out of it), so a branch that rounds away is reported as\n'
+                      'information.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def mlp_whose_first_layer_outputs_exceed_fp16():  # audited with precision="fp16"\n'
+                      '    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))\n'
+                      '    with torch.no_grad():\n'
+                      '        model[0].weight.mul_(3e4)  # hidden activations reach ~1e5; float16 holds at most 65504\n'
+                      '        model[2].weight.div_(3e4)  # the function is unchanged in float32\n'
+                      '    return model, torch.randn(32, 64)\n'
+                      '```\n'
+                      'Flagged at ``0``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def mlp_at_default_init():  # audited with precision="fp16", and "bf16"\n'
+                      '    return nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10)), torch.randn(32, 64)\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      "Overflow: train in bfloat16 (float32's range), keep the overflowing layer in float32, or\n"
+                      'bring its scale down (a norm before it, a clamp, a smaller init):\n'
+                      '```python\n'
+                      'with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+                      '    loss = model(x)\n'
+                      '```\n'
+                      'Gradient underflow in fp16: use a loss scaler, which scales the loss before ``backward`` and\n'
+                      'unscales the gradients before the step:\n'
+                      '```python\n'
+                      'scaler = torch.amp.GradScaler()\n'
+                      'scaler.scale(loss).backward()\n'
+                      'scaler.step(optimizer)\n'
+                      'scaler.update()\n'
+                      '```\n'
+                      'A branch that rounds away in bfloat16: keep float32 master weights and compute under\n'
+                      'autocast (the stream stays float32), or initialise the branch at a scale the stream can\n'
+                      'resolve.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``headroom`` (default ``8``): warn when an fp16 activation or gradient comes within this\n'
+                      '  factor of 65504 (its largest magnitude above 65504 / headroom = 8188).\n'
+                      '- ``flush`` (default ``0.25``): flag a weight when more than this share of its nonzero float32\n'
+                      '  gradient entries are zero under fp16 autocast.\n'
+                      '- ``lost-update`` (default ``0.5``): with an optimizer, flag a weight stored in bfloat16 or\n'
+                      "  float16 when more than this share of its first update's nonzero entries leave it unchanged\n"
+                      '  (a fact of the first step, not yet calibrated against training runs).\n'},
 }

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import torch
 import torch.nn as nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..capture import ops as O
 from ..probe.guard import _rng as saved_rng
@@ -271,7 +272,11 @@ def draw_of(t: torch.Tensor, full: bool = False) -> Draw:
 
 def draws_of(tensors: Sequence[torch.Tensor], full: bool = False) -> List[Draw]:
     """:func:`draw_of` for many tensors, with one transfer to the host per device (never one per tensor)."""
-    return [_draw(row) for row in to_host([_stats(t, full) for t in tensors])]
+    draws = [_draw(row) for row in to_host([_stats(t, full) for t in tensors])]
+    for t, d in zip(tensors, draws):
+        if d.absmax < 0:
+            d.absmax = _largest_finite(t)
+    return draws
 
 
 def _stats(t: torch.Tensor, full: bool) -> torch.Tensor:
@@ -288,7 +293,9 @@ def _stats(t: torch.Tensor, full: bool) -> torch.Tensor:
     scan = [zero, zero, zero + 1]
     if full and t.is_floating_point():
         scan = [v.double() for v in _scan(t)]
-    return torch.stack([zero + n, mean, var, m4, (x == 0).sum() / n, (x == 1).sum() / n, *scan])
+    # count_nonzero: a bool tensor's sum() takes a slow path on the CPU (about 50x a float sum)
+    return torch.stack([zero + n, mean, var, m4, torch.count_nonzero(x == 0) / n, torch.count_nonzero(x == 1) / n,
+                        *scan])
 
 
 def _draw(row: List[float]) -> Draw:
@@ -302,29 +309,34 @@ def _scan(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The largest finite magnitude, the count of denormals and whether every value is finite, in
     chunks, on the device. Denormals are counted only where the dtype's smallest normal is far below
     any init's values (float32, bfloat16, float64): in float16 it is 6e-5, and about 0.2% of an ordinary
-    std-0.02 draw lands below it."""
+    std-0.02 draw lands below it.
+
+    Two reductions per chunk (the largest magnitude, and counts of compares): a tensor holding inf or
+    NaN, whose largest magnitude is then not finite, gets a second, masked pass (:func:`_largest_finite`)."""
     flat = t.detach().reshape(-1)
     count_denormals = torch.finfo(t.dtype).tiny < 1e-30
     absmax = torch.zeros((), dtype=torch.float64, device=flat.device)
     denormal = torch.zeros((), dtype=torch.int64, device=flat.device)
-    finite = torch.ones((), dtype=torch.bool, device=flat.device)
     for i in range(0, flat.numel(), _CHUNK):
-        chunk = flat[i:i + _CHUNK]
-        if t.dtype == torch.float32:  # magnitudes of float32 values order as their bits do
-            bits = chunk.view(torch.int32) & 0x7FFFFFFF
-            ok = bits < _FLOAT32_INF
-            high = torch.where(ok, bits, 0).max().reshape(1).view(torch.float32)[0]
-            tiny = ((bits > 0) & (bits < _FLOAT32_NORMAL)).sum()
-        else:
-            ok = torch.isfinite(chunk)
-            size = torch.where(ok, chunk.abs(), 0)
-            high = size.max()
-            tiny = ((size < torch.finfo(t.dtype).tiny) & (size > 0)).sum()
-        absmax = torch.maximum(absmax, high.double())
+        size = flat[i:i + _CHUNK].abs()
+        absmax = torch.maximum(absmax, size.amax().double())  # NaN and inf propagate: not finite
         if count_denormals:
-            denormal = denormal + tiny
-        finite = finite & ok.all()
-    return absmax, denormal, finite
+            denormal = denormal + (torch.count_nonzero(size < torch.finfo(t.dtype).tiny)
+                                   - torch.count_nonzero(size == 0))
+    finite = absmax < math.inf  # False for inf and NaN
+    if not flat.numel():
+        return absmax, denormal, torch.ones((), dtype=torch.bool, device=flat.device)
+    return torch.where(finite, absmax, -1.0), denormal, finite  # -1: see _largest_finite
+
+
+def _largest_finite(t: torch.Tensor) -> float:
+    """The largest finite magnitude of a tensor that holds inf or NaN (the rare path of :func:`_scan`)."""
+    flat = t.detach().reshape(-1)
+    high = 0.0
+    for i in range(0, flat.numel(), _CHUNK):
+        size = flat[i:i + _CHUNK].abs()
+        high = max(high, float(torch.where(size < math.inf, size, 0).amax()))
+    return high
 
 
 def same(a: Draw, b: Draw, tol: float) -> bool:
@@ -617,16 +629,62 @@ def _defaults(tensors: Dict[str, torch.Tensor], modules: List[Tuple[str, nn.Modu
         reset = _torch_reset(module)
         if reset is None:
             continue
-        reset()
+        with _TiledDraws(tensors.values()):
+            reset()
         for p in module.parameters(recurse=False):
             if id(p) in names:
                 found.setdefault(names[id(p)], []).append((type(module).__name__, draw_of(p)))
     return found
 
 
+TILE = 65521
+"""Values a random fill of a large parameter draws in a declared-init pass (a prime, so the evenly
+strided sample of :data:`SAMPLE` elements meets each drawn value about once)."""
+
+
+class _TiledDraws(TorchDispatchMode):
+    """While a declared init runs on a private copy, a random fill (``normal_``, ``uniform_``) of a whole
+    large parameter draws :data:`TILE` values and repeats them over the tensor.
+
+    Every element then holds a value of the declared distribution, so what the init does next
+    (scaling, clamping, a norm over rows) sees a full tensor, and the sample :func:`draw_of` reads is a
+    sample of that distribution; but the random draws, a pass as costly as a forward and backward at a
+    small batch, cost a copy instead (GPT-2 124M: 124M normal draws)."""
+
+    _FILLS = (torch.ops.aten.normal_.default, torch.ops.aten.uniform_.default)
+
+    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
+        super().__init__()
+        self.large = {t.untyped_storage().data_ptr() for t in tensors if t.numel() >= 4 * TILE}
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in self._FILLS and self._whole(args[0]):
+            flat = args[0].view(-1)
+            block = flat[:TILE]
+            func(block, *args[1:], **kwargs)
+            rows = flat.numel() // TILE
+            flat[TILE:rows * TILE].view(rows - 1, TILE).copy_(block.expand(rows - 1, TILE))
+            flat[rows * TILE:].copy_(block[:flat.numel() - rows * TILE])
+            return args[0]
+        return func(*args, **kwargs)
+
+    def _whole(self, t: Any) -> bool:
+        return (isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in self.large and t.is_contiguous()
+                and t.storage_offset() == 0 and t.numel() * t.element_size() == t.untyped_storage().nbytes())
+
+
 def _pass(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Optional[Callable[[], Any]]]],
           writer: Optional[Dict[str, str]] = None) -> Dict[str, Draw]:
     before = _snapshot(tensors)
+    with _TiledDraws(tensors.values()):
+        _run_steps(tensors, steps, writer)
+    written = list(_written(before, tensors))
+    return dict(zip(written, draws_of([tensors[n] for n in written])))
+
+
+def _run_steps(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Optional[Callable[[], Any]]]],
+               writer: Optional[Dict[str, str]]) -> None:
     for path, module, step in steps:
         if step is None:
             continue
@@ -637,8 +695,6 @@ def _pass(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Op
             for n, t in local.items():
                 if t._version != versions[n]:
                     writer[n] = path
-    written = list(_written(before, tensors))
-    return dict(zip(written, draws_of([tensors[n] for n in written])))
 
 
 def _units(m: nn.Module, path: str, budget: int) -> Iterator[Tuple[str, nn.Module, bool]]:
@@ -680,6 +736,7 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
         scanned.update(names)
         rows = to_host([torch.stack([v.double() for v in _scan(params[n])]) for n in names])
         for n, (absmax, denormal, finite) in zip(names, rows):
+            absmax = absmax if absmax >= 0 else _largest_finite(params[n])
             a = actual[n]
             a.absmax, a.denormal, a.finite = max(a.absmax, absmax), int(denormal), bool(finite)
 
