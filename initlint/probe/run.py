@@ -625,7 +625,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
 
                 loss = objective(step, out, main, logits_output(out, main, cap, logits), args, kwargs)
             if grad_wanted:
-                _backward(cap, named, main, c, result, **({} if step is None else {"step": step, "loss": loss}))
+                _backward(cap, named, main, c, result, step, loss)
             del loss
             del out, main
     cap.finish()
