@@ -336,6 +336,8 @@ def test_text_and_json_carry_the_step():
     assert step["optimizer"] == "AdamW" and step["params"]["0.weight"]["ratio"] == pytest.approx(0.5, rel=0.1)
     for fmt in ("sarif", "github", "concise"):
         assert "IL015" in render([report], fmt)
+    for notebook in (report._repr_html_(), report._repr_markdown_()):
+        assert "param group 1: lr 0.01, weight decay 0, 2 tensors" in notebook
 
 
 def test_plot_series_gain_the_update_ratio(tmp_path):

@@ -52,17 +52,13 @@ def format_text(reports: List[Report], colour: bool = False, notes: Sequence[str
 
 
 def step_lines(report: Report) -> List[str]:
-    """With an optimizer: one line per param group (lr, weight decay, size, median first-update ratio)."""
+    """With an optimizer: the first step's optimizer and loss, and one line per param group (lr, weight
+    decay, size, median first-update ratio)."""
     step = getattr(report, "step", None)
     if step is None:
         return []
-    from ..rules.base import fmt
-
-    lines = [f"  first step: {step.optimizer}, gradients of {step.loss}" + ("" if step.stepped else " (not taken)")]
-    for g in step.groups:
-        lines.append(f"    param group {g.index}: lr {fmt(g.lr)}, weight decay {fmt(g.weight_decay)}, {g.tensors} tensors "
-                     f"({g.elements:,} parameters), median update ratio {fmt(g.median_ratio)}")
-    return lines
+    first, *groups = step.lines()
+    return [f"  {first}"] + [f"    {line}" for line in groups]
 
 
 ALL_PASSED = "All checks passed!"

@@ -94,6 +94,14 @@ class StepStats:
     """False when the step could not be taken (the notes say why); the membership facts still hold."""
     notes: List[str] = field(default_factory=list)
 
+    def lines(self) -> List[str]:
+        """The text report's lines: the optimizer and loss, then one line per param group."""
+        out = [f"first step: {self.optimizer}, gradients of {self.loss}" + ("" if self.stepped else " (not taken)")]
+        for g in self.groups:
+            out.append(f"param group {g.index}: lr {_short(g.lr)}, weight decay {_short(g.weight_decay)}, {g.tensors} "
+                       f"tensors ({g.elements:,} parameters), median update ratio {_short(g.median_ratio)}")
+        return out
+
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready form."""
         from dataclasses import asdict
@@ -400,6 +408,12 @@ def _groups(stats: StepStats, opt: torch.optim.Optimizer, held: Dict[str, List[i
         stats.groups.append(GroupStep(index=gi, lr=_number(group.get("lr")), weight_decay=_number(group.get("weight_decay")),
                                       tensors=len(names), elements=sum(named[n].numel() for n in names),
                                       median_ratio=statistics.median(ratios) if ratios else None))
+
+
+def _short(x: Optional[float]) -> str:
+    if x is None:
+        return "n/a"
+    return "0" if x == 0 else f"{x:.3g}" if 1e-3 <= abs(x) < 1e4 else f"{x:.2g}"
 
 
 def _number(value: Any) -> Optional[float]:

@@ -46,6 +46,8 @@ def report_html(report: Any) -> str:
                        ("code", "severity", "module", "message", "fix", "location"))
         rows = [_html_row(f) for f in report.findings]
         parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    if getattr(report, "step", None) is not None:
+        parts.append("<pre>" + _e("\n".join(report.step.lines())) + "</pre>")
     parts.extend(f"<p>note: {_e(note)}</p>" for note in report.notes)
     parts.append("</div>")
     return "".join(parts)
@@ -74,6 +76,8 @@ def report_markdown(report: Any) -> str:
                      _code(f.fix), _md(_where(f))]
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
+    if getattr(report, "step", None) is not None:
+        lines += [_md(line) + "  " for line in report.step.lines()] + [""]
     lines += [f"note: {_md(note)}" for note in report.notes]
     return "\n".join(lines).rstrip() + "\n"
 
