@@ -11,10 +11,11 @@ from typing import Any
 
 from .version import __version__
 
-__all__ = ["audit", "fix", "FixReport", "Report", "Finding", "LoadError", "UsageError", "ignore", "__version__"]
+__all__ = ["audit", "fix", "sweep", "SweepReport", "FixReport", "Report", "Finding", "LoadError", "UsageError", "ignore", "__version__"]
 
 _LAZY = {"audit": "api", "UsageError": "errors", "Report": "report", "Finding": "report", "LoadError": "errors",
-         "ignore": "rules.suppress", "fix": "repair", "FixReport": "repair"}
+         "ignore": "rules.suppress", "fix": "repair", "FixReport": "repair", "sweep": "coord",
+         "SweepReport": "coord"}
 
 
 def __getattr__(name: str) -> Any:
