@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from ..output.formats import to_sarif
-from ..probe.coords import Axis, Curve, SweepData
+from ..probe.coords import INPUT_GRAD, Axis, Curve, SweepData
 from ..report.findings import Finding, Report
 from ..report.plot import PlotError, require_matplotlib
 from ..report.table import findings_table
@@ -22,6 +22,8 @@ class SweepReport:
     model: str
     data: SweepData
     findings: List[Finding] = field(default_factory=list)
+    flagged: Set[Tuple[str, str, str]] = field(default_factory=set)
+    """``(axis kind, layer, quantity)`` of the curves a finding names."""
     notes: List[str] = field(default_factory=list)
     steps: int = 0
     seconds: float = 0.0
@@ -56,7 +58,6 @@ class SweepReport:
         exponent of ``rms ~ size^alpha`` and its fit error; flagged layers are marked ``<-``."""
         from tabulate import tabulate
 
-        flagged = {f.module for f in self.findings}
         out = []
         for axis in self.data.axes:
             headers = ["layer", "step"] + [f"{axis.keyword}={s}" for s in axis.sizes] + ["alpha", "fit err", ""]
@@ -67,7 +68,7 @@ class SweepReport:
                     rows.append([curve.label if step == 0 else "", "init" if step == 0 else str(step),
                                  *[fmt(v) if v is not None else "-" for v in values],
                                  f"{fit.alpha:+.2f}" if fit else "-", f"{fit.error:.2f}" if fit else "-",
-                                 "<-" if step == 0 and curve.layer in flagged else ""])
+                                 "<-" if step == 0 and (axis.kind, curve.layer, curve.quantity) in self.flagged else ""])
             out.append(f"{axis.kind}: {axis.keyword} = {', '.join(map(str, axis.sizes))}  (rms; alpha: "
                        f"rms ~ {axis.keyword}^alpha)")
             out.append(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
@@ -124,7 +125,8 @@ class SweepReport:
         axis = next((a for a in self.data.axes if kind in (None, a.kind)), None)
         if axis is None or not axis.curves:
             raise PlotError(f"nothing to plot for {self.model}: no {kind or 'axis'} was measured")
-        fig = coord_figure(axis, {f.module for f in self.findings}, f"{self.target or self.model}")
+        flagged = {(layer, quantity) for kind, layer, quantity in self.flagged if kind == axis.kind}
+        fig = coord_figure(axis, flagged, f"{self.target or self.model}")
         if path is not None:
             try:
                 fig.savefig(path, dpi=dpi)
@@ -148,58 +150,71 @@ def _axis_dict(axis: Axis) -> Dict[str, Any]:
 _PALETTE = ("tab:red", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan", "tab:blue")
 
 
-def coord_figure(axis: Axis, flagged: set, title: str) -> Any:
-    """The figure: one panel per step (init, step 1, ...), rms against size on log-log axes."""
+def plotted(axis: Axis) -> List[Curve]:
+    """The curves a coordinate plot draws: activations on a width axis (a gradient norm is another unit),
+    everything on a depth axis (where the input layer's gradient is judged)."""
+    return [c for c in axis.curves.values() if axis.kind == "depth" or c.quantity != INPUT_GRAD]
+
+
+def coord_figure(axis: Axis, flagged: Set[Tuple[str, str]], title: str) -> Any:
+    """The figure: one panel per step (init, step 1, ...), rms against size on log-log axes; flagged curves in
+    colour with their exponents in the legend, the others grey."""
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
     steps = axis.steps + 1
     cols = min(steps, 4)
     rows = (steps + cols - 1) // cols
-    fig = Figure(figsize=(3.6 * cols + 2.6, 3.4 * rows + 0.6))
+    curves = plotted(axis)
+    colours = {c.label: _PALETTE[i % len(_PALETTE)]
+               for i, c in enumerate(c for c in curves if (c.layer, c.quantity) in flagged)}
+    legend_rows = (len(colours) + 1 + 2) // 3
+    fig = Figure(figsize=(3.3 * cols + 0.6, 3.1 * rows + 0.9 + 0.22 * legend_rows))
     FigureCanvasAgg(fig)
     panels = fig.subplots(rows, cols, squeeze=False, sharey=True)
-    colours: Dict[str, str] = {}
-    for curve in axis.curves.values():
-        if curve.layer in flagged and curve.label not in colours:
-            colours[curve.label] = _PALETTE[len(colours) % len(_PALETTE)]
     for step in range(rows * cols):
         ax = panels[step // cols][step % cols]
-        if step >= steps:
+        if step < steps:
+            _panel(ax, axis, curves, step, colours)
+        else:
             ax.set_visible(False)
-            continue
-        _panel(ax, axis, step, colours)
-    handles = [h for h in panels[0][0].get_lines() if h.get_label() in colours]
-    grey = next((h for h in panels[0][0].get_lines() if h.get_label() == "_other"), None)
-    labels = [h.get_label() for h in handles]
-    if grey is not None:
-        handles, labels = handles + [grey], labels + ["other layers"]
-    if handles:
-        fig.legend(handles, labels, loc="center right", fontsize=8, frameon=False)
-    fig.suptitle(f"{title}: rms against {axis.keyword} (flat transfers; coloured: flagged)", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1 - 2.4 / (3.6 * cols + 2.6), 0.95))
+    handles = [Line2D([], [], color=colour, linewidth=1.8, marker="o", markersize=4) for colour in colours.values()]
+    labels = [_legend_label(c) for c in curves if c.label in colours]
+    handles.append(Line2D([], [], color="0.7", linewidth=0.8, marker=".", markersize=3))
+    labels.append("other layers" if colours else "all layers (none flagged)")
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle(f"{title}: rms against {axis.keyword} (a flat line transfers; colour: flagged)", fontsize=10)
+    bottom = (0.35 + 0.22 * legend_rows) / (3.1 * rows + 0.9 + 0.22 * legend_rows)
+    fig.tight_layout(rect=(0, bottom, 1, 0.96))
     return fig
 
 
-def _panel(ax: Any, axis: Axis, step: int, colours: Dict[str, str]) -> None:
-    seen_grey = False
-    for curve in axis.curves.values():
+def _legend_label(curve: Curve) -> str:
+    """``lm_head: +0.53 at init, up to +0.68`` (the fitted exponents)."""
+    fits = curve.fits()
+    init = fits[0]
+    steepest = max((f.alpha for f in fits if f is not None), key=abs, default=None)
+    text = curve.label + ":"
+    if init is not None:
+        text += f" {init.alpha:+.2f} at init"
+    if steepest is not None and (init is None or abs(steepest - init.alpha) > 0.05):
+        text += f"{',' if init is not None else ''} up to {steepest:+.2f} after steps"
+    return text
+
+
+def _panel(ax: Any, axis: Axis, curves: List[Curve], step: int, colours: Dict[str, str]) -> None:
+    for curve in sorted(curves, key=lambda c: c.label in colours):  # flagged curves drawn last, on top
         points = [(s, v) for s, v in zip(curve.sizes, curve.values[step]) if v is not None and v > 0]
         if not points:
             continue
         xs, ys = zip(*points)
         colour = colours.get(curve.label)
         if colour is None:
-            ax.plot(xs, ys, color="0.7", linewidth=0.8, marker=".", markersize=3, zorder=1,
-                    label="_nolegend_" if seen_grey else "_other")
-            seen_grey = True
+            ax.plot(xs, ys, color="0.7", linewidth=0.8, marker=".", markersize=3, zorder=1)
         else:
-            fit = curve.fit(step)
-            ax.plot(xs, ys, color=colour, linewidth=1.8, marker="o", markersize=4, zorder=3, label=curve.label)
-            if fit is not None:
-                ax.annotate(f"{fit.alpha:+.2f}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 0),
-                            fontsize=7, color=colour, va="center")
+            ax.plot(xs, ys, color=colour, linewidth=1.8, marker="o", markersize=4, zorder=3)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xticks(axis.sizes)

@@ -112,8 +112,12 @@ def sweep(factory: Any, width: Optional[Mapping[str, Sequence[int]]] = None,
         raise LoadError(f"no size of {plan.name} could be measured ({reasons})")
     if data.target_width is None and data.axis("width") is not None:
         data.target_width = 8 * max(data.axis("width").measured)
-    findings = [f for rule, judge in rules for f in judge(data)]
-    return SweepReport(model=plan.name, data=data, findings=findings, notes=plan.notes, steps=steps,
+    findings, flagged = [], set()
+    for rule, judge in rules:
+        for curve, finding in judge(data):
+            findings.append(finding)
+            flagged.add((rule.axis, curve.layer, curve.quantity))
+    return SweepReport(model=plan.name, data=data, findings=findings, flagged=flagged, notes=plan.notes, steps=steps,
                        seconds=time.perf_counter() - started)
 
 
@@ -223,7 +227,7 @@ def _fit_heads(defaults: Any, axes: List[Tuple[str, str, List[int]]], fixed: Dic
     notes.append(f"{heads}={chosen} at every size: the default {default} does not divide every width")
 
 
-def _rules(options: Mapping[str, Mapping[str, Any]]) -> List[Tuple[Any, Callable[[SweepData], Iterable[Any]]]]:
+def _rules(options: Mapping[str, Mapping[str, Any]]) -> List[Tuple[Any, Callable[[SweepData], Iterable[Tuple[Curve, Any]]]]]:
     """The sweep rules with the user's options, each with the function that judges a sweep."""
     from ..rules.il005_signal_drift import SignalDrift
     from ..rules.il018_width_unstable import WidthUnstable

@@ -1,13 +1,13 @@
 """IL018 width-unstable."""
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Tuple
 
 import torch.nn as nn
 
 from ..probe.coords import LOGITS, OUTPUT, Axis, Curve, Fit, SweepData
 from ..report.findings import Finding
-from .base import AuditContext, Example, Rule, fmt
+from .base import AuditContext, Example, Rule, fmt, py_path
 
 
 # Examples: a sweep over the factory's `width` keyword (tests/test_rule_examples.py runs initlint.sweep on them).
@@ -88,40 +88,47 @@ class WidthUnstable(Rule):
     summary = "a layer whose activation scale grows with the model's width, at init or after a few optimizer steps (a sweep)"
     options = {"limit": 0.3}
     option_ranges = {"limit": (0, None)}
+    axis = "width"
+    """The axis of a sweep the rule judges."""
     bad = (Example(mlp_at_fixed_std, expect={"2", "4"}, options=_SWEEP),)
     good = (Example(mlp_at_default_init, options=_SWEEP),)
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
         return iter(())  # a single audit sees one width; the rule judges a sweep (judge)
 
-    def judge(self, data: SweepData) -> Iterator[Finding]:
-        """The findings of a sweep: one per layer whose scale grows with width beyond the limit."""
-        axis = data.axis("width")
+    def judge(self, data: SweepData) -> Iterator[Tuple[Curve, Finding]]:
+        """The findings of a sweep, each with the curve it judges: one per layer whose scale grows with width
+        beyond the limit."""
+        axis = data.axis(self.axis)
         if axis is None:
             return
         target = data.target_width or 8 * max(axis.measured or axis.sizes)
         for curve in axis.curves.values():
             if curve.quantity not in (OUTPUT, LOGITS):
                 continue
-            worst = _steepest(curve)
+            fits = [(s, f) for s, f in enumerate(curve.fits()) if f is not None]
+            worst = max(fits, key=lambda sf: sf[1].alpha, default=None)
             if worst is not None and worst[1].alpha > self.opts["limit"]:
-                yield self._finding(axis, curve, worst[0], worst[1], target)
+                yield curve, self._finding(axis, curve, fits, worst, target)
 
-    def _finding(self, axis: Axis, curve: Curve, step: int, fit: Fit, target: int) -> Finding:
-        largest = max(s for s, v in zip(curve.sizes, curve.values[step]) if v is not None)
+    def _finding(self, axis: Axis, curve: Curve, fits: List[Tuple[int, Fit]], worst: Tuple[int, Fit],
+                 target: int) -> Finding:
+        step, fit = worst
+        init = fits[0][1] if fits[0][0] == 0 else None
+        if init is not None and init.alpha > self.opts["limit"]:
+            step, fit = 0, init  # already at init: the init is to blame, the steps only add to it
+        largest, measured = max((s, v) for s, v in zip(curve.sizes, curve.values[step]) if v is not None)
+        what = "attention logits grow" if curve.quantity == LOGITS else "output rms grows"
         when = "at init" if step == 0 else f"after step {step}"
-        what = "attention logits" if curve.quantity == LOGITS else "output rms"
-        message = (f"{what} grows with width as {axis.keyword}^{fit.alpha:.2f} {when} (limit {fmt(self.opts['limit'])}; "
-                   f"fit error {fit.error:.2f} over {fit.points} widths): {fmt(fit.predict(largest))} at "
-                   f"{axis.keyword}={largest}, predicted {fmt(fit.predict(target))} at {axis.keyword}={target}")
-        return self.make(curve.layer, message, _fix(axis, curve), value=round(fit.alpha, 4),
+        if step == 0 and worst[0] != 0 and worst[1].alpha > init.alpha + 0.05:
+            when += f" and as {axis.keyword}^{worst[1].alpha:.2f} after step {worst[0]}"
+        elif step > 0 and init is not None:
+            when += f" ({axis.keyword}^{init.alpha:.2f} at init)"
+        message = (f"{what} with width as {axis.keyword}^{fit.alpha:.2f} {when} (limit {fmt(self.opts['limit'])}; "
+                   f"fit error {fit.error:.2f} over {fit.points} widths): {fmt(measured)} at {axis.keyword}={largest}, "
+                   f"predicted {fmt(measured * (target / largest) ** fit.alpha)} at {axis.keyword}={target}")
+        return self.make(curve.layer, message, _fix(axis, curve), value=round(worst[1].alpha, 4),
                          threshold=self.opts["limit"])
-
-
-def _steepest(curve: Curve) -> Optional[Tuple[int, Fit]]:
-    """The step whose fit grows fastest, and its fit."""
-    fits: List[Tuple[int, Fit]] = [(s, f) for s, f in enumerate(curve.fits()) if f is not None]
-    return max(fits, key=lambda sf: sf[1].alpha) if fits else None
 
 
 def _fix(axis: Axis, curve: Curve) -> str:
@@ -132,8 +139,8 @@ def _fix(axis: Axis, curve: Curve) -> str:
                 "projection")
     if curve.layer == axis.readout:
         return (f"multiply the readout by base_width / {axis.keyword} (muP's readout multiplier 1/width: "
-                f"y = self.{curve.layer}(x) * (base_width / {axis.keyword})), or zero-initialise it "
-                f"(nn.init.zeros_(model.{curve.layer}.weight))")
-    return (f"initialise {curve.layer} with std 1/sqrt(fan_in) and scale Adam's learning rate of hidden matrices by "
+                f"y = {py_path(curve.layer, 'self')}(x) * (base_width / {axis.keyword})), or zero-initialise it "
+                f"(nn.init.zeros_({py_path(curve.layer)}.weight))")
+    return (f"initialise {py_path(curve.layer)} with std 1/sqrt(fan_in) and scale Adam's learning rate of hidden matrices by "
             f"1/fan_in (muP: {{'params': hidden_weights, 'lr': base_lr * base_width / {axis.keyword}}}; "
             f"mup.MuAdam does it)")

@@ -104,18 +104,21 @@ class DepthUnstable(Rule):
     summary = "the residual stream or the input layer's gradient growing or shrinking with the model's depth (a sweep)"
     options = {"limit": 0.3}
     option_ranges = {"limit": (0, None)}
+    axis = "depth"
+    """The axis of a sweep the rule judges."""
     bad = (Example(pre_norm_stack, expect={"blocks"}, options=_SWEEP),)
     good = (Example(pre_norm_stack_with_branch_multiplier, options=_SWEEP),)
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
         return iter(())  # a single audit sees one depth; the rule judges a sweep (judge)
 
-    def judge(self, data: SweepData, drift_limit: Optional[float] = None) -> Iterator[Finding]:
-        """The findings of a sweep: the stream and the input layer's gradient, when they drift with depth.
+    def judge(self, data: SweepData, drift_limit: Optional[float] = None) -> Iterator[Tuple[Curve, Finding]]:
+        """The findings of a sweep, each with the curve it judges: the stream and the input layer's gradient,
+        when they drift with depth.
 
         ``drift_limit``: the signal-drift rule's ``max-scale-ratio`` the depth budget is read against
         (default: that rule's default)."""
-        axis = data.axis("depth")
+        axis = data.axis(self.axis)
         if axis is None:
             return
         ratio = drift_limit or SignalDrift.options["max-scale-ratio"]
@@ -124,7 +127,7 @@ class DepthUnstable(Rule):
                 continue
             worst = _largest(curve)
             if worst is not None and abs(worst[1].alpha) > self.opts["limit"]:
-                yield self._finding(axis, curve, worst[0], worst[1], ratio)
+                yield curve, self._finding(axis, curve, worst[0], worst[1], ratio)
 
     def _finding(self, axis: Axis, curve: Curve, step: int, fit: Fit, ratio: float) -> Finding:
         start = min(s for s, v in zip(curve.sizes, curve.values[step]) if v is not None)
