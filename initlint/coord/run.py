@@ -242,6 +242,12 @@ def _rules(options: Mapping[str, Mapping[str, Any]]) -> List[Tuple[Any, Callable
     if unknown:
         raise UsageError(f"options given for '{unknown[0]}', which is not a sweep rule "
                          f"({WidthUnstable.code} {WidthUnstable.name}, {DepthUnstable.code} {DepthUnstable.name})")
+    for cls in (SignalDrift, WidthUnstable, DepthUnstable):
+        for option, value in given(cls).items():
+            low, high = cls.option_ranges.get(option, (None, None))
+            if isinstance(value, (int, float)) and ((low is not None and value < low) or (high is not None and value > high)):
+                raise UsageError(f"{cls.code} ({cls.name}) option {option} must be at least {low}"
+                                 f"{'' if high is None else f' and at most {high}'}, not {value}")
     try:
         width, depth = WidthUnstable(**given(WidthUnstable)), DepthUnstable(**given(DepthUnstable))
     except ValueError as exc:
@@ -384,6 +390,9 @@ class _Recorder:
                 self.handles.append(module.register_forward_hook(self._record(path, OUTPUT)))
         if last is not None:
             self.handles.append(modules[last].register_forward_hook(self._record(self.stack_path, STREAM)))
+        if not any(True for _ in model.parameters(recurse=False)):  # the model's output, after any multiplier
+            self.handles.append(model.register_forward_hook(self._record("", OUTPUT)))
+        self.readout: Optional[str] = None
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -440,9 +449,13 @@ class _Recorder:
                 out = model(*args, **kwargs)
             value = loss_of(out, args, kwargs, loss, seed, logits)
             if step == 0:
-                self.readout = readout_of(out, self.outputs)
+                self.readout = readout_of(out, {p: t for p, t in self.outputs.items() if p})
+                if self.readout is None and "" in self.outputs:
+                    self.readout = ""  # no layer's output is the model's: the output is its own curve
             value.backward()
             row = self._row()
+            if self.readout:
+                row.pop(("", OUTPUT), None)  # the same values as the readout layer's
             grad = self._input_grad(model)
             if grad is not None:
                 row[(self.order[0], INPUT_GRAD)] = grad
@@ -484,14 +497,43 @@ class _Scores(TorchFunctionMode):
             scale = kwargs.get("scale")
             scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
             with torch.no_grad():
-                if k.dim() == q.dim() and k.size(-3) != q.size(-3) and q.dim() >= 3 and q.size(-3) % k.size(-3) == 0:
+                if q.dim() >= 3 and k.dim() == q.dim() and k.size(-3) != q.size(-3) and q.size(-3) % k.size(-3) == 0:
                     k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)  # grouped-query attention
                 self.recorder.logits(q @ k.transpose(-2, -1) * scale)
+        elif func is F.multi_head_attention_forward:  # its own softmax runs with this mode switched off
+            with torch.no_grad():
+                scores = _mha_scores(*args, **kwargs)
+            if scores is not None:
+                self.recorder.logits(scores)
         elif func in self._SOFTMAX and args and isinstance(args[0], torch.Tensor):
             x = args[0]
             if x.dim() >= 3 and x.size(-1) == x.size(-2) > 1:
                 self.recorder.logits(x)
         return func(*args, **kwargs)
+
+
+def _mha_scores(query: torch.Tensor, key: torch.Tensor, value: Any, embed_dim: int, num_heads: int,
+                in_proj_weight: Optional[torch.Tensor], in_proj_bias: Optional[torch.Tensor], *args: Any,
+                use_separate_proj_weight: bool = False, q_proj_weight: Optional[torch.Tensor] = None,
+                k_proj_weight: Optional[torch.Tensor] = None, **kwargs: Any) -> Optional[torch.Tensor]:
+    """The scores ``q . k / sqrt(head_dim)`` of ``F.multi_head_attention_forward`` (inputs ``(L, N, E)`` or ``(L, E)``)."""
+    if use_separate_proj_weight:
+        if q_proj_weight is None or k_proj_weight is None:
+            return None
+        wq, wk = q_proj_weight, k_proj_weight
+    elif in_proj_weight is not None:
+        wq, wk = in_proj_weight[:embed_dim], in_proj_weight[embed_dim:2 * embed_dim]
+    else:
+        return None
+    bq, bk = (in_proj_bias[:embed_dim], in_proj_bias[embed_dim:2 * embed_dim]) if in_proj_bias is not None \
+        else (None, None)
+    q, k = F.linear(query, wq, bq), F.linear(key, wk, bk)
+    if q.dim() == 2:
+        q, k = q.unsqueeze(1), k.unsqueeze(1)
+    head = q.size(-1) // num_heads
+    q = q.reshape(q.size(0), q.size(1), num_heads, head).permute(1, 2, 0, 3)
+    k = k.reshape(k.size(0), k.size(1), num_heads, head).permute(1, 2, 0, 3)
+    return q @ k.transpose(-2, -1) / math.sqrt(head)
 
 
 def loss_of(out: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], loss: Any, seed: int,
@@ -549,34 +591,39 @@ _NUMBER = re.compile(r"^\d+$")
 
 
 def pooled_paths(model: nn.Module) -> Dict[str, str]:
-    """Module path -> its path with the numbers of blocks (numbered children that hold modules of their
-    own) replaced by ``{i}``: ``transformer.h.3.mlp.c_fc`` -> ``transformer.h.{i}.mlp.c_fc``. Numbered
-    single layers (``net.2`` in a Sequential of Linear and ReLU) keep their number: they differ in role."""
-    modules = dict(model.named_modules())
+    """Module path -> its path with the numbers of blocks replaced by ``{i}``: ``transformer.h.3.mlp.c_fc``
+    -> ``transformer.h.{i}.mlp.c_fc``. Numbered single layers (``net.2`` in a Sequential of Linear and ReLU)
+    and one-off modules in a Sequential keep their number: they differ in role."""
+    blocks = {f"{path}.{name}" if path else name
+              for path, module in model.named_modules() for name in _blocks(module)}
     out = {}
-    for path in modules:
+    for path in dict(model.named_modules()):
         parts = path.split(".") if path else []
-        pooled = []
-        for i, part in enumerate(parts):
-            block = modules.get(".".join(parts[:i + 1]))
-            pooled.append("{i}" if _NUMBER.match(part) and block is not None and any(True for _ in block.children())
-                          else part)
-        out[path] = ".".join(pooled)
+        out[path] = ".".join("{i}" if ".".join(parts[:i + 1]) in blocks else part for i, part in enumerate(parts))
     return out
 
 
+def _blocks(container: nn.Module) -> List[str]:
+    """The names of ``container``'s numbered children that are blocks of a stack: modules holding modules,
+    in a ModuleList, or in a Sequential whose other numbered children include one of the same class."""
+    if not isinstance(container, (nn.ModuleList, nn.Sequential)):
+        return []
+    numbered = [(name, child) for name, child in container.named_children()
+                if _NUMBER.match(name) and any(True for _ in child.children())]
+    if isinstance(container, nn.ModuleList):
+        return [name for name, _ in numbered]
+    kinds = [type(child) for _, child in numbered]
+    return [name for name, child in numbered if kinds.count(type(child)) > 1]
+
+
 def main_stack(model: nn.Module) -> Tuple[Optional[str], Optional[str]]:
-    """The model's main stack of blocks (the ModuleList or Sequential with the most numbered children that
-    hold modules of their own) and its last block's path; ``(None, None)`` when it has none."""
-    best: Tuple[int, Optional[str], Optional[str]] = (1, None, None)
+    """The model's main stack of blocks (the container with the most blocks, :func:`_blocks`) and its last
+    block's path; ``(None, None)`` when it has none."""
+    best: Tuple[int, Optional[str], Optional[str]] = (0, None, None)
     for path, module in model.named_modules():
-        if not isinstance(module, (nn.ModuleList, nn.Sequential)):
-            continue
-        blocks = [(name, child) for name, child in module.named_children()
-                  if _NUMBER.match(name) and any(True for _ in child.children())]
-        if len(blocks) > best[0] or (len(blocks) >= 1 and best[1] is None and len(blocks) == best[0]):
-            last = blocks[-1][0]
-            best = (len(blocks), path, f"{path}.{last}" if path else last)
+        names = _blocks(module)
+        if len(names) > best[0]:
+            best = (len(names), path, f"{path}.{names[-1]}" if path else names[-1])
     return best[1], best[2]
 
 
@@ -596,7 +643,7 @@ class _Meter:
                 groups.setdefault((layer, quantity), []).append(value)
             pooled_rows.append({k: sum(v) / len(v) for k, v in groups.items()})
         self.by_size[size] = pooled_rows
-        if self.axis.readout is None and getattr(recorder, "readout", None):
+        if self.axis.readout is None and recorder.readout is not None:
             self.axis.readout = recorder.pooled.get(recorder.readout, recorder.readout)
         if self.axis.input_layer is None and recorder.order:
             self.axis.input_layer = recorder.pooled.get(recorder.order[0], recorder.order[0])

@@ -137,6 +137,9 @@ def _fix(axis: Axis, curve: Curve) -> str:
         return ("scale the attention scores by 1/d instead of 1/sqrt(d) (muP), e.g. "
                 "F.scaled_dot_product_attention(q, k, v, scale=1 / q.size(-1)), and zero-initialise the query "
                 "projection")
+    if curve.layer == "":
+        return (f"multiply the model's output by base_width / {axis.keyword} (muP's readout multiplier 1/width), "
+                f"or zero-initialise the layer that produces it")
     if curve.layer == axis.readout:
         return (f"multiply the readout by base_width / {axis.keyword} (muP's readout multiplier 1/width: "
                 f"y = {py_path(curve.layer, 'self')}(x) * (base_width / {axis.keyword})), or zero-initialise it "
