@@ -251,6 +251,9 @@ def explain(code: str) -> None:
               help="The model output is logits: the loss is cross-entropy on random labels (default: decided from "
                    "the output and the inputs).")
 @click.option("--seed", default=0, type=int, show_default=True, help="Seed of every build and of the probe batch.")
+@click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False),
+              help="A pyproject.toml whose [tool.initlint.rules] options (limit of width-unstable and depth-unstable) "
+                   "apply (default: the nearest one above the target).")
 @click.option("--import-timeout", default=None, type=float, metavar="SECONDS",
               help="Stop importing the target after this long (default: no limit).")
 def sweep_cmd(target: str, **opts: Any) -> None:

@@ -324,3 +324,10 @@ def test_cli_hugging_face_config_class(tmp_path):
     layers = {(c["layer"], c["quantity"]) for c in doc["axes"][0]["curves"]}
     assert ("transformer.h.{i}.attn", LOGITS) in layers and ("lm_head", OUTPUT) in layers
     assert any("n_head" in note for note in doc["notes"])  # 12 heads do not divide 16
+
+
+def test_cli_reads_the_sweep_rules_options_from_pyproject(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.initlint.rules.width-unstable]\nlimit = 5.0\n'
+                                             '[tool.initlint.rules.dead-relu]\nmax-dead-fraction = 0.9\n')
+    out = run(tmp_path, "models.py:mlp", "--width", "width=16,32,64", "--steps", "0")
+    assert out.returncode == 0, out.stderr

@@ -118,14 +118,34 @@ def _sweep(target: str, opts: Dict[str, Any]) -> Any:
     fixed = dict(parse_setting(t) for t in opts.get("settings") or ())
     optimizer = parse_optimizer(opts["optimizer"]) if opts.get("optimizer") else None
     inputs = _shaped(opts.get("input_shapes") or (), int(opts.get("seed") or 0))
+    rule_options = _rule_options(target, opts.get("config_path"))
     total = sum(len(parse_axis("--" + k, opts[k])[1]) for k in ("width", "depth") if opts.get(k))
     with _Progress(total) as progress:
         report = sweep(factory, width=width, depth=depth, example_inputs=inputs, optimizer=optimizer,
                        steps=opts["steps"], seed=int(opts.get("seed") or 0), device=opts.get("device"),
                        target_width=opts.get("target_width"), fixed=fixed, logits=opts.get("logits"),
-                       progress=progress)
+                       rule_options=rule_options, progress=progress)
     report.target = target
     return report
+
+
+def _rule_options(target: str, config_path: Optional[str]) -> Dict[str, Dict[str, Any]]:
+    """The options ``[tool.initlint.rules]`` gives the sweep rules (and signal-drift, whose limit the depth
+    budget reads); the other rules' options are for ``initlint check``."""
+    from ..inputs.config import ConfigError, load_config
+    from ..rules.il005_signal_drift import SignalDrift
+    from ..rules.il018_width_unstable import WidthUnstable
+    from ..rules.il019_depth_unstable import DepthUnstable
+
+    try:
+        config = load_config(config_path, target)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    if config_path:
+        for warning in config.warnings:
+            click.echo(f"initlint: warning: {warning}", err=True)
+    names = {key for cls in (SignalDrift, WidthUnstable, DepthUnstable) for key in (cls.code, cls.name)}
+    return {k: dict(v) for k, v in (config.values.get("rule_options") or {}).items() if k in names}
 
 
 def _shaped(texts: Any, seed: int) -> Any:

@@ -2,11 +2,10 @@
 as a table, text, JSON, SARIF and mup-style coordinate plots."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from ..output.formats import to_sarif
+from ..output.formats import format_sarif
 from ..probe.coords import INPUT_GRAD, Axis, Curve, SweepData
 from ..report.findings import Finding, Report
 from ..report.plot import PlotError, require_matplotlib
@@ -115,7 +114,7 @@ class SweepReport:
 
     def to_sarif(self) -> str:
         """SARIF 2.1.0, as ``initlint check --format sarif`` writes it."""
-        return json.dumps(to_sarif([self.as_report()]), indent=2, default=str)
+        return format_sarif([self.as_report()])
 
     # ------------------------------------------------------------------ plot
     def plot(self, path: Optional[str] = None, *, kind: Optional[str] = None, dpi: int = 120) -> Any:

@@ -67,7 +67,8 @@ class Rule:
     name: str = ""
     severity: str = "warning"
     needs: frozenset = frozenset({"graph"})
-    """Any of ``graph`` (static), ``activations`` (forward probe), ``gradients`` (backward probe)."""
+    """Any of ``graph`` (static), ``activations`` (forward probe), ``gradients`` (backward probe); ``sweep``: the rule
+    judges a sweep over model sizes (``judge(SweepData)``), and a single audit gives it nothing to check."""
     options: Dict[str, Any] = {}
     """Option name -> default value; documented in the docstring's Options section."""
     option_ranges: Dict[str, Tuple[float, Optional[float]]] = {}
