@@ -388,8 +388,12 @@ class _Recorder:
             self.handles.append(module.register_forward_hook(self._leave(path), always_call=True))
             if any(True for _ in module.parameters(recurse=False)):
                 self.handles.append(module.register_forward_hook(self._record(path, OUTPUT)))
-        if last is not None:
-            self.handles.append(modules[last].register_forward_hook(self._record(self.stack_path, STREAM)))
+        self.stream: List[Tuple[torch.Tensor, int]] = []
+        if last is not None:  # the stream: the input of a norm after the stack, else the last block's output
+            self.handles.append(modules[last].register_forward_hook(
+                lambda module, args, output: self._stream(output)))
+            for path in final_norms(model, self.stack_path or ""):
+                self.handles.append(modules[path].register_forward_pre_hook(lambda module, args: self._stream(args)))
         if not any(True for _ in model.parameters(recurse=False)):  # the model's output, after any multiplier
             self.handles.append(model.register_forward_hook(self._record("", OUTPUT)))
         self.readout: Optional[str] = None
@@ -422,6 +426,12 @@ class _Recorder:
             self.add(path, quantity, t)
         return hook
 
+    def _stream(self, value: Any) -> None:
+        t = next((t for t in nested.tensors(value) if t.is_floating_point()), None)
+        if t is not None and t.numel():
+            with torch.no_grad():
+                self.stream.append((t.detach().float().pow(2).sum(), t.numel()))
+
     def add(self, path: str, quantity: str, t: torch.Tensor) -> None:
         with torch.no_grad():
             self.sums.setdefault((path, quantity), []).append((t.detach().float().pow(2).sum(), t.numel()))
@@ -445,6 +455,7 @@ class _Recorder:
             self.sums.clear()
             self.outputs.clear()
             self.stack.clear()
+            self.stream.clear()
             with _Scores(self):
                 out = model(*args, **kwargs)
             value = loss_of(out, args, kwargs, loss, seed, logits)
@@ -465,6 +476,8 @@ class _Recorder:
         return rows
 
     def _row(self) -> Row:
+        if self.stream:  # the last point of the stream the forward passed (the final norm's input)
+            self.sums[(self.stack_path or "", STREAM)] = [self.stream[-1]]
         keys = list(self.sums)
         if not keys:
             return {}
@@ -604,16 +617,16 @@ def pooled_paths(model: nn.Module) -> Dict[str, str]:
 
 
 def _blocks(container: nn.Module) -> List[str]:
-    """The names of ``container``'s numbered children that are blocks of a stack: modules holding modules,
-    in a ModuleList, or in a Sequential whose other numbered children include one of the same class."""
+    """The names of ``container``'s numbered children that are blocks of a stack: modules holding modules, in a
+    ModuleList of one class, or next to another numbered child of the same class (a Sequential of blocks, the
+    attention and feed-forward blocks alternating in one list)."""
     if not isinstance(container, (nn.ModuleList, nn.Sequential)):
         return []
     numbered = [(name, child) for name, child in container.named_children()
                 if _NUMBER.match(name) and any(True for _ in child.children())]
-    if isinstance(container, nn.ModuleList):
-        return [name for name, _ in numbered]
     kinds = [type(child) for _, child in numbered]
-    return [name for name, child in numbered if kinds.count(type(child)) > 1]
+    stack = isinstance(container, nn.ModuleList) and len(set(kinds)) == 1  # a stack of one block is still a stack
+    return [name for name, child in numbered if stack or kinds.count(type(child)) > 1]
 
 
 def main_stack(model: nn.Module) -> Tuple[Optional[str], Optional[str]]:
@@ -625,6 +638,15 @@ def main_stack(model: nn.Module) -> Tuple[Optional[str], Optional[str]]:
         if len(names) > best[0]:
             best = (len(names), path, f"{path}.{names[-1]}" if path else names[-1])
     return best[1], best[2]
+
+
+def final_norms(model: nn.Module, stack: str) -> List[str]:
+    """Normalisation modules outside the blocks of the main stack ``stack`` (LayerNorm, RMSNorm and the like,
+    by class name): the one that runs after the stack (a pre-norm transformer's final norm) reads the stream."""
+    pooled = pooled_paths(model)
+    return [path for path, module in model.named_modules()
+            if path and "norm" in type(module).__name__.lower() and "{i}" not in pooled[path]
+            and not (path == stack or path.startswith(stack + "."))]
 
 
 class _Meter:

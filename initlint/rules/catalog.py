@@ -1295,9 +1295,10 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'Runs on a sweep over depth (``initlint.sweep(..., depth={"n_layer": [...]})`` or\n'
                       '``initlint sweep --depth n_layer=...``): the model is built at several depths, and two\n'
                       'scales are measured at initialisation and after each of a few optimizer steps on the same\n'
-                      "batch: the residual stream (the output of the last block of the model's main stack of\n"
-                      'numbered blocks, which is the input of the final norm in a pre-norm transformer) and the\n'
-                      'norm of the gradient of the input layer (the first layer to run, such as the token\n'
+                      "batch: the residual stream (the input of the normalisation that follows the model's main\n"
+                      "stack of numbered blocks, a pre-norm transformer's final norm, else the output of the\n"
+                      "stack's last block; reported at the stack, ``transformer.h``) and the norm of the gradient\n"
+                      'of the input layer (the first layer to run, such as the token\n'
                       'embedding). For each, it fits ``scale ~ depth^alpha`` on log-log axes and flags an\n'
                       'exponent whose size is above the limit, growing or shrinking. The message gives the\n'
                       'exponent and the depth budget: the depth at which the fitted trend has moved the scale by\n'
