@@ -138,8 +138,9 @@ def make_plan(factory: Any, width: Optional[Mapping[str, Sequence[int]]], depth:
         defaults = config()
         for keyword in [k for _, k, _ in axes] + list(fixed):
             if not hasattr(defaults, keyword):
-                raise UsageError(f"{name} has no field '{keyword}'; name one of its fields, such as "
-                                 f"{', '.join(sorted(k for k in vars(defaults) if not k.startswith('_'))[:6])}")
+                sizes = sorted(k for k, v in vars(defaults).items() if type(v) is int and not k.startswith("_")
+                               and not k.endswith("_id"))
+                raise UsageError(f"{name} has no field '{keyword}'; its whole-number fields are {', '.join(sizes)}")
         _fit_heads(defaults, axes, fixed, notes)
     elif callable(factory) and not isinstance(factory, nn.Module):
         build, name = factory, getattr(factory, "__name__", type(factory).__name__)
@@ -212,13 +213,15 @@ _HIDDEN = ("n_embd", "hidden_size", "d_model", "dim", "embed_dim")
 
 
 def _fit_heads(defaults: Any, axes: List[Tuple[str, str, List[int]]], fixed: Dict[str, Any], notes: List[str]) -> None:
-    """A config's default head count must divide every width swept: when it does not, the largest head
-    count up to the default that does is given to every build (the heads stay fixed, their width grows)."""
-    widths = [sizes for kind, keyword, sizes in axes if kind == "width" and keyword in _HIDDEN]
+    """A config's default head count must divide every width swept (and a width given with ``fixed``): when it
+    does not, the largest head count up to the default that does is given to every build (the heads stay
+    fixed, their width grows)."""
+    widths = [s for kind, keyword, sizes in axes if kind == "width" and keyword in _HIDDEN for s in sizes]
+    widths += [v for k, v in fixed.items() if k in _HIDDEN and isinstance(v, int)]
     heads = next((h for h in _HEADS if isinstance(getattr(defaults, h, None), int)), None)
     if not widths or heads is None or heads in fixed:
         return
-    common = math.gcd(*widths[0])
+    common = math.gcd(*widths)
     default = getattr(defaults, heads)
     if common % default == 0:
         return
