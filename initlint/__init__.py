@@ -2,7 +2,8 @@
 
 ``initlint.audit(model)`` captures the model's graph, runs one probe batch forward and
 backward, applies the rules and returns a :class:`Report` whose findings each carry the
-measured value, the threshold and a fix.
+measured value, the threshold and a fix. ``initlint.sweep(factory, width=..., depth=...)`` builds
+the model at several sizes and flags the layers whose scale grows with width or depth.
 
 Names are imported lazily so that ``initlint check`` on files without models never
 imports torch.

@@ -1,4 +1,4 @@
-"""Command line: ``initlint check``, ``initlint fix``, ``initlint rules``, ``initlint explain``.
+"""Command line: ``initlint check``, ``initlint fix``, ``initlint sweep``, ``initlint rules``, ``initlint explain``.
 
 Exit codes: 0 clean, 1 findings at or above ``--fail-on``, 2 usage or load error, 130 interrupted.
 torch is imported only once a target is known to define a model.
