@@ -331,3 +331,18 @@ def test_cli_reads_the_sweep_rules_options_from_pyproject(tmp_path):
                                              '[tool.initlint.rules.dead-relu]\nmax-dead-fraction = 0.9\n')
     out = run(tmp_path, "models.py:mlp", "--width", "width=16,32,64", "--steps", "0")
     assert out.returncode == 0, out.stderr
+
+
+def test_a_model_the_factory_hands_out_twice_is_left_as_it_was():
+    held = {}
+
+    def cached(width=16):
+        if width not in held:
+            held[width] = mlp_fixed_std(width)
+        return held[width]
+
+    before = {w: {k: v.clone() for k, v in cached(w).state_dict().items()} for w in (16, 32)}
+    initlint.sweep(cached, width={"width": [16, 32]}, steps=2)
+    for w in (16, 32):
+        assert all(torch.equal(v, before[w][k]) for k, v in held[w].state_dict().items())
+        assert all(p.grad is None for p in held[w].parameters())

@@ -31,14 +31,15 @@ from ..errors import LoadError, UsageError
 from ..inputs.load import DEFAULT_BATCH, infer_inputs, move_inputs, normalise_inputs
 from ..inputs.usercode import seed_everything, user_code, user_frame
 from ..probe.coords import INPUT_GRAD, LOGITS, OUTPUT, STREAM, Axis, Curve, SweepData
-from ..probe.guard import _global_state
+from ..probe.guard import _global_state, guarded
 
 Progress = Callable[[int, int, str], None]
 """``progress(done, total, label)``, called after each build (``label``: ``d_model=128``)."""
 
-_MEMORY_FACTOR = 6
-"""Bytes a parameter costs while it trains, in units of its own size: the weight, its gradient, two
-Adam moments, and as much again for activations and the allocator's slack."""
+_MEMORY_FACTOR = 7
+"""Bytes a parameter costs while it trains, in units of its own size: the weight, the copy the state guard
+keeps once the optimizer writes it, its gradient, two Adam moments, and two more for activations and the
+allocator's slack."""
 
 
 @dataclass
@@ -274,15 +275,16 @@ def _measure_size(plan: Plan, axis: Axis, meter: "_Meter", size: int, example_in
         model = _build(plan, kwargs)
         axis.params[size] = sum(p.numel() for p in model.parameters())
         dev = resolve_device(device, model)
-        model.to(dev)
-        model.train()
-        inputs = _inputs(model, example_inputs, seed, dev)
-        opt = optimizer(model) if optimizer is not None else torch.optim.Adam(model.parameters(), lr=1e-3)
-        recorder = _Recorder(model)
-        try:
-            rows = recorder.run(model, opt, inputs, steps, loss, seed, logits)
-        finally:
-            recorder.remove()
+        # the guard puts everything back afterwards, should the factory hand out a model someone else holds
+        with guarded(model, seed):
+            model.to(dev)
+            inputs = _inputs(model, example_inputs, seed, dev)
+            opt = optimizer(model) if optimizer is not None else torch.optim.Adam(model.parameters(), lr=1e-3)
+            recorder = _Recorder(model)
+            try:
+                rows = recorder.run(model, opt, inputs, steps, loss, seed, logits)
+            finally:
+                recorder.remove()
         meter.add(size, rows, recorder)
     except UsageError:
         raise
