@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import inspect
 import math
-import os
 import re
 import sys
 import time
