@@ -159,8 +159,9 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     from .probe.step import request_for, resolve_optimizer
 
     user_optimizer = resolve_optimizer(optimizer, user_model)
-    if user_optimizer is None and loss is not None:
-        raise UsageError("loss= is used for the first step of an optimizer; pass optimizer= too")
+    if user_optimizer is None and precision is None and loss is not None:
+        raise UsageError("loss= is used for the first step of an optimizer and the precision probe; pass "
+                         "optimizer= or precision= too")
     step = None if user_optimizer is None else request_for(user_optimizer, user_model, loss, int(options["seed"]))
     work = user_model
     if dev != model_device(user_model) and model_device(user_model).type != "meta":
@@ -203,7 +204,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     precise = None
     if precision is not None and "precision" in needs:
         precise = _precision_probe(cap, args, kwargs, precision, grad_scaler, probe, int(options["seed"]),
-                                   skipped=streamed or sharded or is_meta, notes=report.notes)
+                                   skipped=streamed or sharded or is_meta, notes=report.notes, loss=loss)
     ctx = AuditContext(model=work, graph=cap.graph, probe=probe, logits=bool(options["logits"]),
                        precision=precision, grad_scaler=bool(grad_scaler), ddp=wrapped_ddp,
                        precision_probe=precise)
@@ -220,7 +221,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
 
 
 def _precision_probe(cap: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], precision: str, grad_scaler: bool,
-                     probe: ProbeResult, seed: int, skipped: bool, notes: List[str]) -> Any:
+                     probe: ProbeResult, seed: int, skipped: bool, notes: List[str], loss: Any = None) -> Any:
     """The autocast pass (:func:`initlint.probe.precision.run_precision_probe`) under the state guard."""
     from .probe.precision import run_precision_probe
 
@@ -231,7 +232,7 @@ def _precision_probe(cap: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], pr
     try:
         with guarded(cap.model, seed, (args, kwargs)):
             stats = run_precision_probe(cap, args, kwargs, precision, grad_scaler=grad_scaler,
-                                        logits=probe.logits is not None, seed=seed)
+                                        logits=probe.logits is not None, seed=seed, loss=loss)
     except (UsageError, KeyboardInterrupt):
         raise
     except Exception as exc:  # a kernel without a half-precision version on this device, a dtype check in forward

@@ -1,4 +1,4 @@
-"""Command line: ``initlint check``, ``initlint fix``, ``initlint rules``, ``initlint explain``.
+"""Command line: ``initlint check``, ``initlint fix``, ``initlint sweep``, ``initlint rules``, ``initlint explain``.
 
 Exit codes: 0 clean, 1 findings at or above ``--fail-on``, 2 usage or load error, 130 interrupted.
 torch is imported only once a target is known to define a model.
@@ -235,3 +235,47 @@ def explain(code: str) -> None:
         click.echo(page(find_rule(code)), nl=False)
     except UnknownCode as exc:
         _fail(str(exc))
+
+
+@main.command("sweep")
+@click.argument("target")
+@click.option("--width", default=None, metavar="KEYWORD=SIZES",
+              help="The factory's width keyword and the sizes to build, such as d_model=64,128,256,512.")
+@click.option("--depth", default=None, metavar="KEYWORD=SIZES",
+              help="The factory's depth keyword and the sizes to build, such as n_layer=2,4,8,16.")
+@click.option("--set", "settings", multiple=True, metavar="KEYWORD=VALUE",
+              help="A keyword given to every build, such as vocab_size=512 (repeatable).")
+@click.option("--optimizer", default=None, help='The optimizer, such as "AdamW(lr=1e-3)" (default Adam(lr=1e-3)).')
+@click.option("--steps", default=3, type=int, show_default=True, help="Optimizer steps at each size.")
+@click.option("--target-width", "target_width", default=None, type=int,
+              help="The width the findings extrapolate to (default 8x the largest width tried).")
+@click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False),
+              help="Save the coordinate curves as an image (a second axis goes to FILE-depth.png; needs initlint[plot]).")
+@click.option("--format", "fmt", default="text", show_default=True, help="text, json or sarif.")
+@click.option("--output", "output", default=None, type=click.Path(dir_okay=False), help="Write the report to FILE.")
+@click.option("--device", default=None, help="auto, cpu, cuda, cuda:N or mps (default: where the factory builds it).")
+@click.option("--input-shape", "input_shapes", multiple=True, help=SHAPE_HELP)
+@click.option("--logits/--no-logits", default=None,
+              help="The model output is logits: the loss is cross-entropy on random labels (default: decided from "
+                   "the output and the inputs).")
+@click.option("--seed", default=0, type=int, show_default=True, help="Seed of every build and of the probe batch.")
+@click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False),
+              help="A pyproject.toml whose [tool.initlint.rules] options (limit of width-unstable and depth-unstable) "
+                   "apply (default: the nearest one above the target).")
+@click.option("--import-timeout", default=None, type=float, metavar="SECONDS",
+              help="Stop importing the target after this long (default: no limit).")
+def sweep_cmd(target: str, **opts: Any) -> None:
+    """Build the model TARGET (FILE.py:FACTORY or package.module:NAME, such as transformers:GPT2Config) at
+    several widths and depths, take a few optimizer steps at each, and flag the layers whose scale grows
+    with size (a coordinate check).
+
+    The progress bar over the builds goes to stderr when it is a terminal (INITLINT_PROGRESS=1 shows it
+    anywhere); the time the sweep took is printed there at the end.
+    """
+    _one_answer(_sweep, target, opts)
+
+
+def _sweep(target: str, opts: Dict[str, Any]) -> None:
+    from .coord.command import run_sweep
+
+    sys.exit(run_sweep(target, opts))

@@ -86,7 +86,7 @@ def test_the_cycle_finder_sees_a_cycle(tmp_path, monkeypatch):
 
 # The pipeline's stages, first to last (CONTRIBUTING.md, "The stages").
 STAGES = ["errors", "version", "capture", "probe", "report", "rules", "output", "inputs", "attempts", "scale",
-          "api", "repair", "integrations", "runner", "cli", "__main__", ""]
+          "api", "coord", "repair", "integrations", "runner", "cli", "__main__", ""]
 
 
 def stage(module):

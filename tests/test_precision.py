@@ -67,6 +67,18 @@ def test_gradients_that_underflow_fp16_are_flagged_without_a_scaler_and_pass_wit
     assert il017(initlint.audit(model, x, precision="bf16")) == set()
 
 
+def test_the_users_loss_sets_the_gradients_the_precision_probe_judges():
+    model, x = mlp(out=1e-5)
+    seen = []
+
+    def scaled(out, inputs):  # the same loss scaled up 65536-fold, as a GradScaler would
+        seen.append(inputs is x)
+        return out.float().pow(2).mean() * 65536.0
+
+    assert il017(initlint.audit(model, x, precision="fp16", loss=scaled)) == set()
+    assert seen and all(seen)  # called with the inputs as audit took them
+
+
 def test_gradients_below_even_the_scalers_reach_are_flagged_with_it():
     model, x = mlp(out=1e-10)
     assert il017(initlint.audit(model, x, precision="fp16", grad_scaler=True))

@@ -197,7 +197,7 @@ def test_loss_errors_are_usage_errors():
         initlint.audit(model, x, optimizer=adam, loss=lambda out, inputs: {}["x"])
     with pytest.raises(UsageError, match="scalar"):
         initlint.audit(model, x, optimizer=adam, loss=lambda out, inputs: out)
-    with pytest.raises(UsageError, match="pass optimizer= too"):
+    with pytest.raises(UsageError, match="pass optimizer= or precision= too"):
         initlint.audit(model, x, loss=lambda out, inputs: out.sum())
 
 

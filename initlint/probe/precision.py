@@ -29,6 +29,7 @@ from ..capture.graph import Graph, Op
 from ..capture.nested import tensors as _tensors
 from ..errors import UsageError
 from .run import primary_output, unusual_kind
+from .step import as_given
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 """The precisions :func:`initlint.audit` accepts, and the autocast dtype of each."""
@@ -210,7 +211,7 @@ def _pass(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], weights: 
             if kept is not cap.graph:
                 observer.ids = _aligned(cap.graph, kept)
             if backward:
-                value, what = (loss(out, (args, kwargs)), "the loss given") if loss is not None else \
+                value, what = (loss(out, as_given(args, kwargs)), "the loss given") if loss is not None else \
                     default_loss(out, logits, seed)
     finally:
         cap.graph = kept  # the runtime capture records a fresh graph on every run

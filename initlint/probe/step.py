@@ -176,7 +176,7 @@ def objective(request: StepRequest, out: Any, main: Optional[torch.Tensor], logi
     ``.loss``, else cross-entropy against seeded random labels when the output is logits, else None (the
     probe's random direction). Sets ``request.loss_kind``."""
     if request.loss is not None:
-        inputs = _as_given(args, kwargs)
+        inputs = as_given(args, kwargs)
         try:
             value = request.loss(out, inputs)
         except Exception as exc:
@@ -201,7 +201,7 @@ def objective(request: StepRequest, out: Any, main: Optional[torch.Tensor], logi
     return None
 
 
-def _as_given(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+def as_given(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
     """The example inputs in the form ``audit`` took them: a tensor, a dict of keyword inputs, or a tuple."""
     if kwargs and not args:
         return kwargs

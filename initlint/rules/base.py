@@ -71,7 +71,8 @@ class Rule:
     needs: frozenset = frozenset({"graph"})
     """Any of ``graph`` (static), ``activations`` (forward probe), ``gradients`` (backward probe), ``step``
     (the first step of the user's optimizer: the rule runs only when one is given), ``precision`` (the
-    probe again under ``torch.autocast``: the rule runs only when a precision is given)."""
+    probe again under ``torch.autocast``: the rule runs only when a precision is given); ``sweep``: the rule
+    judges a sweep over model sizes (``judge(SweepData)``), and a single audit gives it nothing to check."""
     options: Dict[str, Any] = {}
     """Option name -> default value; documented in the docstring's Options section."""
     option_ranges: Dict[str, Tuple[float, Optional[float]]] = {}

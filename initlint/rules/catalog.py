@@ -1418,4 +1418,157 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '- ``lost-update`` (default ``0.5``): with an optimizer, flag a weight stored in bfloat16 or\n'
                       "  float16 when more than this share of its first update's nonzero entries leave it unchanged\n"
                       '  (a fact of the first step, not yet calibrated against training runs).\n'},
+    'IL018': {'code': 'IL018',
+              'name': 'width-unstable',
+              'severity': 'warning',
+              'role': 'symptom',
+              'summary': "a layer whose activation scale grows with the model's width, at init or after a few optimizer "
+                         'steps (a sweep)',
+              'options': {'limit': 0.3},
+              'option_ranges': {'limit': (0, None)},
+              'needs': ('sweep',),
+              'uses': (),
+              'page': '# IL018 `width-unstable`\n'
+                      '\n'
+                      'Severity: **warning**. Role: symptom. Needs: sweep.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Runs on a sweep (``initlint.sweep`` or ``initlint sweep``): the model is built at several\n'
+                      "widths, and each layer's output rms, and the rms of the attention logits ``q . k * scale``\n"
+                      'where the model has attention, is measured at initialisation and after each of a few\n'
+                      'optimizer steps on the same batch (a coordinate check, as in the muP work). Layers are\n'
+                      'matched across widths by module path, the numbered blocks of a stack pooled by role\n'
+                      '(``h.{i}.mlp.c_fc``). For each layer and step the rule fits ``rms ~ width^alpha`` by least\n'
+                      'squares on log-log axes and flags a layer whose exponent is above the limit, at\n'
+                      'initialisation or after any step. The message gives the exponent, its fit error and the\n'
+                      'scale the fit predicts at the target width (``--target-width``, default 8x the largest\n'
+                      'width tried).\n'
+                      '\n'
+                      'Only growth is judged. A scale that shrinks with width, or that is exactly zero (muP starts\n'
+                      'the attention logits at 0 with a zero query projection, and its readout shrinks slightly),\n'
+                      'is what a parametrization that transfers across widths does, not a finding.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'A width-stable model keeps every activation at a scale independent of the width, at\n'
+                      'initialisation and through training: that is what lets a learning rate tuned at a small\n'
+                      'width work at a large one (Tensor Programs V, Yang et al., 2022). In the standard\n'
+                      'parametrization two things break it. At initialisation, a weight drawn at a fixed std\n'
+                      "(nanoGPT's 0.02) gives ``W x`` an rms that grows as ``sqrt(width)``; and with Adam, every\n"
+                      'entry of a weight moves by about the learning rate in the first steps whatever the width,\n'
+                      'so the update ``dW x`` sums ``fan_in`` aligned terms and grows linearly with the width.\n'
+                      'The readout and the attention logits (``q . k / sqrt(d)`` sums ``d`` correlated terms once\n'
+                      'q and k have learned) show it first. Measured on a small GPT trained with Adam at widths\n'
+                      "64-512: at nanoGPT's fixed 0.02 init the output grows at +0.47 at init and +0.6 to +0.8\n"
+                      "after steps, the attention logits at +1.0 and up to +2.3; at PyTorch's default init the\n"
+                      'model is flat at init but its output grows at +0.40 to +0.46 after steps. Both lose their\n'
+                      'best learning rate at 8x the width; a muP twin keeps it. A growth exponent of ``alpha``\n'
+                      "multiplies the scale by ``8^alpha`` at 8x the width: 2.3x for the default-init GPT's 0.4.\n"
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def mlp_at_fixed_std(width=32):\n'
+                      '    model = nn.Sequential(nn.Linear(16, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),\n'
+                      '                          nn.Linear(width, 10))\n'
+                      '    for layer in model[::2]:\n'
+                      '        nn.init.normal_(layer.weight, std=0.02)  # the same std at every width: W x grows as '
+                      'sqrt(width)\n'
+                      '        nn.init.zeros_(layer.bias)\n'
+                      '    return model\n'
+                      '```\n'
+                      'Flagged at ``2``, ``4``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def mlp_at_default_init(width=32):\n'
+                      '    return nn.Sequential(nn.Linear(16, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), '
+                      'nn.Linear(width, 10))\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Use the maximal-update parametrization (muP) for the layers that grow:\n'
+                      '```python\n'
+                      '# readout: a multiplier 1/width (or a zero-initialised readout)\n'
+                      'logits = self.lm_head(x) * (base_width / width)\n'
+                      'nn.init.zeros_(self.lm_head.weight)\n'
+                      '# attention: scale the scores by 1/d instead of 1/sqrt(d)\n'
+                      'y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / q.size(-1))\n'
+                      "# hidden matrices: Adam's learning rate scaled by 1/fan_in\n"
+                      'groups = [{"params": hidden_weights, "lr": base_lr * base_width / width},\n'
+                      '          {"params": other_params, "lr": base_lr}]\n'
+                      '```\n'
+                      'The ``mup`` package (``MuReadout``, ``MuAdam``, ``set_base_shapes``) does all three.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``limit`` (default ``0.3``): the largest growth exponent accepted. A limit of 0.5 or\n'
+                      '  more misses the default-init GPT above (+0.40 to +0.46 after steps), which loses its\n'
+                      '  best learning rate at 8x the width.\n'},
+    'IL019': {'code': 'IL019',
+              'name': 'depth-unstable',
+              'severity': 'warning',
+              'role': 'symptom',
+              'summary': "the residual stream or the input layer's gradient growing or shrinking with the model's depth "
+                         '(a sweep)',
+              'options': {'limit': 0.3},
+              'option_ranges': {'limit': (0, None)},
+              'needs': ('sweep',),
+              'uses': (),
+              'page': '# IL019 `depth-unstable`\n'
+                      '\n'
+                      'Severity: **warning**. Role: symptom. Needs: sweep.\n'
+                      '\n'
+                      '## What it does\n'
+                      'Runs on a sweep over depth (``initlint.sweep(..., depth={"n_layer": [...]})`` or\n'
+                      '``initlint sweep --depth n_layer=...``): the model is built at several depths, and two\n'
+                      'scales are measured at initialisation and after each of a few optimizer steps on the same\n'
+                      "batch: the residual stream (the input of the normalisation that follows the model's main\n"
+                      "stack of numbered blocks, a pre-norm transformer's final norm, else the output of the\n"
+                      "stack's last block; reported at the stack, ``transformer.h``) and the norm of the gradient\n"
+                      'of the input layer (the first layer to run, such as the token\n'
+                      'embedding). For each, it fits ``scale ~ depth^alpha`` on log-log axes and flags an\n'
+                      'exponent whose size is above the limit, growing or shrinking. The message gives the\n'
+                      'exponent and the depth budget: the depth at which the fitted trend has moved the scale by\n'
+                      "the signal-drift rule's ``max-scale-ratio`` (IL005; default 100) from the smallest depth\n"
+                      'tried.\n'
+                      '\n'
+                      '## Why is this bad?\n'
+                      'In a residual network every block adds its branch to the stream. With branches of unit\n'
+                      "scale the stream's variance grows with the number of blocks: measured on a pre-LN stack,\n"
+                      'the stream grows at depth^+0.46 at init and +0.58 after 3 Adam steps. The final norm hides\n'
+                      'the forward scale, but each branch then reads an ever smaller fraction of the stream, and\n'
+                      'the gradient reaching the input layer shrinks or grows with depth, so the learning rate\n'
+                      "tuned at a small depth does not transfer. GPT-2's ``1/sqrt(2L)`` scaling of the branch\n"
+                      'ends *at init*, or zero-initialised branch ends, are flat at init only: Adam moves every\n'
+                      'weight by about the learning rate whatever its init, so after 3 steps these stacks grow at\n'
+                      '+0.44 and +0.62. A ``1/sqrt(2L)`` multiplier in the forward (the depth-muP recipe) stays\n'
+                      "flat. It also shrinks the branch weights' gradients with depth, which is harmless under\n"
+                      'Adam, so the rule judges the gradient at the input layer, not the branch weights.\n'
+                      '\n'
+                      '## Example\n'
+                      '```python\n'
+                      'def pre_norm_stack(n_layer=4):\n'
+                      '    return PreNormStack(n_layer)  # every block adds its branch at full scale: the stream grows as '
+                      'sqrt(n_layer)\n'
+                      '```\n'
+                      'Flagged at ``blocks``.\n'
+                      '\n'
+                      'Passed:\n'
+                      '```python\n'
+                      'def pre_norm_stack_with_branch_multiplier(n_layer=4):\n'
+                      '    return PreNormStack(n_layer, multiplier=1 / math.sqrt(2 * n_layer))  # the depth-muP forward '
+                      'multiplier\n'
+                      '```\n'
+                      '\n'
+                      '## Fix\n'
+                      'Multiply each residual branch by ``1/sqrt(2 L)`` in the forward pass (``L`` blocks, two\n'
+                      'branches each), so that the scaling holds after training starts:\n'
+                      '```python\n'
+                      'x = x + self.attn(self.ln_1(x)) / math.sqrt(2 * n_layer)\n'
+                      'x = x + self.mlp(self.ln_2(x)) / math.sqrt(2 * n_layer)\n'
+                      '```\n'
+                      'A scaling applied to the init only (``std = 0.02 / sqrt(2 * n_layer)`` on ``c_proj``, or a\n'
+                      'zero-initialised branch end) holds at init only.\n'
+                      '\n'
+                      '## Options\n'
+                      '- ``limit`` (default ``0.3``): the largest exponent (either sign) accepted. The pre-LN\n'
+                      '  stack without scaling grows at +0.46 at init; with the forward multiplier it is flat.\n'},
 }
