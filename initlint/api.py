@@ -214,6 +214,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
         ctx.step = report.step = first_step(step, cap.model)
         report.notes.extend(ctx.step.notes)
     findings = _run_rules(rules, ctx, probe, is_meta, codes)
+    probe.release()
     findings = apply_suppressions(findings, work, options.get("per_module_ignores"), codes)
     report.findings = group_runs(link_findings(findings, cap.graph))
     report.notes.extend(probe.notes)

@@ -56,6 +56,22 @@ def test_weights_that_may_be_zero_or_constant_get_their_exact_extremes():
     assert params["6.weight"]["rms"] == 0.0 and math.isclose(params["6.weight"]["absmax"], 1e-30, rel_tol=1e-6)
 
 
+def test_extremes_of_other_weights_are_taken_when_a_rule_asks_for_them():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    probe = initlint.audit(model, torch.randn(16, 8)).probe
+    stats = probe.params["2.weight"]
+    assert stats.absmax is None  # neither zero nor constant: no pass over it in the probe
+    w = model[2].weight.detach()
+    assert stats.get("absmax") is None  # the report keeps no reference to the model's weights
+    from initlint.capture import capture  # a rule's view, during the audit: taken exactly when asked for
+    result = run_probe(capture(model), (torch.randn(16, 8),), {})
+    stats = result.params["2.weight"]
+    assert stats.absmax is None
+    assert (stats.get("low"), stats["high"], stats["absmax"]) == (w.min().item(), w.max().item(), w.abs().max().item())
+    assert "spread" in stats and stats.spread == w.max().item() - w.min().item()
+
+
 def test_counts_stay_exact_next_to_half_precision_values():
     c = _Collector()
     c.put("ops", 0, "count", torch.tensor(70001))

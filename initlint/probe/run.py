@@ -79,6 +79,8 @@ class ProbeResult:
     drawn: Dict[str, Any] = field(default_factory=dict)
     """A streamed audit (the tensors are released after it): per parameter, the statistics of the values its
     init gave it, for comparing with the model's declared init (IL014)."""
+    on_request: Dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    """Weights measured without their extremes (neither zero nor constant): taken when a rule asks."""
 
     def seal(self) -> "ProbeResult":
         """Turn the collected dictionaries into typed records (once; a no-op afterwards)."""
@@ -86,8 +88,20 @@ class ProbeResult:
             for key, stats in table.items():
                 if isinstance(stats, dict):
                     table[key] = record.from_dict(stats)
+        for name, weight in self.on_request.items():
+            if name in self.params:
+                self.params[name].extremes_from(weight)
+        self.on_request = {}
         if isinstance(self.logits, dict):
             self.logits = SoftmaxStats.from_dict(self.logits)
+        return self
+
+    def release(self) -> "ProbeResult":
+        """Drop the references to the weights whose extremes no rule asked for (the rules have run: a
+        report keeps no tensor of the audited model alive)."""
+        for stats in self.params.values():
+            if isinstance(stats, ParamStats):
+                stats.extremes_from(None)
         return self
 
 
@@ -467,6 +481,8 @@ def confirm_extremes(c: _Collector, result: Optional[ProbeResult] = None) -> Non
         flags = [result.params.get(n, {}).pop("maybe_flat", 0.0) for n in names]
     weights, c.weights, c.candidates = c.weights, {}, {}
     wanted = [n for n, flag in zip(names, flags) if flag]
+    if result is not None:
+        result.on_request.update((n, weights[n]) for n, flag in zip(names, flags) if not flag)
     if not wanted:
         return
     with torch.no_grad():

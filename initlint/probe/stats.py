@@ -94,10 +94,37 @@ class TensorStats(Stats):
     """``high - low``; zero for a constant tensor."""
 
 
+_EXTREMES = frozenset({"low", "high", "absmax", "spread"})
+
+
 @dataclass
 class ParamStats(TensorStats):
-    """A weight of a Linear/Conv layer (scale, copies of units; extremes only where the weight may be
-    zero or constant, which the others are not), or a bias (``mean``)."""
+    """A weight of a Linear/Conv layer (scale, copies of units, extremes), or a bias (``mean``).
+
+    The probe measures the extremes of the weights that may be zero or constant; the others' are
+    taken when asked for by name (``stats.get("absmax")``, ``stats["spread"]``, ``"low" in stats``),
+    one pass over that weight then. Reading the field (``stats.spread``) does not take them: None
+    there means "measured neither zero nor constant", which is all the built-in rules need."""
+
+    _source = None  # not a field: the weight whose extremes are taken on request (:meth:`extremes_from`)
+
+    def extremes_from(self, weight: Any) -> None:
+        """Take ``low``, ``high``, ``absmax`` and ``spread`` from ``weight`` when one of them is asked for."""
+        object.__setattr__(self, "_source", weight)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if self._source is not None and name in _EXTREMES and getattr(self, name) is None:
+            self._take_extremes()
+        return super().get(name, default)
+
+    def _take_extremes(self) -> None:
+        import torch
+
+        weight, self._source = self._source, None
+        with torch.no_grad():
+            low, high = (float(v) for v in torch.aminmax(weight.detach()))
+        self.low, self.high, self.spread = low, high, high - low
+        self.absmax = max(high, -low) if low == low and high == high else float("nan")
 
     rows: Optional[float] = None
     """Units (output features or channels)."""

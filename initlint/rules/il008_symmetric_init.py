@@ -122,7 +122,8 @@ class SymmetricInit(Rule):
         dups = int(stats.get("dup_rows", 0))
         numel = _numel(audit, name)
         # extremes are measured for the weights that may be zero or constant; the others are neither
-        spread, absmax = stats.get("spread"), stats.get("absmax")
+        # (field reads: asking by name would take the extremes of every weight)
+        spread, absmax = getattr(stats, "spread", None), getattr(stats, "absmax", None)
         if spread == 0 and absmax == 0:
             if not feeds_weight_layer(audit.graph, op):
                 return None
@@ -152,7 +153,7 @@ class SymmetricInit(Rule):
         stats = plan.ctx.probe.params.get(op.params["weight"], {})
         if target is not None:
             std = target
-        elif stats.get("spread", math.inf) > 0 and stats.get("rms", 0.0) > 0:  # no extremes: not constant
+        elif getattr(stats, "spread", None) != 0 and stats.get("rms", 0.0) > 0:  # no extremes: not constant
             std = stats["rms"]  # duplicated rows in a layer of the right scale: keep the scale
         else:
             std = activation_gain(plan.graph, op) / math.sqrt(plan.ctx.fan_in(op) or 1)
