@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 import initlint
-from initlint.probe.run import ProbeResult, _Collector
+from initlint.probe.run import ProbeResult, _Collector, run_probe
 
 
 def test_statistics_match_a_direct_computation():
