@@ -233,7 +233,7 @@ def test_hf_gpt2_and_llama_from_config():
     assert not [c for c in report.codes() if c[0] in ("IL015", "IL016")]
     llama = LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
                                          num_attention_heads=2, num_key_value_heads=1, vocab_size=128))
-    report = initlint.audit(llama, {"input_ids": ids}, optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-2))
+    report = initlint.audit(llama, {"input_ids": ids}, optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=3e-2))
     assert report.step.loss == "cross-entropy against random labels"
     assert {m for c, m in report.codes() if c == "IL015"} >= {"model.layers.0.mlp.down_proj"}
 
@@ -326,18 +326,18 @@ def test_text_and_json_carry_the_step():
 
     model, x = mlp(std=0.02), torch.randn(8, 32)
     opt = torch.optim.AdamW([{"params": [model[0].weight, model[2].weight], "weight_decay": 0.1},
-                             {"params": [model[0].bias, model[2].bias], "weight_decay": 0.0}], lr=1e-2)
+                             {"params": [model[0].bias, model[2].bias], "weight_decay": 0.0}], lr=3e-2)
     report = initlint.audit(model, x, optimizer=opt)
     text = render([report], "text")
-    assert "param group 0: lr 0.01, weight decay 0.1, 2 tensors (2,688 parameters), median update ratio 0.4" in text
-    assert "param group 1: lr 0.01, weight decay 0" in text
+    assert "param group 0: lr 0.03, weight decay 0.1, 2 tensors (2,688 parameters), median update ratio 1.4" in text
+    assert "param group 1: lr 0.03, weight decay 0" in text
     data = json.loads(render([report], "json"))
     step = data["results"][0]["step"]
-    assert step["optimizer"] == "AdamW" and step["params"]["0.weight"]["ratio"] == pytest.approx(0.5, rel=0.1)
+    assert step["optimizer"] == "AdamW" and step["params"]["0.weight"]["ratio"] == pytest.approx(1.5, rel=0.1)
     for fmt in ("sarif", "github", "concise"):
         assert "IL015" in render([report], fmt)
     for notebook in (report._repr_html_(), report._repr_markdown_()):
-        assert "param group 1: lr 0.01, weight decay 0, 2 tensors" in notebook
+        assert "param group 1: lr 0.03, weight decay 0, 2 tensors" in notebook
 
 
 def test_plot_series_gain_the_update_ratio(tmp_path):
@@ -370,7 +370,7 @@ MODEL = textwrap.dedent("""
 
 def test_cli_flags_config_and_hook(tmp_path):
     (tmp_path / "m.py").write_text(MODEL)
-    hot = run_cli("check", "m.py", "--optimizer", "Adam(lr=1e-2)", "--input-shape", "8,64", "--format", "concise",
+    hot = run_cli("check", "m.py", "--optimizer", "Adam(lr=3e-2)", "--input-shape", "8,64", "--format", "concise",
                   cwd=tmp_path)
     assert hot.returncode == 1 and hot.stdout.count("IL015") == 2, hot.stdout + hot.stderr
     bad = run_cli("check", "m.py", "--optimizer", "Adam(lr=", cwd=tmp_path)
@@ -384,7 +384,7 @@ def test_cli_flags_config_and_hook(tmp_path):
     calm = run_cli("check", "m.py", "--format", "json", cwd=tmp_path)
     result = json.loads(calm.stdout)["results"][0]
     assert calm.returncode == 0 and result["step"]["optimizer"] == "SGD"
-    flag_wins = run_cli("check", "m.py", "--optimizer", "Adam(lr=1e-2)", "--format", "concise", cwd=tmp_path)
+    flag_wins = run_cli("check", "m.py", "--optimizer", "Adam(lr=3e-2)", "--format", "concise", cwd=tmp_path)
     assert flag_wins.returncode == 1 and "IL015" in flag_wins.stdout
     (tmp_path / "pyproject.toml").write_text('[tool.initlint]\noptimizer = "Adam(lr=[)"\n')
     broken = run_cli("check", "m.py", cwd=tmp_path)
