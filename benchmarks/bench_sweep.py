@@ -1,0 +1,346 @@
+"""Calibration of the width and depth limits: coordinate-check exponents against best-lr transfer in training.
+
+    python benchmarks/bench_sweep.py [--part train,coord,table] [--factories gpt_sp,...]
+                                     [--seeds 0,1] [--lrs 1e-4,3e-4,1e-3,3e-3,1e-2,3e-2]
+
+The factories are in ``benchmarks/sweep_factories.py`` (three GPTs over ``d_model``, two MLPs over
+``width``, four pre-LN residual stacks over ``n_layer``).
+
+* ``coord``: for every factory and size (GPT and MLP widths 64, 128, 256, 512; stack depths 2, 4,
+  8, 16), the rms of every module's output (forward hooks on the leaf modules and on the
+  blocks ``h.N``, whose output is the residual stream; blocks of a stack pooled by role,
+  ``h.{i}.mlp.c_fc``, as the mean of their rms) at init and after each of 3 steps of the
+  factory's optimizer at lr 1e-3, and the rms of the gradient of the input layer's weight.
+  The exponent ``alpha`` of ``rms ~ size^alpha`` is the least-squares slope in log-log over the
+  sizes, per role and step, averaged over the seeds. A role whose rms is exactly 0 at some size
+  (muP's zero readout and zero-query logits at init) has no exponent.
+* ``train``: for every factory, the small and the large size (width 64 and 512, i.e. 8x; depth
+  2 and 16) over the lr grid, each seed: Adam (``MuAdam`` for muP) on a synthetic learnable
+  task, fresh batches from a fixed stream (the same for every run of a seed). GPTs learn a
+  fixed random second-order Markov chain (vocab 64, sequences of 64, batch 8, 200 steps); MLPs
+  and stacks learn labels sampled from a fixed random teacher (batch 128, 300 steps). The loss
+  is the cross-entropy on a held-out set from the same source after the last step; a
+  non-finite loss is a divergence.
+* ``table``: writes ``benchmarks/results/sweep.md``.
+
+Every run's result is cached as JSON in ``benchmarks/results/sweep/``; a re-run skips finished runs.
+
+"Loses its best lr": let ``lr*`` be the lr with the lowest seed-mean loss at the small size. At
+the large size, ``own`` is the lowest seed-mean loss over the grid and ``transfer`` the
+seed-mean loss at ``lr*``. The model loses its best lr when ``transfer - own`` exceeds
+``max(2% of own, seed spread)``, the seed spread being the largest half-range over seeds of the
+two points compared.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from typing import Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import sweep_factories as S  # noqa: E402
+
+CACHE = os.path.join(HERE, "results", "sweep")
+TABLE = os.path.join(HERE, "results", "sweep.md")
+COORD_SIZES = {"width": [64, 128, 256, 512], "depth": [2, 4, 8, 16]}
+TRAIN_SIZES = {"width": [64, 512], "depth": [2, 16]}
+TRAIN = {"markov": dict(batch=8, steps=200, eval=64), "teacher": dict(batch=128, steps=300, eval=4096)}
+COORD_STEPS, COORD_LR, COORD_BATCH = 3, 1e-3, {"markov": 8, "teacher": 128}
+WIDTH_LIMITS, DEPTH_LIMITS = [0.2, 0.3, 0.4, 0.5], [0.2, 0.3, 0.4, 0.5]
+INPUT_LAYER = {"gpt": "wte.weight", "mlp": "fc.0.weight", "stack": "inp.weight"}
+
+
+def _cached(key: str, compute) -> dict:
+    path = os.path.join(CACHE, key + ".json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    result = compute()
+    os.makedirs(CACHE, exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    return result
+
+
+def build(fac: S.Factory, size: int, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return fac.build(**{fac.keyword: size})
+
+
+# ------------------------------------------------------------------ coordinate check
+def role(path: str) -> str:
+    """``h.3.mlp.c_fc`` -> ``h.{i}.mlp.c_fc``: the blocks of a stack pooled, other numbered layers kept apart."""
+    return re.sub(r"^h\.\d+(?=\.|$)", "h.{i}", path)
+
+
+def coord_run(fac: S.Factory, size: int, seed: int) -> dict:
+    """Per-role output rms at init and after each step, and the input layer's gradient rms."""
+    task = S.TASKS[fac.task](0)
+    model = build(fac, size, seed)
+    opt = fac.optimizer(model, COORD_LR)
+    blocks = re.compile(r"^h\.\d+$")
+    record: Dict[str, List[float]] = {}
+
+    def hook(name):
+        def fn(_module, _inputs, out):
+            out = out[0] if isinstance(out, tuple) else out
+            record.setdefault(name, []).append(float(out.detach().float().pow(2).mean().sqrt()))
+        return fn
+
+    last_block = f"h.{len(model.h) - 1}" if hasattr(model, "h") else None
+    handles = [m.register_forward_hook(hook(n)) for n, m in model.named_modules()
+               if n and (not list(m.children()) or blocks.match(n))]
+    params = dict(model.named_parameters())
+    gen = torch.Generator().manual_seed(1000 + seed)
+    steps = []
+    try:
+        for step in range(COORD_STEPS + 1):
+            record.clear()
+            x, y = task.batch(gen, COORD_BATCH[fac.task])
+            loss = task.loss(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            grad = params[INPUT_LAYER[fac.pair]].grad
+            pooled = {r: statistics.mean(v for n, vs in record.items() if role(n) == r for v in vs)
+                      for r in {role(n) for n in record}}
+            if last_block is not None:
+                pooled["stream"] = record[last_block][0]
+            pooled["input-grad"] = float(grad.pow(2).mean().sqrt())
+            pooled["loss"] = float(loss.detach())
+            steps.append(pooled)
+            if step < COORD_STEPS:
+                opt.step()
+    finally:
+        for h in handles:
+            h.remove()
+    return {"factory": fac.name, "size": size, "seed": seed, "lr": COORD_LR, "steps": steps}
+
+
+def fit(sizes: List[int], values: List[float]) -> Optional[tuple]:
+    """Slope and residual rms of log(value) against log(size); None if a value is 0 or not finite."""
+    if any(not (v > 0 and math.isfinite(v)) for v in values):
+        return None
+    xs, ys = [math.log(s) for s in sizes], [math.log(v) for v in values]
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    resid = [y - (my + slope * (x - mx)) for x, y in zip(xs, ys)]
+    return slope, math.sqrt(statistics.mean(r * r for r in resid))
+
+
+def exponents(fac: S.Factory, seeds: List[int]) -> Dict[str, List[Optional[float]]]:
+    """role -> exponent at each step (mean over seeds), None where some rms is 0."""
+    sizes = COORD_SIZES[fac.kind]
+    runs = {(s, seed): _cached(f"coord_{fac.name}_{s}_{seed}", lambda s=s, seed=seed: coord_run(fac, s, seed))
+            for s in sizes for seed in seeds}
+    roles = set.intersection(*(set(r["steps"][0]) for r in runs.values())) - {"loss"}
+    out = {}
+    for r in sorted(roles):
+        per_step = []
+        for step in range(COORD_STEPS + 1):
+            fits = [fit(sizes, [runs[s, seed]["steps"][step][r] for s in sizes]) for seed in seeds]
+            per_step.append(None if any(f is None for f in fits) else statistics.mean(f[0] for f in fits))
+        out[r] = per_step
+    return out
+
+
+# ------------------------------------------------------------------ training
+def train_run(fac: S.Factory, size: int, lr: float, seed: int) -> dict:
+    task, cfg = S.TASKS[fac.task](0), TRAIN[fac.task]
+    model = build(fac, size, seed)
+    opt = fac.optimizer(model, lr)
+    gen = torch.Generator().manual_seed(2000 + seed)
+    start, losses = time.time(), []
+    for _ in range(cfg["steps"]):
+        x, y = task.batch(gen, cfg["batch"])
+        loss = task.loss(model(x), y)
+        if not torch.isfinite(loss):
+            losses.append(float("nan"))
+            break
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    with torch.no_grad():
+        x, y = task.batch(torch.Generator().manual_seed(99), cfg["eval"])
+        final = float(task.loss(model(x), y))
+    return {"factory": fac.name, "size": size, "lr": lr, "seed": seed, "loss": final if math.isfinite(final) else None,
+            "train_last20": statistics.mean(losses[-20:]) if all(map(math.isfinite, losses[-20:])) else None,
+            "steps": len(losses), "seconds": round(time.time() - start, 1), **cfg}
+
+
+def train_results(fac: S.Factory, lrs: List[float], seeds: List[int], run: bool) -> Dict[tuple, List[float]]:
+    """(size, lr) -> losses over seeds (inf for a divergence); only cached runs unless ``run``."""
+    out: Dict[tuple, List[float]] = {}
+    small, large = TRAIN_SIZES[fac.kind]
+    # the seed first, then the size: the first seed's table is complete before the second starts
+    for seed in seeds:
+        for size in (small, large):
+            for lr in lrs:
+                key = f"train_{fac.name}_{size}_{lr:g}_{seed}"
+                if not run and not os.path.exists(os.path.join(CACHE, key + ".json")):
+                    continue
+                r = _cached(key, lambda: train_run(fac, size, lr, seed))
+                if run:
+                    print(f"  {key}: loss {r['loss']} ({r['seconds']} s)", flush=True)
+                out.setdefault((size, lr), []).append(math.inf if r["loss"] is None else r["loss"])
+    return out
+
+
+def transfer(fac: S.Factory, results: Dict[tuple, List[float]]) -> Optional[dict]:
+    small, large = TRAIN_SIZES[fac.kind]
+    mean = {k: statistics.mean(v) for k, v in results.items()}
+    at = {size: {lr: m for (s, lr), m in mean.items() if s == size} for size in (small, large)}
+    if not at[small] or not at[large]:
+        return None
+    lr_small = min(at[small], key=at[small].get)
+    lr_large = min(at[large], key=at[large].get)
+    if lr_small not in at[large]:
+        return None
+    own, moved = at[large][lr_large], at[large][lr_small]
+
+    def half_range(k):
+        v = results[k]
+        return (max(v) - min(v)) / 2 if all(map(math.isfinite, v)) else 0.0
+
+    spread = max(half_range((large, lr_small)), half_range((large, lr_large)))
+    margin = max(0.02 * own, spread)
+    return {"lr_small": lr_small, "lr_large": lr_large, "own": own, "moved": moved, "margin": margin,
+            "loses": moved - own > margin, "small_best": at[small][lr_small],
+            "seeds": min(len(v) for v in results.values())}
+
+
+# ------------------------------------------------------------------ table
+def fmt(x: Optional[float], digits: int = 2) -> str:
+    return "zero" if x is None else f"{x:+.{digits}f}"
+
+
+def width_summary(exps: Dict[str, List[Optional[float]]]) -> dict:
+    """The largest growth exponent at init and after the steps, and where."""
+    roles = [r for r in exps if r not in ("input-grad", "stream")]
+
+    def top(steps):
+        cands = [(exps[r][s], r, s) for r in roles for s in steps if exps[r][s] is not None]
+        return max(cands) if cands else (None, "-", 0)
+    return {"init": top([0]), "after": top(range(1, COORD_STEPS + 1))}
+
+
+def depth_summary(exps: Dict[str, List[Optional[float]]]) -> dict:
+    """The largest |exponent| of the stream and of the input layer's gradient, at init and after."""
+    def top(steps):
+        cands = [(abs(exps[r][s]), exps[r][s], r, s) for r in ("stream", "input-grad") for s in steps
+                 if exps[r][s] is not None]
+        return max(cands)[1:] if cands else (None, "-", 0)
+    return {"init": top([0]), "after": top(range(1, COORD_STEPS + 1))}
+
+
+def write_table(factories: List[S.Factory], lrs: List[float], seeds: List[int]) -> str:
+    lines = [
+        "# Sweep calibration (generated by `python benchmarks/bench_sweep.py`)", "",
+        f"Exponents: rms ~ size^alpha, least squares in log-log over {COORD_SIZES['width']} (width) or "
+        f"{COORD_SIZES['depth']} (depth), mean over seeds {seeds}; after = the largest over steps 1-{COORD_STEPS} of "
+        f"the factory's optimizer at lr {COORD_LR:g}. Training: size {TRAIN_SIZES['width']} (width) or "
+        f"{TRAIN_SIZES['depth']} (depth), lr grid {', '.join(f'{lr:g}' for lr in lrs)}, held-out loss after "
+        f"the last step, mean over seeds; `lr*` = the small size's best lr. A verdict is `flag` when the exponent "
+        f"exceeds the limit (width: growth only; depth: |alpha| of the stream or the input layer's gradient).", ""]
+    rows, agree = [], {("width", L): True for L in WIDTH_LIMITS}
+    agree.update({("depth", L): True for L in DEPTH_LIMITS})
+    for fac in factories:
+        exps = exponents(fac, seeds)
+        tr = transfer(fac, train_results(fac, lrs, seeds, run=False))
+        summ = (width_summary if fac.kind == "width" else depth_summary)(exps)
+        if fac.kind == "width":
+            a0, r0, _ = summ["init"]
+            a1, r1, s1 = summ["after"]
+        else:
+            a0, r0 = summ["init"][0], summ["init"][1]
+            a1, r1, s1 = summ["after"]
+        worst = max(a for a in (a0, a1) if a is not None) if fac.kind == "width" else \
+            max(abs(a) for a in (a0, a1) if a is not None)
+        limits = WIDTH_LIMITS if fac.kind == "width" else DEPTH_LIMITS
+        verdicts = []
+        for L in limits:
+            flag = worst > L
+            verdicts.append("flag" if flag else "clean")
+            if tr is not None and flag != tr["loses"]:
+                agree[fac.kind, L] = False
+        if tr is None:
+            loses = "not run"
+        else:
+            loses = (f"{'yes' if tr['loses'] else 'no'}: {tr['moved']:.3f} at lr* {tr['lr_small']:g} vs "
+                     f"{tr['own']:.3f} at {tr['lr_large']:g} (margin {tr['margin']:.3f}; small "
+                     f"{tr['small_best']:.3f}; {tr['seeds']} seed(s))")
+        rows.append([fac.name, fac.kind, f"{fmt(a0)} ({r0})", f"{fmt(a1)} ({r1}, step {s1})", loses] + verdicts)
+    head = ["factory", "swept", "max alpha at init (where)", "max alpha after steps (where)", "loses best lr"]
+    head += [f"L={L:g}" for L in WIDTH_LIMITS]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["", "Limits whose verdicts agree with training on every pair that was trained:", ""]
+    for kind, limits in (("width", WIDTH_LIMITS), ("depth", DEPTH_LIMITS)):
+        ok = [f"{L:g}" for L in limits if agree[kind, L]]
+        lines.append(f"- {kind}: {', '.join(ok) if ok else 'none'}")
+    lines += ["", "## Exponents per role", ""]
+    for fac in factories:
+        exps = exponents(fac, seeds)
+        lines += [f"### {fac.name} (over {fac.keyword})", "", "| role | " +
+                  " | ".join(f"step {s}" for s in range(COORD_STEPS + 1)) + " |",
+                  "|---|" + "---|" * (COORD_STEPS + 1)]
+        lines += [f"| {r} | " + " | ".join(fmt(a) for a in exps[r]) + " |" for r in exps]
+        lines.append("")
+    lines += ["## Training losses (held-out, per seed)", ""]
+    for fac in factories:
+        res = train_results(fac, lrs, seeds, run=False)
+        if not res:
+            continue
+        lines += [f"### {fac.name}", "", "| size | " + " | ".join(f"{lr:g}" for lr in lrs) + " |",
+                  "|---|" + "---|" * len(lrs)]
+        for size in TRAIN_SIZES[fac.kind]:
+            cells = [", ".join("div" if math.isinf(v) else f"{v:.3f}" for v in res.get((size, lr), [])) or "-"
+                     for lr in lrs]
+            lines.append(f"| {size} | " + " | ".join(cells) + " |")
+        lines.append("")
+    text = "\n".join(lines) + "\n"
+    with open(TABLE, "w") as f:
+        f.write(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", default="coord,train,table")
+    parser.add_argument("--factories", default=",".join(S.FACTORIES))
+    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--lrs", default="1e-4,3e-4,1e-3,3e-3,1e-2,3e-2")
+    parser.add_argument("--threads", type=int, default=1)
+    opts = parser.parse_args()
+    torch.set_num_threads(opts.threads)
+    facs = [S.FACTORIES[n] for n in opts.factories.split(",")]
+    seeds = [int(s) for s in opts.seeds.split(",")]
+    lrs = [float(x) for x in opts.lrs.split(",")]
+    parts = opts.part.split(",")
+    if "coord" in parts:
+        for fac in facs:
+            start = time.time()
+            exponents(fac, seeds)
+            print(f"coord {fac.name}: {time.time() - start:.0f} s", flush=True)
+    if "train" in parts:
+        for seed in seeds:  # every factory's first seed before any second seed
+            for fac in facs:
+                train_results(fac, lrs, [seed], run=True)
+    if "table" in parts:
+        print(write_table(facs, lrs, seeds))
+
+
+if __name__ == "__main__":
+    main()
