@@ -17,7 +17,7 @@ The factories are in ``benchmarks/sweep_factories.py`` (three GPTs over ``d_mode
 * ``train``: for every factory, the small and the large size (width 64 and 512, i.e. 8x; depth
   2 and 16) over the lr grid, each seed: Adam (``MuAdam`` for muP) on a synthetic learnable
   task, fresh batches from a fixed stream (the same for every run of a seed). GPTs learn a
-  fixed random second-order Markov chain (vocab 64, sequences of 64, batch 8, 200 steps); MLPs
+  fixed random Markov chain (vocab 64, sequences of 64, batch 8, 150 steps); MLPs
   and stacks learn labels sampled from a fixed random teacher (batch 128, 300 steps). The loss
   is the cross-entropy on a held-out set from the same source after the last step; a
   non-finite loss is a divergence.
@@ -55,7 +55,7 @@ CACHE = os.path.join(HERE, "results", "sweep")
 TABLE = os.path.join(HERE, "results", "sweep.md")
 COORD_SIZES = {"width": [64, 128, 256, 512], "depth": [2, 4, 8, 16]}
 TRAIN_SIZES = {"width": [64, 512], "depth": [2, 16]}
-TRAIN = {"markov": dict(batch=8, steps=200, eval=64), "teacher": dict(batch=128, steps=300, eval=4096)}
+TRAIN = {"markov": dict(batch=8, steps=150, eval=64), "teacher": dict(batch=128, steps=300, eval=4096)}
 COORD_STEPS, COORD_LR, COORD_BATCH = 3, 1e-3, {"markov": 8, "teacher": 128}
 WIDTH_LIMITS, DEPTH_LIMITS = [0.2, 0.3, 0.4, 0.5], [0.2, 0.3, 0.4, 0.5]
 INPUT_LAYER = {"gpt": "wte.weight", "mlp": "fc.0.weight", "stack": "inp.weight"}
@@ -180,22 +180,39 @@ def train_run(fac: S.Factory, size: int, lr: float, seed: int) -> dict:
             "steps": len(losses), "seconds": round(time.time() - start, 1), **cfg}
 
 
-def train_results(fac: S.Factory, lrs: List[float], seeds: List[int], run: bool) -> Dict[tuple, List[float]]:
-    """(size, lr) -> losses over seeds (inf for a divergence); only cached runs unless ``run``."""
+def train_key(fac: S.Factory, size: int, lr: float, seed: int) -> str:
+    return f"train_{fac.name}_{size}_{lr:g}_{seed}"
+
+
+def train_results(fac: S.Factory) -> Dict[tuple, List[float]]:
+    """(size, lr) -> losses over the cached seeds (inf for a divergence)."""
     out: Dict[tuple, List[float]] = {}
-    small, large = TRAIN_SIZES[fac.kind]
-    # the seed first, then the size: the first seed's table is complete before the second starts
-    for seed in seeds:
-        for size in (small, large):
-            for lr in lrs:
-                key = f"train_{fac.name}_{size}_{lr:g}_{seed}"
-                if not run and not os.path.exists(os.path.join(CACHE, key + ".json")):
-                    continue
-                r = _cached(key, lambda: train_run(fac, size, lr, seed))
-                if run:
-                    print(f"  {key}: loss {r['loss']} ({r['seconds']} s)", flush=True)
-                out.setdefault((size, lr), []).append(math.inf if r["loss"] is None else r["loss"])
+    if not os.path.isdir(CACHE):
+        return out
+    for name in sorted(os.listdir(CACHE)):
+        if name.startswith(f"train_{fac.name}_") and name.endswith(".json"):
+            with open(os.path.join(CACHE, name)) as f:
+                r = json.load(f)
+            out.setdefault((r["size"], r["lr"]), []).append(math.inf if r["loss"] is None else r["loss"])
     return out
+
+
+def run_train(fac: S.Factory, size: int, lr: float, seed: int) -> None:
+    key = train_key(fac, size, lr, seed)
+    r = _cached(key, lambda: train_run(fac, size, lr, seed))
+    print(f"  {key}: loss {r['loss']} ({r['seconds']} s)", flush=True)
+
+
+def large_lrs(fac: S.Factory, lrs: List[float], seed: int, count: int) -> List[float]:
+    """The ``count`` lrs of the grid nearest the small size's best lr for this seed, that one first."""
+    small = TRAIN_SIZES[fac.kind][0]
+    losses = {}
+    for lr in lrs:
+        with open(os.path.join(CACHE, train_key(fac, small, lr, seed) + ".json")) as f:
+            loss = json.load(f)["loss"]
+        losses[lr] = math.inf if loss is None else loss
+    best = min(losses, key=losses.get)
+    return sorted(lrs, key=lambda lr: (abs(math.log(lr / best)), lr))[:count]
 
 
 def transfer(fac: S.Factory, results: Dict[tuple, List[float]]) -> Optional[dict]:
@@ -258,7 +275,7 @@ def write_table(factories: List[S.Factory], lrs: List[float], seeds: List[int]) 
     agree.update({("depth", L): True for L in DEPTH_LIMITS})
     for fac in factories:
         exps = exponents(fac, seeds)
-        tr = transfer(fac, train_results(fac, lrs, seeds, run=False))
+        tr = transfer(fac, train_results(fac))
         summ = (width_summary if fac.kind == "width" else depth_summary)(exps)
         if fac.kind == "width":
             a0, r0, _ = summ["init"]
@@ -300,7 +317,7 @@ def write_table(factories: List[S.Factory], lrs: List[float], seeds: List[int]) 
         lines.append("")
     lines += ["## Training losses (held-out, per seed)", ""]
     for fac in factories:
-        res = train_results(fac, lrs, seeds, run=False)
+        res = train_results(fac)
         if not res:
             continue
         lines += [f"### {fac.name}", "", "| size | " + " | ".join(f"{lr:g}" for lr in lrs) + " |",
@@ -322,6 +339,8 @@ def main() -> None:
     parser.add_argument("--factories", default=",".join(S.FACTORIES))
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--lrs", default="1e-4,3e-4,1e-3,3e-3,1e-2,3e-2")
+    parser.add_argument("--large-lrs", type=int, default=6,
+                        help="at the large size, only this many lrs of the grid, nearest the small size's best")
     parser.add_argument("--threads", type=int, default=1)
     opts = parser.parse_args()
     torch.set_num_threads(opts.threads)
@@ -335,9 +354,14 @@ def main() -> None:
             exponents(fac, seeds)
             print(f"coord {fac.name}: {time.time() - start:.0f} s", flush=True)
     if "train" in parts:
-        for seed in seeds:  # every factory's first seed before any second seed
+        # every factory's first seed before any second seed; the small size's grid before the large size
+        for seed in seeds:
             for fac in facs:
-                train_results(fac, lrs, [seed], run=True)
+                for lr in lrs:
+                    run_train(fac, TRAIN_SIZES[fac.kind][0], lr, seed)
+            for fac in facs:
+                for lr in large_lrs(fac, lrs, seed, opts.large_lrs):
+                    run_train(fac, TRAIN_SIZES[fac.kind][1], lr, seed)
     if "table" in parts:
         print(write_table(facs, lrs, seeds))
 
