@@ -308,6 +308,8 @@ def write_table(factories: List[S.Factory], lrs: List[float], seeds: List[int], 
         f"{TRAIN_SIZES['depth']} (depth), lr grid {', '.join(f'{lr:g}' for lr in lrs)} (the large size: the lrs "
         f"nearest lr*), held-out loss after the last step, mean over seeds; `lr*` = the small size's best lr. "
         f"A model loses its best lr when its loss at lr* exceeds its own best by more than max(2%, seed half-range). "
+        f"Loss floors (the source's entropy): Markov chain {S.MarkovTask(0).floor:.3f}, teacher "
+        f"{S.TeacherTask(0).floor:.3f}; ln 64 = 4.159 and ln 10 = 2.303 for a guess. "
         f"A verdict is `flag` when the exponent exceeds the limit (width: growth only, every module; "
         f"depth: |alpha| of the residual stream or of the input layer's gradient).", ""]
     for coord_lr in coord_lrs:

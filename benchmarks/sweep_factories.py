@@ -295,6 +295,9 @@ class TeacherTask:
         gen = torch.Generator().manual_seed(seed)
         self.w1 = torch.randn(IN_DIM, hidden, generator=gen) / math.sqrt(IN_DIM)
         self.w2 = torch.randn(hidden, CLASSES, generator=gen) * temperature / math.sqrt(hidden)
+        x = torch.randn(100_000, IN_DIM, generator=gen)
+        p = (torch.tanh(x @ self.w1) @ self.w2).softmax(-1)
+        self.floor = float(-(p * p.clamp_min(1e-30).log()).sum(1).mean())  # the teacher's own loss
 
     def batch(self, gen: torch.Generator, size: int) -> Tuple[torch.Tensor, torch.Tensor]:
         x = torch.randn(size, IN_DIM, generator=gen)
