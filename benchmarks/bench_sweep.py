@@ -156,6 +156,57 @@ def exponents(fac: S.Factory, seeds: List[int], lr: float = COORD_LR) -> Dict[st
     return out
 
 
+# ------------------------------------------------------------------ initlint.sweep on the same factories
+def initlint_run(fac: S.Factory, seed: int = 0) -> dict:
+    """initlint.sweep on the factory (its optimizer at the coordinate check's lr, the task's batch and loss),
+    with the rule's limit at 0.01 so that every growing curve is a finding; the verdict at a limit L
+    is then read from the findings' exponents."""
+    import initlint
+
+    task = S.TASKS[fac.task](0)
+    x, y = task.batch(torch.Generator().manual_seed(1000 + seed), COORD_BATCH[fac.task])
+    code = {"width": "width-unstable", "depth": "depth-unstable"}[fac.kind]
+    start = time.time()
+    report = initlint.sweep(fac.build, **{fac.kind: {fac.keyword: COORD_SIZES[fac.kind]}}, example_inputs=x,
+                            optimizer=lambda m: fac.optimizer(m, COORD_LR), steps=COORD_STEPS,
+                            loss=lambda out, _inputs: task.loss(out, y), seed=seed,
+                            rule_options={code: {"limit": 0.01}})
+    return {"factory": fac.name, "seconds": round(time.time() - start, 1),
+            "findings": [[f.code, f.module, f.value] for f in report.findings if f.value is not None]}
+
+
+def initlint_table(factories: List[S.Factory]) -> List[str]:
+    """initlint.sweep's largest exponent per factory, its verdict at each limit, and the training outcome."""
+    rows, agree = [], {(kind, L): True for kind in ("width", "depth") for L in LIMITS}
+    for fac in factories:
+        path = os.path.join(CACHE, f"initlint_{fac.name}.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            run = json.load(f)
+        worst = max(((abs(v), v, m) for _, m, v in run["findings"]), default=(0.0, 0.0, "-"))
+        tr = transfer(fac, train_results(fac))
+        verdicts = []
+        for L in LIMITS:
+            flag = worst[0] > L
+            verdicts.append("flag" if flag else "clean")
+            if tr is not None and flag != tr["loses"]:
+                agree[fac.kind, L] = False
+                verdicts[-1] += " (disagrees)"
+        loses = "not run" if tr is None else ("yes" if tr["loses"] else "no")
+        rows.append([fac.name, f"{worst[1]:+.2f} ({worst[2]})", f"{run['seconds']:.0f}", loses] + verdicts)
+    if not rows:
+        return []
+    head = ["factory", "largest exponent (layer)", "sweep s", "loses best lr"] + [f"L={L:g}" for L in LIMITS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["", "Limits whose verdicts agree with training on every factory trained:", ""]
+    for kind in ("width", "depth"):
+        ok = [f"{L:g}" for L in LIMITS if agree[kind, L]]
+        lines.append(f"- {kind}: {', '.join(ok) if ok else 'none'}")
+    return lines
+
+
 # ------------------------------------------------------------------ training
 def train_run(fac: S.Factory, size: int, lr: float, seed: int) -> dict:
     task, cfg = S.TASKS[fac.task](0), TRAIN[fac.task]
@@ -315,6 +366,13 @@ def write_table(factories: List[S.Factory], lrs: List[float], seeds: List[int], 
     for coord_lr in coord_lrs:
         lines += [f"## Verdicts, coordinate check at lr {coord_lr:g}", ""]
         lines += verdict_table(factories, seeds, coord_lr) + [""]
+    checked = initlint_table(factories)
+    if checked:
+        lines += [f"## Verdicts of initlint.sweep (width-unstable, depth-unstable) on the same factories", "",
+                  f"Sizes as above, {COORD_STEPS} steps of the factory's optimizer at lr {COORD_LR:g} on one fixed "
+                  f"batch of the task, seed 0; the largest exponent over every judged curve (outputs and attention "
+                  f"logits for width, growth only; the stream and the input layer's gradient for depth, either sign).",
+                  ""] + checked + [""]
     lines += [f"## Exponents per role, coordinate check at lr {coord_lrs[0]:g}", ""]
     for fac in factories:
         exps = exponents(fac, seeds, coord_lrs[0])
@@ -373,6 +431,10 @@ def main() -> None:
             for fac in facs:
                 for lr in large_lrs(fac, lrs, seed, opts.large_lrs):
                     run_train(fac, TRAIN_SIZES[fac.kind][1], lr, seed)
+    if "initlint" in parts:
+        for fac in facs:
+            r = _cached(f"initlint_{fac.name}", lambda: initlint_run(fac))
+            print(f"initlint.sweep {fac.name}: {r['findings']} ({r['seconds']} s)", flush=True)
     if "table" in parts:
         print(write_table(facs, lrs, seeds, [float(x) for x in opts.coord_lrs.split(",")]))
 
