@@ -356,8 +356,8 @@ def write_table(factories: List[S.Factory], lrs: List[float], seeds: List[int], 
         f"Exponents: rms ~ size^alpha, least squares in log-log over {COORD_SIZES['width']} (width) or "
         f"{COORD_SIZES['depth']} (depth), mean over seeds {seeds}; after = the largest over steps 1-{COORD_STEPS} of "
         f"the factory's optimizer (Adam; MuAdam for muP). Training: size {TRAIN_SIZES['width']} (width) or "
-        f"{TRAIN_SIZES['depth']} (depth), lr grid {', '.join(f'{lr:g}' for lr in lrs)} (the large size: the lrs "
-        f"nearest lr*), held-out loss after the last step, mean over seeds; `lr*` = the small size's best lr. "
+        f"{TRAIN_SIZES['depth']} (depth), lr grid as in the training tables below (the large size: the "
+        f"lrs nearest lr*), held-out loss after the last step, mean over seeds; `lr*` = the small size's best lr. "
         f"A model loses its best lr when its loss at lr* exceeds its own best by more than max(2%, seed half-range). "
         f"Loss floors (the source's entropy): Markov chain {S.MarkovTask(0).floor:.3f}, teacher "
         f"{S.TeacherTask(0).floor:.3f}; ln 64 = 4.159 and ln 10 = 2.303 for a guess. "
@@ -386,6 +386,7 @@ def write_table(factories: List[S.Factory], lrs: List[float], seeds: List[int], 
         res = train_results(fac)
         if not res:
             continue
+        lrs = sorted({lr for _, lr in res})
         lines += [f"### {fac.name}", "", "| size | " + " | ".join(f"{lr:g}" for lr in lrs) + " |",
                   "|---|" + "---|" * len(lrs)]
         for size in TRAIN_SIZES[fac.kind]:
