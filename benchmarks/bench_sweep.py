@@ -1,7 +1,8 @@
 """Calibration of the width and depth limits: coordinate-check exponents against best-lr transfer in training.
 
-    python benchmarks/bench_sweep.py [--part train,coord,table] [--factories gpt_sp,...]
+    python benchmarks/bench_sweep.py [--part coord,train,initlint,table] [--factories gpt_sp,...]
                                      [--seeds 0,1] [--lrs 1e-4,3e-4,1e-3,3e-3,1e-2,3e-2]
+                                     [--coord-lrs 1e-3,3e-3,1e-2] [--large-lrs 6]
 
 The factories are in ``benchmarks/sweep_factories.py`` (three GPTs over ``d_model``, two MLPs over
 ``width``, four pre-LN residual stacks over ``n_layer``).
@@ -10,20 +11,34 @@ The factories are in ``benchmarks/sweep_factories.py`` (three GPTs over ``d_mode
   8, 16), the rms of every module's output (forward hooks on the leaf modules and on the
   blocks ``h.N``, whose output is the residual stream; blocks of a stack pooled by role,
   ``h.{i}.mlp.c_fc``, as the mean of their rms) at init and after each of 3 steps of the
-  factory's optimizer at lr 1e-3, and the rms of the gradient of the input layer's weight.
-  The exponent ``alpha`` of ``rms ~ size^alpha`` is the least-squares slope in log-log over the
-  sizes, per role and step, averaged over the seeds. A role whose rms is exactly 0 at some size
-  (muP's zero readout and zero-query logits at init) has no exponent.
+  factory's optimizer at each lr of ``--coord-lrs`` (a fresh batch of the task per step), and
+  the rms of the gradient of the input layer's weight. The exponent ``alpha`` of
+  ``rms ~ size^alpha`` is the least-squares slope in log-log over the sizes, per role and step,
+  averaged over the seeds. A role whose rms is exactly 0 at some size (muP's zero readout and
+  zero-query logits at init) has no exponent.
 * ``train``: for every factory, the small and the large size (width 64 and 512, i.e. 8x; depth
   2 and 16) over the lr grid, each seed: Adam (``MuAdam`` for muP) on a synthetic learnable
   task, fresh batches from a fixed stream (the same for every run of a seed). GPTs learn a
   fixed random Markov chain (vocab 64, sequences of 64, batch 8, 150 steps); MLPs
   and stacks learn labels sampled from a fixed random teacher (batch 128, 300 steps). The loss
   is the cross-entropy on a held-out set from the same source after the last step; a
-  non-finite loss is a divergence.
-* ``table``: writes ``benchmarks/results/sweep.md``.
+  non-finite loss is a divergence. The large size trains only the ``--large-lrs`` lrs of the
+  grid nearest the small size's best (that one first).
+* ``initlint``: ``initlint.sweep`` on the same factories (needs the package's sweep).
+* ``table``: writes ``benchmarks/results/sweep.md`` from whatever is cached.
 
 Every run's result is cached as JSON in ``benchmarks/results/sweep/``; a re-run skips finished runs.
+The cached results were made with::
+
+    bench_sweep.py --part coord --coord-lrs 1e-3,3e-3,1e-2
+    bench_sweep.py --part train --factories mlp_default,mlp_std002,stack_plain,stack_init_scaled,\
+        stack_zero_ends,stack_multiplier                                   # 6 lrs at both sizes
+    bench_sweep.py --part train --factories <the same> --lrs 3e-5
+    bench_sweep.py --part train --factories gpt_sp,gpt_default,gpt_mup --seeds 0 --large-lrs 4
+    bench_sweep.py --part train --factories gpt_sp --seeds 1 --large-lrs 3  # stopped after two lrs
+    bench_sweep.py --part train --factories gpt_default,gpt_mup --seeds 1 --large-lrs 2
+    bench_sweep.py --part initlint
+    bench_sweep.py --part table
 
 "Loses its best lr": let ``lr*`` be the lr with the lowest seed-mean loss at the small size. At
 the large size, ``own`` is the lowest seed-mean loss over the grid and ``transfer`` the
@@ -263,8 +278,10 @@ def large_lrs(fac: S.Factory, lrs: List[float], seed: int, count: int) -> List[f
         with open(os.path.join(CACHE, train_key(fac, small, lr, seed) + ".json")) as f:
             loss = json.load(f)["loss"]
         losses[lr] = math.inf if loss is None else loss
-    best = min(losses, key=losses.get)
-    return sorted(lrs, key=lambda lr: (abs(math.log(lr / best)), lr))[:count]
+    grid = sorted(lrs)
+    best = grid.index(min(losses, key=losses.get))
+    # nearest by place in the grid; of two equally near, the lower lr (wider models in SP want less)
+    return sorted(grid, key=lambda lr: (abs(grid.index(lr) - best), lr))[:count]
 
 
 def transfer(fac: S.Factory, results: Dict[tuple, List[float]]) -> Optional[dict]:
@@ -406,7 +423,7 @@ def main() -> None:
     parser.add_argument("--factories", default=",".join(S.FACTORIES))
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--lrs", default="1e-4,3e-4,1e-3,3e-3,1e-2,3e-2")
-    parser.add_argument("--coord-lrs", default=f"{COORD_LR:g}",
+    parser.add_argument("--coord-lrs", default="1e-3,3e-3,1e-2",
                         help="the coordinate check's lrs (the table's verdicts read the first)")
     parser.add_argument("--large-lrs", type=int, default=6,
                         help="at the large size, only this many lrs of the grid, nearest the small size's best")
