@@ -28,17 +28,10 @@ The factories are in ``benchmarks/sweep_factories.py`` (three GPTs over ``d_mode
 * ``table``: writes ``benchmarks/results/sweep.md`` from whatever is cached.
 
 Every run's result is cached as JSON in ``benchmarks/results/sweep/``; a re-run skips finished runs.
-The cached results were made with::
-
-    bench_sweep.py --part coord --coord-lrs 1e-3,3e-3,1e-2
-    bench_sweep.py --part train --factories mlp_default,mlp_std002,stack_plain,stack_init_scaled,\
-        stack_zero_ends,stack_multiplier                                   # 6 lrs at both sizes
-    bench_sweep.py --part train --factories <the same> --lrs 3e-5
-    bench_sweep.py --part train --factories gpt_sp,gpt_default,gpt_mup --seeds 0 --large-lrs 4
-    bench_sweep.py --part train --factories gpt_sp --seeds 1 --large-lrs 3  # stopped after two lrs
-    bench_sweep.py --part train --factories gpt_default,gpt_mup --seeds 1 --large-lrs 2
-    bench_sweep.py --part initlint
-    bench_sweep.py --part table
+The cached results were made with ``--part coord --coord-lrs 1e-3,3e-3,1e-2``, ``--part train`` for the
+MLPs and stacks (and again with ``--lrs 3e-5``), ``--part train --large-lrs 2`` to ``4`` for the GPTs, whose
+width-512 runs (1 to 6 minutes each on one core) were then chosen one by one around ``lr*`` and each
+side of the large size's best (the training tables list every run), and ``--part initlint``.
 
 "Loses its best lr": let ``lr*`` be the lr with the lowest seed-mean loss at the small size. At
 the large size, ``own`` is the lowest seed-mean loss over the grid and ``transfer`` the
@@ -304,7 +297,7 @@ def transfer(fac: S.Factory, results: Dict[tuple, List[float]]) -> Optional[dict
     margin = max(0.02 * own, spread)
     return {"lr_small": lr_small, "lr_large": lr_large, "own": own, "moved": moved, "margin": margin,
             "loses": moved - own > margin, "small_best": at[small][lr_small],
-            "seeds": min(len(v) for v in results.values())}
+            "seeds": f"{len(results[(large, lr_small)])}/{len(results[(large, lr_large)])}"}
 
 
 # ------------------------------------------------------------------ table
@@ -353,7 +346,7 @@ def verdict_table(factories: List[S.Factory], seeds: List[int], coord_lr: float)
         else:
             loses = (f"{'yes' if tr['loses'] else 'no'}: {tr['moved']:.3f} at lr* {tr['lr_small']:g} vs "
                      f"{tr['own']:.3f} at {tr['lr_large']:g} (margin {tr['margin']:.3f}; small size "
-                     f"{tr['small_best']:.3f}; {tr['seeds']} seed(s))")
+                     f"{tr['small_best']:.3f}; seeds at lr*/own {tr['seeds']})")
         rows.append([fac.name, f"{fac.kind} ({fac.keyword})", f"{fmt(a0)} ({r0})", f"{fmt(a1)} ({r1}, step {s1})",
                      loses] + verdicts)
     head = ["factory", "swept", "max alpha at init (where)", "max alpha after steps (where)", "loses best lr"]
