@@ -24,8 +24,10 @@ The factories are in ``benchmarks/sweep_factories.py`` (three GPTs over ``d_mode
   is the cross-entropy on a held-out set from the same source after the last step; a
   non-finite loss is a divergence. The large size trains only the ``--large-lrs`` lrs of the
   grid nearest the small size's best (that one first).
-* ``initlint``: ``initlint.sweep`` on the same factories (needs the package's sweep).
-* ``table``: writes ``benchmarks/results/sweep.md`` from whatever is cached.
+* ``initlint``: ``initlint.sweep`` on the same factories, at lr 1e-3 and at each model's lr*.
+* ``table``: writes ``benchmarks/results/sweep.md`` from whatever is cached: the verdicts of the
+  coordinate check at each model's lr* (the lr it would be trained with), then at each lr of
+  ``--coord-lrs`` for every model, then initlint.sweep's.
 
 Every run's result is cached as JSON in ``benchmarks/results/sweep/``; a re-run skips finished runs.
 The cached results were made with ``--part coord --coord-lrs 1e-3,3e-3,1e-2``, ``--part train`` for the
@@ -165,7 +167,7 @@ def exponents(fac: S.Factory, seeds: List[int], lr: float = COORD_LR) -> Dict[st
 
 
 # ------------------------------------------------------------------ initlint.sweep on the same factories
-def initlint_run(fac: S.Factory, seed: int = 0) -> dict:
+def initlint_run(fac: S.Factory, seed: int = 0, lr: float = COORD_LR) -> dict:
     """initlint.sweep on the factory (its optimizer at the coordinate check's lr, the task's batch and loss),
     with the rule's limit at 0.01 so that every growing curve is a finding; the verdict at a limit L
     is then read from the findings' exponents."""
@@ -176,18 +178,29 @@ def initlint_run(fac: S.Factory, seed: int = 0) -> dict:
     code = {"width": "width-unstable", "depth": "depth-unstable"}[fac.kind]
     start = time.time()
     report = initlint.sweep(fac.build, **{fac.kind: {fac.keyword: COORD_SIZES[fac.kind]}}, example_inputs=x,
-                            optimizer=lambda m: fac.optimizer(m, COORD_LR), steps=COORD_STEPS,
+                            optimizer=lambda m: fac.optimizer(m, lr), steps=COORD_STEPS,
                             loss=lambda out, _inputs: task.loss(out, y), seed=seed,
                             rule_options={code: {"limit": 0.01}})
-    return {"factory": fac.name, "seconds": round(time.time() - start, 1),
+    return {"factory": fac.name, "lr": lr, "seconds": round(time.time() - start, 1),
             "findings": [[f.code, f.module, f.value] for f in report.findings if f.value is not None]}
 
 
-def initlint_table(factories: List[S.Factory]) -> List[str]:
+def initlint_key(fac: S.Factory, at_best: bool) -> Optional[str]:
+    """The cache key of initlint.sweep's run on ``fac`` at lr 1e-3, or at lr* (None if lr* is not known)."""
+    if not at_best:
+        return f"initlint_{fac.name}"
+    tr = transfer(fac, train_results(fac))
+    return None if tr is None else f"initlint_{fac.name}_lr{tr['lr_small']:g}"
+
+
+def initlint_table(factories: List[S.Factory], at_best: bool) -> List[str]:
     """initlint.sweep's largest exponent per factory, its verdict at each limit, and the training outcome."""
     rows, agree = [], {(kind, L): True for kind in ("width", "depth") for L in LIMITS}
     for fac in factories:
-        path = os.path.join(CACHE, f"initlint_{fac.name}.json")
+        key = initlint_key(fac, at_best)
+        if key is None:
+            continue
+        path = os.path.join(CACHE, key + ".json")
         if not os.path.exists(path):
             continue
         with open(path) as f:
@@ -324,12 +337,16 @@ def depth_summary(exps: Dict[str, List[Optional[float]]]) -> dict:
     return {"init": top([0]), "after": top(range(1, COORD_STEPS + 1))}
 
 
-def verdict_table(factories: List[S.Factory], seeds: List[int], coord_lr: float) -> List[str]:
-    """One row per factory: its largest exponents, the training outcome, and each limit's verdict."""
+def verdict_table(factories: List[S.Factory], seeds: List[int], coord_lr: Optional[float]) -> List[str]:
+    """One row per factory: its largest exponents, the training outcome, and each limit's verdict.
+
+    ``coord_lr`` None: each factory's coordinate check at its own lr* (the small size's best lr)."""
     rows, agree = [], {(kind, L): True for kind in ("width", "depth") for L in LIMITS}
     for fac in factories:
-        exps = exponents(fac, seeds, coord_lr)
         tr = transfer(fac, train_results(fac))
+        if coord_lr is None and tr is None:
+            continue
+        exps = exponents(fac, seeds, tr["lr_small"] if coord_lr is None else coord_lr)
         summ = (width_summary if fac.kind == "width" else depth_summary)(exps)
         (a0, r0, _), (a1, r1, s1) = summ["init"], summ["after"]
         judged = [a for a in (a0, a1) if a is not None]
@@ -373,16 +390,20 @@ def write_table(factories: List[S.Factory], lrs: List[float], seeds: List[int], 
         f"{S.TeacherTask(0).floor:.3f}; ln 64 = 4.159 and ln 10 = 2.303 for a guess. "
         f"A verdict is `flag` when the exponent exceeds the limit (width: growth only, every module; "
         f"depth: |alpha| of the residual stream or of the input layer's gradient).", ""]
+    lines += ["## Verdicts, coordinate check at each model's lr*", ""]
+    lines += verdict_table(factories, seeds, None) + [""]
     for coord_lr in coord_lrs:
-        lines += [f"## Verdicts, coordinate check at lr {coord_lr:g}", ""]
+        lines += [f"## Verdicts, coordinate check at lr {coord_lr:g} for every model", ""]
         lines += verdict_table(factories, seeds, coord_lr) + [""]
-    checked = initlint_table(factories)
-    if checked:
-        lines += [f"## Verdicts of initlint.sweep (width-unstable, depth-unstable) on the same factories", "",
-                  f"Sizes as above, {COORD_STEPS} steps of the factory's optimizer at lr {COORD_LR:g} on one fixed "
-                  f"batch of the task, seed 0; the largest exponent over every judged curve (outputs and attention "
-                  f"logits for width, growth only; the stream and the input layer's gradient for depth, either sign).",
-                  ""] + checked + [""]
+    for at_best in (True, False):
+        checked = initlint_table(factories, at_best)
+        if checked:
+            lr = "each model's lr*" if at_best else f"lr {COORD_LR:g}"
+            lines += [f"## Verdicts of initlint.sweep (width-unstable, depth-unstable), {lr}", "",
+                      f"Sizes as above, {COORD_STEPS} steps of the factory's optimizer at {lr} on one fixed "
+                      f"batch of the task, seed 0; the largest exponent over every judged curve (outputs and "
+                      f"attention logits for width, growth only; the stream and the input layer's gradient for "
+                      f"depth, either sign).", ""] + checked + [""]
     lines += [f"## Exponents per role, coordinate check at lr {coord_lrs[0]:g}", ""]
     for fac in factories:
         exps = exponents(fac, seeds, coord_lrs[0])
@@ -444,8 +465,13 @@ def main() -> None:
                     run_train(fac, TRAIN_SIZES[fac.kind][1], lr, seed)
     if "initlint" in parts:
         for fac in facs:
-            r = _cached(f"initlint_{fac.name}", lambda: initlint_run(fac))
+            r = _cached(initlint_key(fac, False), lambda: initlint_run(fac))
             print(f"initlint.sweep {fac.name}: {r['findings']} ({r['seconds']} s)", flush=True)
+            key = initlint_key(fac, True)
+            if key is not None:
+                lr = transfer(fac, train_results(fac))["lr_small"]
+                r = _cached(key, lambda: initlint_run(fac, lr=lr))
+                print(f"initlint.sweep {fac.name} at lr* {lr:g}: {r['findings']} ({r['seconds']} s)", flush=True)
     if "table" in parts:
         print(write_table(facs, lrs, seeds, [float(x) for x in opts.coord_lrs.split(",")]))
 
