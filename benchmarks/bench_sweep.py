@@ -51,7 +51,7 @@ import re
 import statistics
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -219,13 +219,7 @@ def initlint_table(factories: List[S.Factory], at_best: bool) -> List[str]:
     if not rows:
         return []
     head = ["factory", "largest exponent (layer)", "sweep s", "loses best lr"] + [f"L={L:g}" for L in LIMITS]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    lines += ["", "Limits whose verdicts agree with training on every factory trained:", ""]
-    for kind in ("width", "depth"):
-        ok = [f"{L:g}" for L in LIMITS if agree[kind, L]]
-        lines.append(f"- {kind}: {', '.join(ok) if ok else 'none'}")
-    return lines
+    return _verdict_table(head, rows, agree)
 
 
 # ------------------------------------------------------------------ training
@@ -368,13 +362,7 @@ def verdict_table(factories: List[S.Factory], seeds: List[int], coord_lr: Option
                      loses] + verdicts)
     head = ["factory", "swept", "max alpha at init (where)", "max alpha after steps (where)", "loses best lr"]
     head += [f"L={L:g}" for L in LIMITS]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    lines += ["", "Limits whose verdicts agree with training on every factory trained:", ""]
-    for kind in ("width", "depth"):
-        ok = [f"{L:g}" for L in LIMITS if agree[kind, L]]
-        lines.append(f"- {kind}: {', '.join(ok) if ok else 'none'}")
-    return lines
+    return _verdict_table(head, rows, agree)
 
 
 def write_table(factories: List[S.Factory], lrs: List[float], seeds: List[int], coord_lrs: List[float]) -> str:
@@ -478,3 +466,14 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def _verdict_table(head: List[str], rows: List[List[str]], agree: Dict[Any, bool]) -> List[str]:
+    """A markdown table of verdicts, then the limits that agree with training on every factory."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["", "Limits whose verdicts agree with training on every factory trained:", ""]
+    for kind in ("width", "depth"):
+        ok = [f"{L:g}" for L in LIMITS if agree[kind, L]]
+        lines.append(f"- {kind}: {', '.join(ok) if ok else 'none'}")
+    return lines

@@ -21,7 +21,7 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
     ``notes`` name the files the walk passed over; with the models passed over here, every format
     that carries them (json, sarif, github) reports them.
     """
-    from .output.formats import FORMATS, use_colour
+    from .output.formats import FORMATS, deliver, use_colour
 
     def say(msg: str) -> None:
         if progress:
@@ -48,15 +48,8 @@ def run_check(targets: List[str], opts: Dict[str, Any], progress: bool = False, 
         text = ""  # not "All checks passed!": the errors that follow on stderr say otherwise
     if fmt == "text" and not opts.get("output") and any(r.error for r in reports):
         text += f", {sum(1 for r in reports if r.error)} could not be audited"  # their errors follow on stderr
-    if opts.get("output"):
-        try:
-            with open(opts["output"], "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
-        except OSError as exc:
-            echo_error(f"cannot write {opts['output']}: {exc.strerror}")
-            return EXIT_ERROR
-    elif text:
-        click.echo(text)
+    if not deliver(text, opts.get("output")):
+        return EXIT_ERROR
     _echo_errors(reports)
     if load_failed:
         return EXIT_ERROR

@@ -88,15 +88,10 @@ def run_sweep(target: str, opts: Dict[str, Any]) -> int:
         echo_error(str(exc))
         return EXIT_ERROR
     text = {"text": report.to_text, "json": report.to_json, "sarif": report.to_sarif}[opts["fmt"]]()
-    if opts.get("output"):
-        try:
-            with open(opts["output"], "w", encoding="utf-8") as fh:
-                fh.write(text + "\n")
-        except OSError as exc:
-            echo_error(f"cannot write {opts['output']}: {exc.strerror}")
-            return EXIT_ERROR
-    else:
-        click.echo(text)
+    from ..output.formats import deliver
+
+    if not deliver(text, opts.get("output")):
+        return EXIT_ERROR
     if opts.get("plot_path"):
         error = _plots(report, opts["plot_path"])
         if error:

@@ -279,3 +279,22 @@ def format_github(reports: List[Report], colour: bool = False, notes: Sequence[s
 
 FORMATS: Dict[str, Callable[..., str]] = {"text": format_text, "concise": format_concise, "json": format_json,
                                           "sarif": format_sarif, "github": format_github}
+
+
+def deliver(text: str, path: Optional[str]) -> bool:
+    """Write a report's ``text`` to ``path``, or print it (unless empty) when there is none. False, with
+    the error on stderr, when the file cannot be written."""
+    import click
+
+    from ..errors import echo_error
+
+    if path:
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text + "\n")
+        except OSError as exc:
+            echo_error(f"cannot write {path}: {exc.strerror}")
+            return False
+    elif text:
+        click.echo(text)
+    return True
