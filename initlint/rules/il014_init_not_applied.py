@@ -87,7 +87,9 @@ class InitNotApplied(Rule):
       ``_init_weights`` draws every ``Conv1D`` at std 0.02 and then rescales each block's
       ``c_proj`` to ``0.02 / sqrt(2 n_layer)``; a ``c_proj`` at 0.02 lost the scaling;
     - **never initialised**: denormal values, or magnitudes of ``1e20`` and more, that no
-      init draws (the memory of ``torch.empty`` / ``module.to_empty()``), or exact zeros
+      init draws (the memory of ``torch.empty`` / ``module.to_empty()``; a huge value is found
+      through the tensor's norm, denormals through an evenly strided sample of 65536 elements,
+      and a tensor showing either is then read in full), or exact zeros
       where the declared init draws at random and the layer's output feeds further weight
       layers (a zero-initialised residual output or head is deliberate; see IL008).
       Non-finite values are left to IL009.
@@ -255,9 +257,14 @@ def _round(x: float, digits: int) -> str:
 
 
 def _sample(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
+    return _strided(t, size).double()
+
+
+def _strided(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
+    """``size`` evenly strided elements of ``t``, in its own dtype."""
     flat = t.detach().reshape(-1)
     step = max(1, flat.numel() // size)
-    return flat[::step][:size].double()
+    return flat[::step][:size]
 
 
 _FLOAT32_INF = 0x7F800000
@@ -327,6 +334,23 @@ def _scan(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if not flat.numel():
         return absmax, denormal, torch.ones((), dtype=torch.bool, device=flat.device)
     return torch.where(finite, absmax, -1.0), denormal, finite  # -1: see _largest_finite
+
+
+def _may_be_unwritten(tensors: Sequence[torch.Tensor]) -> List[bool]:
+    """Whether each tensor needs the full scan of :func:`_scan`: its norm is not finite or at least
+    :data:`HUGE` (so it may hold a value that large), or its evenly strided sample of :data:`SAMPLE`
+    elements holds a denormal or a huge value. Memory nobody wrote holds such values all over (stale
+    integers read as float32 are denormals; arbitrary bits have huge exponents a quarter of the time);
+    an init draws none. One norm and one sample per tensor, one transfer per device."""
+    rows = []
+    for t in tensors:
+        if not t.is_floating_point() or not t.numel():
+            rows.append(torch.zeros(2, dtype=torch.float64, device=t.device))
+            continue
+        norm = torch.linalg.vector_norm(t.detach(), dtype=torch.float32 if t.element_size() < 4 else None)
+        high, denormal, finite = _scan(_strided(t))
+        rows.append(torch.stack([norm.double(), ((denormal > 0) | ~finite | (high >= HUGE)).double()]))
+    return [not (norm < HUGE) or bool(flag) for norm, flag in to_host(rows)]
 
 
 def _largest_finite(t: torch.Tensor) -> float:
@@ -764,9 +788,11 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
     for owner_path, verdicts in deferred.items():
         if owner_path not in matched:
             yield from verdicts
-    scan([n for n in params if n not in judged])
+    rest = [n for n in params if n not in judged and n not in scanned]
+    suspects = {n for n, maybe in zip(rest, _may_be_unwritten([params[n] for n in rest])) if maybe} | scanned
+    scan(sorted(suspects))
     for name in params:
-        if name not in judged and never_written(name):
+        if name not in judged and name in suspects and never_written(name):
             empty[name] = _empty(model, name, actual[name], None)
     yield from empty.values()
 
