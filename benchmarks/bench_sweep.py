@@ -436,6 +436,8 @@ def main() -> None:
     seeds = [int(s) for s in opts.seeds.split(",")]
     lrs = [float(x) for x in opts.lrs.split(",")]
     parts = opts.part.split(",")
+    if any(f.name in S.NEEDS_MUP for f in facs) and set(parts) & {"coord", "train", "initlint"}:
+        S.check_mup_twin()  # the muP twin is what the tables say it is
     if "coord" in parts:
         for lr in [float(x) for x in opts.coord_lrs.split(",")]:
             for fac in facs:

@@ -333,3 +333,35 @@ FACTORIES: Dict[str, Factory] = {f.name: f for f in [
 ]}
 
 TASKS = {"markov": MarkovTask, "teacher": TeacherTask}
+
+
+NEEDS_MUP = frozenset({"gpt_mup"})
+"""Factories that need the benchmark-only ``mup`` package (not a test dependency: it asks for torchvision)."""
+
+
+def check_mup_twin() -> None:
+    """The muP twin is what the calibration says it is (run before every calibration that trains it,
+    and by ``python benchmarks/sweep_factories.py``): attention scale 1/d_head (1/sqrt(d_head) at the
+    base width), zero readout and query, the readout's width multiplier, and MuAdam's hidden lr
+    scaled by base width / width while the embedding keeps its lr."""
+    scales = {d: gpt_mup(d_model=d, n_layer=1).h[0].attn.scale for d in (64, 128, 256)}
+    head = {d: d // HEADS for d in scales}
+    assert math.isclose(scales[64], 1 / math.sqrt(head[64]), rel_tol=1e-6)
+    for d in (128, 256):
+        assert math.isclose(scales[d] * head[d], scales[64] * head[64], rel_tol=1e-6)
+    model = gpt_mup(d_model=128, n_layer=1)
+    assert torch.count_nonzero(model.lm_head.weight) == 0
+    c_attn = model.h[0].attn.c_attn
+    assert torch.count_nonzero(c_attn.weight[:128]) == 0 and torch.count_nonzero(c_attn.bias[:128]) == 0
+    assert torch.count_nonzero(c_attn.weight[128:]) > 0
+    assert math.isclose(model.lm_head.width_mult(), 2.0)
+    model = gpt_mup(d_model=256, n_layer=1)
+    opt = mup_adam(model, lr=1e-3)
+    lr_of = {id(p): g["lr"] for g in opt.param_groups for p in g["params"]}
+    assert math.isclose(lr_of[id(model.h[0].mlp.c_fc.weight)], 1e-3 * 64 / 256)
+    assert math.isclose(lr_of[id(model.wte.weight)], 1e-3)
+
+
+if __name__ == "__main__":
+    check_mup_twin()
+    print("the muP twin: attention scale 1/d_head, zero readout and query, readout multiplier, MuAdam lrs: ok")
