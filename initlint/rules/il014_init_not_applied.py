@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 import torch
 import torch.nn as nn
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..capture import ops as O
@@ -256,10 +257,6 @@ def _round(x: float, digits: int) -> str:
     return fmt(float(f"{x:.{digits}g}"))
 
 
-def _sample(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
-    return _strided(t, size).double()
-
-
 def _strided(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
     """``size`` evenly strided elements of ``t``, in its own dtype."""
     flat = t.detach().reshape(-1)
@@ -277,32 +274,59 @@ def draw_of(t: torch.Tensor, full: bool = False) -> Draw:
     return draws_of([t], full)[0]
 
 
-def draws_of(tensors: Sequence[torch.Tensor], full: bool = False) -> List[Draw]:
-    """:func:`draw_of` for many tensors, with one transfer to the host per device (never one per tensor)."""
-    draws = [_draw(row) for row in to_host([_stats(t, full) for t in tensors])]
+def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
+             sample: Optional[Callable[[torch.Tensor, int], torch.Tensor]] = None) -> List[Draw]:
+    """:func:`draw_of` for many tensors, with one transfer to the host per device (never one per tensor).
+    ``sample(t, size)``: the evenly strided sample of ``t`` in its own dtype (default :func:`_strided`;
+    a private copy's tensors are read through :meth:`_Private.sample`).
+
+    Samples of one length, dtype and device are stacked and reduced row by row (a model's parameters
+    come in a few sizes, and every large one gives :data:`SAMPLE` elements), a few at a time."""
+    take = sample or _strided
+    groups: Dict[Tuple[int, torch.dtype, torch.device], List[Tuple[int, torch.Tensor]]] = {}
+    for i, t in enumerate(tensors):
+        x = take(t, SAMPLE)
+        groups.setdefault((x.numel(), x.dtype, x.device), []).append((i, x))
+    rows: List[Optional[torch.Tensor]] = [None] * len(tensors)
+    for items in groups.values():
+        for start in range(0, len(items), _ROWS):  # a few rows at a time: each pass stays in the cache
+            part = items[start:start + _ROWS]
+            moments = _moments(torch.stack([x for _, x in part]).double())
+            for (i, _), row in zip(part, moments.unbind(0)):
+                rows[i] = row
+    values = []
+    for t, row in zip(tensors, rows):
+        assert row is not None
+        zero = torch.zeros((), dtype=torch.float64, device=row.device)
+        scan = [zero, zero, zero + 1]
+        if full and t.is_floating_point():
+            scan = [v.double() for v in _scan(t)]
+        values.append(torch.cat([row, torch.stack(scan)]))
+    draws = [_draw(row) for row in to_host(values)]
     for t, d in zip(tensors, draws):
         if d.absmax < 0:
             d.absmax = _largest_finite(t)
     return draws
 
 
-def _stats(t: torch.Tensor, full: bool) -> torch.Tensor:
-    """On ``t``'s device: sample size, mean, variance, fourth moment, fractions of zeros and ones, and
-    (``full``) the largest finite magnitude, the count of denormals and whether all are finite."""
-    x = _sample(t)
-    n = max(x.numel(), 1)
-    mean = x.sum() / n
-    d = x - mean
+_ROWS = 4
+"""Samples reduced together: 4 x 65536 float64 is 2 MB, which stays in the cache through the passes
+(70 rows at once took 181 ms, 4 at a time 35 ms)."""
+
+
+def _moments(x: torch.Tensor) -> torch.Tensor:
+    """Per row of ``x`` (samples of equal length, float64): sample size, mean, variance, fourth moment and
+    the fractions of exact zeros and ones, as a ``(rows, 6)`` tensor."""
+    n = max(x.shape[1], 1)
+    mean = x.sum(dim=1) / n
+    d = x - mean[:, None]
     squares = d.square()
-    var = squares.sum() / n
-    m4 = squares.square().sum() / n
-    zero = torch.zeros((), dtype=torch.float64, device=x.device)
-    scan = [zero, zero, zero + 1]
-    if full and t.is_floating_point():
-        scan = [v.double() for v in _scan(t)]
+    var = squares.sum(dim=1) / n
+    m4 = squares.square().sum(dim=1) / n
     # count_nonzero: a bool tensor's sum() takes a slow path on the CPU (about 50x a float sum)
-    return torch.stack([zero + n, mean, var, m4, torch.count_nonzero(x == 0) / n, torch.count_nonzero(x == 1) / n,
-                        *scan])
+    zeros = torch.count_nonzero(x == 0, dim=1) / n
+    ones = torch.count_nonzero(x == 1, dim=1) / n
+    return torch.stack([torch.full_like(mean, n), mean, var, m4, zeros.to(mean.dtype), ones.to(mean.dtype)], dim=1)
 
 
 def _draw(row: List[float]) -> Draw:
@@ -569,32 +593,47 @@ def _own_random_stream(seed: int = 0) -> Iterator[None]:
 
 def _private_copy(root: nn.Module, unit: nn.Module, whole: bool) -> nn.Module:
     """A copy of ``unit`` (its subtree when ``whole``, else only its own tensors) that shares nothing
-    with the model: modules outside the unit are not copied even when the unit refers to them."""
+    with the model: modules outside the unit are not copied even when the unit refers to them.
+
+    Its parameters are :class:`_Private` tensors: fresh memory that holds the original's values only
+    once an op of the declared init reads them (most inits overwrite a parameter without reading it)."""
+    lazy = _Private()
     if not whole:
         shell = copy.copy(unit)
         shell.__dict__ = dict(unit.__dict__)
-        shell._parameters = {k: copy.deepcopy(v) for k, v in unit._parameters.items()}
+        shell._parameters = {k: lazy.parameter(v) for k, v in unit._parameters.items()}
         shell._buffers = {k: (v.clone() if v is not None else None) for k, v in unit._buffers.items()}
         shell._modules = {}
-        return shell.to_empty(device="cpu") if _on_meta(shell) else shell
-    inside = {id(m) for m in unit.modules()}
-    memo = {id(m): m for m in root.modules() if id(m) not in inside}
-    private = copy.deepcopy(unit, memo)
-    return private.to_empty(device="cpu") if _on_meta(private) else private  # a streamed model's block
+        private = shell.to_empty(device="cpu") if _on_meta(shell) else shell
+    else:
+        inside = {id(m) for m in unit.modules()}
+        memo: Dict[int, Any] = {id(m): m for m in root.modules() if id(m) not in inside}
+        for p in unit.parameters():
+            memo[id(p)] = lazy.parameter(p)
+        private = copy.deepcopy(unit, memo)
+        if _on_meta(private):  # a streamed model's block
+            private = private.to_empty(device="cpu")
+    private._initlint_private = lazy  # type: ignore[attr-defined]
+    return private
 
 
-def _written(before: Dict[str, Tuple[int, torch.Tensor]], tensors: Dict[str, torch.Tensor]) -> List[str]:
+def _lazy_of(private: nn.Module) -> "_Private":
+    return getattr(private, "_initlint_private", None) or _Private()
+
+
+def _written(before: Dict[str, Tuple[int, torch.Tensor]], tensors: Dict[str, torch.Tensor],
+             lazy: "_Private") -> List[str]:
     """Names of the tensors an init step wrote (version counter, or the sampled values, changed)."""
     out = []
     for name, t in tensors.items():
         version, sample = before[name]
-        if t._version != version or not torch.equal(_sample(t, _WATCHED), sample):
+        if t._version != version or not torch.equal(lazy.sample(t, _WATCHED), sample):
             out.append(name)
     return out
 
 
-def _snapshot(tensors: Dict[str, torch.Tensor]) -> Dict[str, Tuple[int, torch.Tensor]]:
-    return {name: (t._version, _sample(t, _WATCHED)) for name, t in tensors.items()}
+def _snapshot(tensors: Dict[str, torch.Tensor], lazy: "_Private") -> Dict[str, Tuple[int, torch.Tensor]]:
+    return {name: (t._version, lazy.sample(t, _WATCHED)) for name, t in tensors.items()}
 
 
 @dataclass
@@ -619,7 +658,7 @@ def _declare_applied(make_copy: Callable[[], nn.Module], path: str, originals: L
     by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
     tensors = {_join(path, n): p for n, p in private.named_parameters()}
     result.full = _pass(tensors, [(p, m, _owner_step(owners, by_copy[id(m)], m)) for p, m in modules],
-                        result.writer)
+                        _lazy_of(private), result.writer)
     if not any(differs(n, d) for n, d in result.full.items()):
         return result  # an intact model costs one pass
     del private, modules, tensors, by_copy
@@ -627,10 +666,10 @@ def _declare_applied(make_copy: Callable[[], nn.Module], path: str, originals: L
     modules = _post_order(private, path)
     by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
     tensors = {_join(path, n): p for n, p in private.named_parameters()}
-    result.default = _defaults(tensors, modules)
+    result.default = _defaults(tensors, modules, _lazy_of(private))
     own_steps = [(p, m, _owner_step(owners, by_copy[id(m)], m)) for p, m in modules
                  if any(True for _ in m.parameters(recurse=False))]
-    result.own = _pass(tensors, own_steps)
+    result.own = _pass(tensors, own_steps, _lazy_of(private))
     return result
 
 
@@ -645,7 +684,8 @@ def _owner_step(owners: Dict[int, _Owner], original: nn.Module, m: nn.Module) ->
     return None if owner is None else (lambda: owner.module._init_weights(m))
 
 
-def _defaults(tensors: Dict[str, torch.Tensor], modules: List[Tuple[str, nn.Module]]) -> Dict[str, List[Tuple[str, Draw]]]:
+def _defaults(tensors: Dict[str, torch.Tensor], modules: List[Tuple[str, nn.Module]],
+              lazy: "_Private") -> Dict[str, List[Tuple[str, Draw]]]:
     """Each parameter's PyTorch default, per module that holds it (a tied weight has one per holder)."""
     names = {id(t): n for n, t in tensors.items()}
     found: Dict[str, List[Tuple[str, Draw]]] = {}
@@ -653,11 +693,11 @@ def _defaults(tensors: Dict[str, torch.Tensor], modules: List[Tuple[str, nn.Modu
         reset = _torch_reset(module)
         if reset is None:
             continue
-        with _TiledDraws(tensors.values()):
+        with lazy.drawing(tensors.values()):
             reset()
         for p in module.parameters(recurse=False):
             if id(p) in names:
-                found.setdefault(names[id(p)], []).append((type(module).__name__, draw_of(p)))
+                found.setdefault(names[id(p)], []).append((type(module).__name__, draws_of([p], sample=lazy.sample)[0]))
     return found
 
 
@@ -666,45 +706,242 @@ TILE = 65521
 strided sample of :data:`SAMPLE` elements meets each drawn value about once)."""
 
 
-class _TiledDraws(TorchDispatchMode):
-    """While a declared init runs on a private copy, a random fill (``normal_``, ``uniform_``) of a whole
-    large parameter draws :data:`TILE` values and repeats them over the tensor.
+_OVERWRITES = frozenset({torch.ops.aten.normal_.default, torch.ops.aten.uniform_.default,
+                         torch.ops.aten.zero_.default, torch.ops.aten.fill_.Scalar, torch.ops.aten.fill_.Tensor,
+                         torch.ops.aten.copy_.default})
+"""In-place ops that write every element of their first argument whatever it held."""
+_RANDOM_FILLS = (torch.ops.aten.normal_.default, torch.ops.aten.uniform_.default)
+_NO_READ = frozenset({torch.ops.aten.empty_like.default, torch.ops.aten.zeros_like.default,
+                      torch.ops.aten.ones_like.default, torch.ops.aten.new_empty.default,
+                      torch.ops.aten.new_zeros.default, torch.ops.aten.new_ones.default})
+"""Ops that read a tensor's metadata, not its values."""
+_CONSTANT_FILLS = (torch.ops.aten.zero_.default, torch.ops.aten.fill_.Scalar)
+_WHOLE_REDUCTIONS = frozenset({torch.ops.aten.any.default, torch.ops.aten.all.default, torch.ops.aten.max.default,
+                               torch.ops.aten.min.default})
+"""Reductions of a whole tensor whose value is that of any tensor holding the same set of values."""
+_NOT_TILED = object()
 
-    Every element then holds a value of the declared distribution, so what the init does next
-    (scaling, clamping, a norm over rows) sees a full tensor, and the sample :func:`draw_of` reads is a
-    sample of that distribution; but the random draws, a pass as costly as a forward and backward at a
-    small batch, cost a copy instead (GPT-2 124M: 124M normal draws)."""
 
-    _FILLS = (torch.ops.aten.normal_.default, torch.ops.aten.uniform_.default)
+class _Private(TorchDispatchMode):
+    """The parameters of a private copy, and the mode the declared init runs in on them.
 
-    def __init__(self, tensors: Iterable[torch.Tensor]) -> None:
+    A private parameter starts as fresh memory standing for its original: its values are copied in only
+    when an op of the declared init reads them (an in-place op that does not overwrite the whole tensor,
+    or any op taking it as an input), never when the init overwrites it (``normal_``, ``zero_``,
+    ``fill_``, ``copy_``). Views read nothing and copy nothing; a write through a view first copies the
+    values in. Most inits overwrite every parameter, so the copy of the model's parameters is never made.
+
+    A random fill (``normal_``, ``uniform_``) of a whole large parameter draws :data:`TILE` values, which
+    stand for that value repeated over the tensor: what the init does next (scaling, clamping, a norm
+    over rows) writes them out and sees a full tensor of the declared distribution, and the evenly
+    strided sample :func:`draw_of` reads is a sample of that distribution, taken from the drawn values
+    when nothing else touched them. The random draws of a large model, a pass as costly as a forward and
+    backward at a small batch (GPT-2 124M: 124M normal draws), and its copy, cost nothing then.
+
+    Values of a private tensor are read through :meth:`sample`; an op outside torch's dispatcher
+    (``.numpy()``, ``data_ptr()``) would see memory that holds nothing yet."""
+
+    def __init__(self) -> None:
         super().__init__()
-        self.large = {t.untyped_storage().data_ptr() for t in tensors if t.numel() >= 4 * TILE}
+        self.original: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
+        """Storage -> (private tensor, original tensor) whose values it stands for."""
+        self.tiled: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
+        """Storage -> (private tensor, :data:`TILE` drawn values repeated over it)."""
+        self.patches: Dict[int, List[Tuple[torch.Tensor, float]]] = {}
+        """Storage -> (flat positions, value) written over its tile since, in order: an Embedding's
+        ``weight[padding_idx].zero_()`` after its ``normal_``."""
+        self.large: set = set()
+
+    def parameter(self, p: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """A private parameter standing for ``p`` (a plain copy on the meta device or when empty)."""
+        if p is None or type(p) not in (nn.Parameter, torch.Tensor) or p.device.type == "meta" or not p.numel() \
+                or p.layout != torch.strided:
+            return copy.deepcopy(p)
+        fresh = torch.empty_like(p, memory_format=torch.preserve_format)
+        if isinstance(p, nn.Parameter):
+            fresh = nn.Parameter(fresh, requires_grad=p.requires_grad)
+        key = _storage(fresh)
+        if fresh.numel() * fresh.element_size() != fresh.untyped_storage().nbytes() or key in self.original:
+            with torch.no_grad():
+                fresh.copy_(p)
+            return fresh
+        self.original[key] = (fresh, p.detach())
+        return fresh
+
+    @contextmanager
+    def drawing(self, tensors: Iterable[torch.Tensor]) -> Iterator[None]:
+        """Run the declared init on ``tensors`` (the private copy's parameters) in this mode."""
+        self.large = {_storage(t) for t in tensors if t.numel() >= 4 * TILE}
+        with self:
+            yield
+
+    def sample(self, t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
+        """:func:`_strided` of a private tensor, read from what its values stand for."""
+        key = _storage(t) if t.numel() else None
+        if key in self.original and self.original[key][0].shape == t.shape:
+            return _strided(self.original[key][1], size)
+        if key in self.tiled and self.tiled[key][0].shape == t.shape and t.is_contiguous() and not t.storage_offset():
+            block = self.tiled[key][1]
+            n = t.numel()
+            step = max(1, n // size)
+            positions = torch.arange(0, n, step, device=block.device)[:size]
+            values = block[positions % TILE]
+            for written, value in self.patches.get(key, []):
+                values = torch.where(torch.isin(positions, written), value, values)
+            return values
+        self._materialise(key)
+        return _strided(t, size)
+
+    def _materialise(self, key: Optional[int]) -> None:
+        """Write out the values ``key``'s tensor stands for, without counting it as a write of the init
+        (through an alias with a version counter of its own)."""
+        if key in self.original:
+            fresh, original = self.original.pop(key)
+            with torch.no_grad():
+                _alias(fresh).copy_(original)
+        elif key in self.tiled:
+            fresh, block = self.tiled.pop(key)
+            flat = _alias(fresh).view(-1)
+            rows = flat.numel() // TILE
+            with torch.no_grad():
+                flat[:TILE].copy_(block)
+                flat[TILE:rows * TILE].view(rows - 1, TILE).copy_(block.expand(rows - 1, TILE))
+                flat[rows * TILE:].copy_(block[:flat.numel() - rows * TILE])
+                for written, value in self.patches.pop(key, []):
+                    flat[written] = value
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if func in self._FILLS and self._whole(args[0]):
-            flat = args[0].view(-1)
-            block = flat[:TILE]
+        if func in _NO_READ:
+            out = func(*args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.numel() >= 4 * TILE:
+                self.large.add(_storage(out))  # a fresh tensor a random fill may draw as a tile
+            return out
+        if not (self.original or self.tiled) or func.is_view:
+            return func(*args, **kwargs)
+        tiled = self._on_tiles(func, args, kwargs)
+        if tiled is not _NOT_TILED:
+            return tiled
+        target = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if func in _CONSTANT_FILLS and target is not None and self._patch(func, target, args[1:], kwargs):
+            return target
+        whole = func in _OVERWRITES and target is not None and _covers(target)
+        tkey = _storage(target) if whole else None
+        for i, t in enumerate(pytree.tree_leaves((args, kwargs))):
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.numel() and not (i == 0 and whole):
+                self._materialise(_storage(t))
+        if not whole:
+            return func(*args, **kwargs)
+        self.original.pop(tkey, None)
+        self.tiled.pop(tkey, None)
+        self.patches.pop(tkey, None)
+        if func in _RANDOM_FILLS and tkey in self.large and _tileable(target):
+            block = torch.empty(TILE, dtype=target.dtype, device=target.device)
             func(block, *args[1:], **kwargs)
-            rows = flat.numel() // TILE
-            flat[TILE:rows * TILE].view(rows - 1, TILE).copy_(block.expand(rows - 1, TILE))
-            flat[rows * TILE:].copy_(block[:flat.numel() - rows * TILE])
-            return args[0]
+            self.tiled[tkey] = (target, block)
+            return target
         return func(*args, **kwargs)
 
-    def _whole(self, t: Any) -> bool:
-        return (isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in self.large and t.is_contiguous()
-                and t.storage_offset() == 0 and t.numel() * t.element_size() == t.untyped_storage().nbytes())
+    def _patch(self, func: Any, view: torch.Tensor, args: Any, kwargs: Any) -> bool:
+        """A constant written over part of a tiled tensor (``zero_``, ``fill_`` of a few rows), kept beside
+        its tile instead of writing the tile out."""
+        key = _storage(view) if view.layout == torch.strided and view.numel() else None
+        if key not in self.tiled or kwargs or view.numel() > SAMPLE or _covers(view):
+            return False
+        if func is torch.ops.aten.zero_.default and not args:
+            value = 0.0
+        elif func is torch.ops.aten.fill_.Scalar and len(args) == 1 and isinstance(args[0], (int, float)):
+            value = float(args[0])
+        else:
+            return False
+        positions = torch.full((), view.storage_offset(), dtype=torch.int64, device=view.device)
+        for size, stride in zip(view.shape, view.stride()):
+            positions = (positions[..., None] + torch.arange(size, device=view.device) * stride)
+        self.patches.setdefault(key, []).append((positions.reshape(-1), value))
+        return True
+
+    def _tile_of(self, t: Any) -> Optional[torch.Tensor]:
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided or not t.numel():
+            return None
+        if _storage(t) in self.patches:
+            return None
+        entry = self.tiled.get(_storage(t))
+        return entry[1] if entry is not None and entry[0].shape == t.shape and _tileable(t) else None
+
+    def _on_tiles(self, func: Any, args: Any, kwargs: Any) -> Any:
+        """An op on tiled tensors done on their tiles, when its result is the same tile repeated: a pointwise
+        op whose tensors are tensors tiled alike and numbers (``trunc_normal_``'s ``erfinv_``, ``mul_``,
+        ``clamp_``, its bounds' mask), a reduction of the whole tensor to its extremes or to whether
+        any or all are true (a tiled tensor holds every value of its tile), and a copy of a whole tiled
+        tensor. :data:`_NOT_TILED` otherwise."""
+        leaves = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        tiles = [self._tile_of(t) for t in leaves]
+        if not any(tile is not None for tile in tiles):
+            return _NOT_TILED
+        shape = next(t.shape for t, tile in zip(leaves, tiles) if tile is not None)
+        lazy = set(self.original) | set(self.tiled)
+        if func in _WHOLE_REDUCTIONS and len(leaves) == 1 and not kwargs and len(args) == 1:
+            return func(tiles[0])
+        if func is torch.ops.aten.copy_.default and len(args) == 2 and not kwargs and tiles[1] is not None \
+                and tiles[0] is None and args[0].shape == shape and args[0].dtype == tiles[1].dtype \
+                and _tileable(args[0]) and args[0].device == tiles[1].device:
+            key = _storage(args[0])
+            self.original.pop(key, None)
+            self.patches.pop(key, None)
+            self.tiled[key] = (args[0], tiles[1].clone())
+            return args[0]
+        if torch.Tag.pointwise not in func.tags or "out" in kwargs:
+            return _NOT_TILED
+        for t, tile in zip(leaves, tiles):
+            if tile is None and (t.dim() or (t.numel() and _storage(t) in lazy)):
+                return _NOT_TILED  # a full-size operand, or a lazy one
+            if tile is not None and t.shape != shape:
+                return _NOT_TILED
+        swap = {id(t): tile for t, tile in zip(leaves, tiles) if tile is not None}
+        on_tiles = pytree.tree_map(lambda x: swap.get(id(x), x) if isinstance(x, torch.Tensor) else x, (args, kwargs))
+        inplace = torch.Tag.inplace in func.tags
+        if inplace and (not leaves or swap.get(id(args[0])) is None):
+            return _NOT_TILED
+        result = func(*on_tiles[0], **on_tiles[1])
+        if inplace:
+            return args[0]
+        if not isinstance(result, torch.Tensor) or result.shape != (TILE,):
+            raise RuntimeError(f"{func} on tiles gave {type(result).__name__}")  # not expected of a pointwise op
+        out = torch.empty(shape, dtype=result.dtype, device=result.device)
+        self.tiled[_storage(out)] = (out, result)
+        return out
+
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _tileable(t: torch.Tensor) -> bool:
+    """A tensor a tile can stand for: large, contiguous, the whole of its storage."""
+    return t.numel() >= 4 * TILE and t.is_contiguous() and not t.storage_offset() \
+        and t.numel() * t.element_size() == t.untyped_storage().nbytes()
+
+
+def _covers(t: torch.Tensor) -> bool:
+    """Whether ``t`` is every element of its storage, once each."""
+    if t.layout != torch.strided or t.storage_offset() or t.numel() * t.element_size() != t.untyped_storage().nbytes():
+        return False
+    extent = 1 + sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+    return extent == t.numel()  # numel elements within numel places: each place once
+
+
+def _alias(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s memory as a tensor with a version counter of its own."""
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(t.untyped_storage(), t.storage_offset(),
+                                                                 t.shape, t.stride())
 
 
 def _pass(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Optional[Callable[[], Any]]]],
-          writer: Optional[Dict[str, str]] = None) -> Dict[str, Draw]:
-    before = _snapshot(tensors)
-    with _TiledDraws(tensors.values()):
+          lazy: "_Private", writer: Optional[Dict[str, str]] = None) -> Dict[str, Draw]:
+    before = _snapshot(tensors, lazy)
+    with lazy.drawing(tensors.values()):
         _run_steps(tensors, steps, writer)
-    written = list(_written(before, tensors))
-    return dict(zip(written, draws_of([tensors[n] for n in written])))
+    written = list(_written(before, tensors, lazy))
+    return dict(zip(written, draws_of([tensors[n] for n in written], sample=lazy.sample)))
 
 
 def _run_steps(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Optional[Callable[[], Any]]]],
@@ -889,12 +1126,12 @@ def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, pa
         with _own_random_stream():
             private = _private_copy(model, scope, True)
             tensors = {_join(path, n): p for n, p in private.named_parameters()}
-            full = _pass(tensors, [(path, private, getattr(private, method))])
+            full = _pass(tensors, [(path, private, getattr(private, method))], _lazy_of(private))
             default: Dict[str, List[Tuple[str, Draw]]] = {}
             if any(n in params and n not in judged and not same(actual[n], d, tol) for n, d in full.items()):
                 private = _private_copy(model, scope, True)
                 tensors = {_join(path, n): p for n, p in private.named_parameters()}
-                default = _defaults(tensors, _post_order(private, path))
+                default = _defaults(tensors, _post_order(private, path), _lazy_of(private))
     except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
         return
     modules = dict(scope.named_modules(prefix=path))
