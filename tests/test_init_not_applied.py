@@ -6,6 +6,7 @@ authors wrote it.
 """
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -292,3 +293,94 @@ def test_a_declared_init_applied_to_part_of_the_model_leaves_the_rest_alone():
     torch.manual_seed(0)
     missing = initlint.audit(_PartlyApplied(apply=False), torch.randn(16, 64), select=["IL014"])
     assert {f.module for f in missing.findings} >= {"encoder.0", "encoder.2"}
+
+
+# ----------------------------------------------------------------------------- private copies
+def _declared_on_private(init, shape=(1024, 768)):
+    """The draw ``init`` gives on a private parameter (tile, patches, copies in on a read) and the private
+    state left behind."""
+    from initlint.rules import il014_init_not_applied as il
+
+    original = nn.Parameter(torch.randn(*shape))
+    lazy = il._Private()
+    private = lazy.parameter(original)
+    with torch.no_grad(), lazy.drawing([private]):
+        init(private)
+    return il.draws_of([private], sample=lazy.sample)[0], lazy, private, original
+
+
+def _written_out(lazy, private):
+    from initlint.rules import il014_init_not_applied as il
+
+    lazy._materialise(il._storage(private))
+    return private
+
+
+@pytest.mark.parametrize("init", [
+    lambda t: nn.init.normal_(t, std=0.02),
+    lambda t: nn.init.trunc_normal_(t, std=0.02),
+    lambda t: nn.init.trunc_normal_(t, std=1.0, a=-0.5, b=0.5),
+    lambda t: nn.init.kaiming_uniform_(t, a=5 ** 0.5),
+    lambda t: nn.init.xavier_uniform_(t),
+    lambda t: nn.init.orthogonal_(t),
+    lambda t: (nn.init.normal_(t), t[3].zero_(), t[100:110].fill_(1.0)),
+    lambda t: (nn.init.normal_(t, std=0.02), t.mul_(1 / 24 ** 0.5)),
+    lambda t: t.mul_(0.5),
+], ids=["normal", "trunc_normal", "trunc_normal_rejection", "kaiming_uniform", "xavier", "orthogonal",
+        "padding_rows", "rescaled", "rescale_only"])
+def test_a_private_parameter_draws_what_the_init_draws_on_a_real_tensor(init):
+    from initlint.rules.il014_init_not_applied import same
+
+    drawn, lazy, private, original = _declared_on_private(init)
+    real = original.detach().clone()
+    with torch.no_grad():
+        init(real)
+    assert same(drawn, draw_of(real), 0.05), (drawn, draw_of(real))
+    # what the sample was read from is what the tensor holds once written out
+    from initlint.rules.il014_init_not_applied import _strided
+
+    sample = lazy.sample(private, 4096)
+    assert torch.equal(sample, _strided(_written_out(lazy, private), 4096))
+
+
+def test_an_init_that_only_rescales_reads_the_original_values():
+    drawn, lazy, private, original = _declared_on_private(lambda t: t.mul_(0.5))
+    assert torch.equal(_written_out(lazy, private), original.detach() * 0.5)
+
+
+def test_a_fill_draws_one_tile_and_leaves_the_memory_unwritten():
+    from initlint.rules import il014_init_not_applied as il
+
+    drawn, lazy, private, original = _declared_on_private(lambda t: nn.init.trunc_normal_(t, std=0.02))
+    assert il._storage(private) in lazy.tiled and not lazy.original
+
+
+class _HiddenLayers(nn.Module):
+    """A declared init that writes a layer the module keeps in a plain list (not a registered submodule)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+        self.hidden = [nn.Linear(64, 64)]
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=0.02)
+            for layer in self.hidden:
+                nn.init.zeros_(layer.weight)
+
+    def forward(self, x):
+        return self.fc(x) + self.hidden[0](x)
+
+
+def test_an_init_writing_a_tensor_outside_the_copy_runs_on_a_deep_copy_and_changes_nothing():
+    torch.manual_seed(0)
+    model = _HiddenLayers()
+    nn.init.normal_(model.hidden[0].weight)  # what the model's own init would zero
+    before = model.hidden[0].weight.detach().clone()
+    x = torch.randn(4, 64)
+    state = deep_state(model)
+    assert il014(model, x) == {}
+    assert torch.equal(model.hidden[0].weight, before)
+    assert deep_state(model) == state

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import math
 import sys
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
@@ -591,18 +593,27 @@ def _own_random_stream(seed: int = 0) -> Iterator[None]:
         restore()
 
 
-def _private_copy(root: nn.Module, unit: nn.Module, whole: bool) -> nn.Module:
+class _Foreign(Exception):
+    """The declared init wrote a tensor that is not the private copy's (:attr:`_Private.guarded`)."""
+
+
+def _private_copy(root: nn.Module, unit: nn.Module, whole: bool, deep: bool = False) -> nn.Module:
     """A copy of ``unit`` (its subtree when ``whole``, else only its own tensors) that shares nothing
     with the model: modules outside the unit are not copied even when the unit refers to them.
 
     Its parameters are :class:`_Private` tensors: fresh memory that holds the original's values only
-    once an op of the declared init reads them (most inits overwrite a parameter without reading it)."""
+    once an op of the declared init reads them (most inits overwrite a parameter without reading it).
+    The modules are copied attribute by attribute (:func:`_module_copies`) unless ``deep``
+    (``copy.deepcopy``). The init runs guarded: writing a tensor that it did not make and the copy does
+    not own raises :class:`_Foreign` before the write (:func:`_on_copies` then tries a deep copy, and an
+    init that still writes the model's tensors, through the original owner's attributes say, declares
+    nothing)."""
     lazy = _Private()
     if not whole:
         shell = copy.copy(unit)
         shell.__dict__ = dict(unit.__dict__)
         shell._parameters = {k: lazy.parameter(v) for k, v in unit._parameters.items()}
-        shell._buffers = {k: (v.clone() if v is not None else None) for k, v in unit._buffers.items()}
+        shell._buffers = {k: lazy.buffer(v) for k, v in unit._buffers.items()}
         shell._modules = {}
         private = shell.to_empty(device="cpu") if _on_meta(shell) else shell
     else:
@@ -610,11 +621,74 @@ def _private_copy(root: nn.Module, unit: nn.Module, whole: bool) -> nn.Module:
         memo: Dict[int, Any] = {id(m): m for m in root.modules() if id(m) not in inside}
         for p in unit.parameters():
             memo[id(p)] = lazy.parameter(p)
-        private = copy.deepcopy(unit, memo)
+        deep = deep or any(_copies_itself(type(m)) for m in unit.modules())
+        if deep:
+            private = copy.deepcopy(unit, memo)
+            lazy.owned.update(_storage(t) for t in memo.values()
+                              if isinstance(t, torch.Tensor) and t.layout == torch.strided)
+        else:
+            private = _module_copies(unit, memo, lazy)
         if _on_meta(private):  # a streamed model's block
             private = private.to_empty(device="cpu")
+    lazy.own(private)
     private._initlint_private = lazy  # type: ignore[attr-defined]
     return private
+
+
+_SHALLOW = (dict, set, list)
+"""A module's containers (hooks, the non-persistent buffers' names) get a copy of their own; what they hold
+is shared (hooks, names)."""
+_ATOMIC = (bool, int, float, str, bytes, type(None), torch.dtype, torch.device)
+
+
+def _copies_itself(cls: type) -> bool:
+    """Whether a module class says how it is copied (``__deepcopy__``, ``__reduce__``, ``__getstate__``);
+    ``__setstate__`` is called as ``copy.deepcopy`` calls it."""
+    return any(name in klass.__dict__ for klass in cls.__mro__ if klass not in (nn.Module, object)
+               for name in ("__deepcopy__", "__reduce__", "__reduce_ex__", "__getstate__"))
+
+
+def _module_copies(unit: nn.Module, memo: Dict[int, Any], lazy: "_Private") -> nn.Module:
+    """``copy.deepcopy(unit, memo)`` in effect, at a fraction of its cost: each module of the subtree is a
+    new object with its own ``__dict__``, parameters from ``memo``, buffers and tensor attributes
+    cloned, submodules copied, its containers copied one level, atomic values shared, and any other
+    attribute (a config object, say) deep-copied with one memo for the whole subtree."""
+    modules = list({id(m): m for m in unit.modules()}.values())
+    for m in modules:
+        fresh = m.__class__.__new__(m.__class__)
+        memo[id(m)] = fresh
+    for m in modules:
+        state = {}
+        for key, value in m.__dict__.items():
+            if key == "_parameters":
+                state[key] = {k: memo[id(v)] if v is not None else None for k, v in value.items()}
+            elif key == "_buffers":
+                state[key] = {k: lazy.buffer(v) for k, v in value.items()}
+            elif key == "_modules":
+                state[key] = {k: memo.get(id(v), v) if v is not None else None for k, v in value.items()}
+            elif isinstance(value, _ATOMIC):
+                state[key] = value
+            elif isinstance(value, nn.Module):
+                state[key] = memo.get(id(value), value)
+            elif isinstance(value, torch.Tensor):
+                state[key] = memo[id(value)] if id(value) in memo else lazy.buffer(value)
+            elif type(value) in _SHALLOW or isinstance(value, OrderedDict) and key.endswith(("hooks", "_called")):
+                state[key] = copy.copy(value)
+            else:
+                state[key] = copy.deepcopy(value, memo)
+        memo[id(m)].__setstate__(state)  # as copy.deepcopy ends (an RNN relinks its flat weights)
+    return memo[id(unit)]
+
+
+def _on_copies(run: Callable[[bool], Any]) -> Any:
+    """``run(deep)`` on private copies in the declared init's own random stream: attribute-wise copies
+    first, a deep copy when the init wrote a tensor of the model's (the same stream, so the same draws)."""
+    try:
+        with _own_random_stream():
+            return run(False)
+    except _Foreign:
+        with _own_random_stream():
+            return run(True)
 
 
 def _lazy_of(private: nn.Module) -> "_Private":
@@ -751,6 +825,23 @@ class _Private(TorchDispatchMode):
         """Storage -> (flat positions, value) written over its tile since, in order: an Embedding's
         ``weight[padding_idx].zero_()`` after its ``normal_``."""
         self.large: set = set()
+        self.guarded = True
+        """Whether writing a tensor outside :attr:`owned` raises :class:`_Foreign`."""
+        self.owned: set = set()
+        """Storages of the copy's own tensors and of every tensor an op made in this mode."""
+
+    def own(self, private: nn.Module) -> None:
+        self.owned.update(_storage(t) for t in list(private.parameters()) + list(private.buffers())
+                          if t.layout == torch.strided)
+
+    def buffer(self, b: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """A clone of ``b``, owned by the copy."""
+        if b is None:
+            return None
+        fresh = b.clone()
+        if fresh.layout == torch.strided:
+            self.owned.add(_storage(fresh))
+        return fresh
 
     def parameter(self, p: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         """A private parameter standing for ``p`` (a plain copy on the meta device or when empty)."""
@@ -761,6 +852,7 @@ class _Private(TorchDispatchMode):
         if isinstance(p, nn.Parameter):
             fresh = nn.Parameter(fresh, requires_grad=p.requires_grad)
         key = _storage(fresh)
+        self.owned.add(key)
         if fresh.numel() * fresh.element_size() != fresh.untyped_storage().nbytes() or key in self.original:
             with torch.no_grad():
                 fresh.copy_(p)
@@ -812,6 +904,18 @@ class _Private(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if not self.guarded:
+            return self._dispatch(func, args, kwargs)
+        for t in _written_args(func, args, kwargs):
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.numel() and _storage(t) not in self.owned:
+                raise _Foreign(f"{func} writes a tensor the private copy does not own")
+        out = self._dispatch(func, args, kwargs)
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                self.owned.add(_storage(t))
+        return out
+
+    def _dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
         if func in _NO_READ:
             out = func(*args, **kwargs)
             if isinstance(out, torch.Tensor) and out.numel() >= 4 * TILE:
@@ -910,6 +1014,21 @@ class _Private(TorchDispatchMode):
         out = torch.empty(shape, dtype=result.dtype, device=result.device)
         self.tiled[_storage(out)] = (out, result)
         return out
+
+@functools.lru_cache(maxsize=None)
+def _written_names(func: Any) -> Tuple[Tuple[int, str], ...]:
+    """(position, name) of the arguments ``func`` writes (``self`` of an in-place op, ``out=``)."""
+    return tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                 if a.alias_info is not None and a.alias_info.is_write)
+
+
+def _written_args(func: Any, args: Any, kwargs: Any) -> List[Any]:
+    out = []
+    for i, name in _written_names(func):
+        value = args[i] if i < len(args) else kwargs.get(name)
+        out.extend(pytree.tree_leaves(value))
+    return out
+
 
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
@@ -1086,8 +1205,8 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
         return name in params and name not in judged and not same(actual[name], declared, tol)
 
     try:
-        with _own_random_stream():
-            dec = _declare_applied(lambda: _private_copy(model, unit, whole), path, originals, owners, differs)
+        dec = _on_copies(lambda deep: _declare_applied(lambda: _private_copy(model, unit, whole, deep), path,
+                                                       originals, owners, differs))
     except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
         return
     modules = dict(unit.named_modules(prefix=path)) if whole else {path: unit}
@@ -1122,16 +1241,19 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
 
 def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, params: "_Params",
                   actual: Dict[str, Draw], judged: set, empty: Dict[str, Verdict], tol: float) -> Iterator[Verdict]:
-    try:
-        with _own_random_stream():
-            private = _private_copy(model, scope, True)
+    def declare(deep: bool) -> Tuple[Dict[str, Draw], Dict[str, List[Tuple[str, Draw]]]]:
+        private = _private_copy(model, scope, True, deep)
+        tensors = {_join(path, n): p for n, p in private.named_parameters()}
+        full = _pass(tensors, [(path, private, getattr(private, method))], _lazy_of(private))
+        default: Dict[str, List[Tuple[str, Draw]]] = {}
+        if any(n in params and n not in judged and not same(actual[n], d, tol) for n, d in full.items()):
+            private = _private_copy(model, scope, True, deep)
             tensors = {_join(path, n): p for n, p in private.named_parameters()}
-            full = _pass(tensors, [(path, private, getattr(private, method))], _lazy_of(private))
-            default: Dict[str, List[Tuple[str, Draw]]] = {}
-            if any(n in params and n not in judged and not same(actual[n], d, tol) for n, d in full.items()):
-                private = _private_copy(model, scope, True)
-                tensors = {_join(path, n): p for n, p in private.named_parameters()}
-                default = _defaults(tensors, _post_order(private, path), _lazy_of(private))
+            default = _defaults(tensors, _post_order(private, path), _lazy_of(private))
+        return full, default
+
+    try:
+        full, default = _on_copies(declare)
     except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
         return
     modules = dict(scope.named_modules(prefix=path))
