@@ -203,3 +203,21 @@ def test_a_bias_added_by_its_own_op_is_part_of_the_unit():
     report = initlint.audit(model, torch.randn(8, 32))
     assert il008(report) != set()
     assert "weights and bias compared in full" in next(f for f in report.findings if f.code == "IL008").message
+
+
+def test_units_alike_in_their_first_weights_are_compared_in_full():
+    """The keys read each unit's first weights only: units that differ further on are candidates, and the
+    comparison in full tells them apart from the one real copy."""
+    from initlint.probe.run import KEYED
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4 * KEYED, 256), nn.ReLU(), nn.Linear(256, 10))
+    with torch.no_grad():
+        w = model[0].weight
+        w[:, :KEYED] = w[0, :KEYED]  # every unit starts alike
+        model[0].bias.zero_()
+        w[7] = w[3]  # the one exact copy
+    report = initlint.audit(model, torch.randn(4, 4 * KEYED))
+    assert report.probe.params["0.weight"]["dup_rows"] == 1
+    assert il008(report) == {"0"}
+    assert finding(report, "0").message.startswith("1 of the 256 units of 0.weight are exact copies")

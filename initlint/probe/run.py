@@ -393,6 +393,9 @@ class _Pending:
     bias: Optional[torch.Tensor]
     order: torch.Tensor
     same: torch.Tensor
+    groups: int = 1
+    whole: bool = True
+    """Whether the keys read whole units (their fan is at most :data:`KEYED`)."""
 
 
 def unit_matrix(w: torch.Tensor, layout: str) -> torch.Tensor:
@@ -400,16 +403,23 @@ def unit_matrix(w: torch.Tensor, layout: str) -> torch.Tensor:
     return w.t() if layout == "in_out" and w.dim() == 2 else w.reshape(w.shape[0], -1)
 
 
+KEYED = 32
+"""Weights of each unit its duplicate-unit keys read (128 bytes in float32)."""
+
+
 def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> None:
     """Candidates for units that are exact copies of another unit, on the device and without a sync.
 
-    Each unit (its weight row and its bias) is hashed to two float32 keys: its projections on two
-    fixed random directions. Equal units have keys equal up to the product's rounding; sorting by the
-    keys puts them side by side, and neighbours whose two keys are each within a few units in the
-    last place are the candidates. Distinct units come that close on one key by chance (35661
-    neighbour pairs in a 150k x 1024 head at N(0, 0.02)), on both keys far more rarely (none there,
-    nor in a 262144 x 640 or a 50257 x 768 head), but a chance is not a proof: the candidates are
-    compared in full on the host (:func:`confirm_duplicates`), and only then counted."""
+    Each unit is hashed to two float32 keys: the projections of its first :data:`KEYED` weights (and
+    its bias) on two fixed random directions. Equal units have keys equal up to the product's
+    rounding; sorting by the keys puts them side by side, and neighbours whose two keys are each
+    within a few units in the last place are the candidates. Units that differ only past their first
+    :data:`KEYED` weights are candidates too, and so are distinct units whose keys come that close by
+    chance (on one key: 35661 neighbour pairs in a 150k x 1024 head at N(0, 0.02); on both, none
+    there, nor in a 262144 x 640 or a 50257 x 768 head): a candidate is not a proof, the candidates are
+    compared in full (:func:`confirm_duplicates`), and only then counted. The keys read one or two
+    cache lines of each unit instead of all of it (GPT-2's 50257 x 768 head: 1.3 ms against 26 ms for
+    keys of whole rows)."""
     units = c.units.get(name, Units())
     matrix = unit_matrix(w, units.layout)
     rows, fan = matrix.shape
@@ -419,19 +429,19 @@ def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> No
     if rows < 2 or rows // max(units.groups, 1) < 2:
         c.const(scope, name, "dup_rows", 0.0)
         return
-    work = matrix.float() if matrix.dtype in (torch.float16, torch.bfloat16) else matrix  # half keys would collide
-    dirs = (c.direction(2 * (fan + 1), work.device, work.dtype) - 1.0).view(2, fan + 1)  # zero mean: independent keys
-    # (2, units): with the two directions as the left factor the product streams the weight once in its
-    # own memory order, 2-40x faster on CPU than (units, fan) @ (fan, 2) for the same keys
-    keys = dirs[:, :fan] @ work.t()
-    if name in c.candidates:  # every unit's weights alike: a candidate for a constant weight
+    keyed = min(fan, KEYED)
+    head = matrix[:, :keyed].contiguous()  # (units, keyed): one or two cache lines of each unit
+    work = head.float() if head.dtype in (torch.float16, torch.bfloat16) else head  # half keys would collide
+    dirs = (c.direction(2 * (keyed + 1), work.device, work.dtype) - 1.0).view(2, keyed + 1)  # zero mean
+    keys = dirs[:, :keyed] @ work.t()  # (2, units)
+    if name in c.candidates:  # every unit's first weights alike: a candidate for a constant weight
         # alike within the product's rounding: equal columns need not give equal bits (a kernel's tail
         # columns round differently), and a weight wrongly taken as a candidate only costs its extremes
-        tolerance = fan * torch.finfo(keys.dtype).eps * keys.abs().amax(dim=1)
+        tolerance = keyed * torch.finfo(keys.dtype).eps * keys.abs().amax(dim=1)
         c.candidates[name] = c.candidates[name] | (keys.amax(dim=1) - keys.amin(dim=1) <= tolerance).all()
     bias = units.bias.detach() if units.bias is not None and units.bias.numel() == rows else None
     if bias is not None:
-        keys = keys + dirs[:, fan:] * bias.to(keys.dtype)[None, :]
+        keys = keys + dirs[:, keyed:] * bias.to(keys.dtype)[None, :]
         c.const(scope, name, "biased", 1.0)
     # The two float32 keys' bits as one 64-bit integer: a single sort puts units with equal or nearly
     # equal keys next to each other. Equal units get keys equal up to the product's rounding, not always
@@ -440,7 +450,7 @@ def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> No
     bits = keys.float().view(torch.int32).to(torch.int64)
     hashed = (bits[0] << 32) | (bits[1] & 0xFFFFFFFF)
     order = hashed.argsort()
-    ulps = 4 * math.isqrt(fan) + 8
+    ulps = 4 * math.isqrt(keyed) + 8
     if units.groups > 1:  # only units of one group can be copies: the group becomes the leading key
         group = torch.arange(rows, device=order.device) // (rows // units.groups)
         order = order[group[order].argsort(stable=True)]
@@ -450,7 +460,7 @@ def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> No
         ranked_group = group[order]
         same &= ranked_group[1:] == ranked_group[:-1]
     c.put(scope, name, "dup_candidates", torch.count_nonzero(same))
-    c.pending.append(_Pending(name, matrix, bias, order, same))
+    c.pending.append(_Pending(name, matrix, bias, order, same, max(units.groups, 1), keyed == fan))
 
 
 def confirm_duplicates(c: _Collector, result: ProbeResult, chunk: int = 4096) -> None:
@@ -508,10 +518,21 @@ def confirm_duplicates_now(c: _Collector, chunk: int = 4096) -> None:
 
 
 def _copies(item: _Pending, chunk: int) -> int:
-    """Candidate pairs of ``item`` whose units are equal in full, weights and bias."""
+    """Candidate pairs of ``item`` whose units are equal in full, weights and bias.
+
+    Keys of a unit's first weights can tie for many units that differ further on (every unit starting
+    alike), and a tie leaves the copies anywhere in the run: the candidates are then ordered again by
+    keys of their whole rows, on which only equal units come together, and neighbours compared."""
     with torch.no_grad():
         first = item.order[:-1][item.same]
         second = item.order[1:][item.same]
+        if not item.whole and first.numel():
+            ranked = _rekeyed(item, torch.unique(torch.cat([first, second])))
+            first, second = ranked[:-1], ranked[1:]
+            if item.groups > 1:  # only units of one group can be copies
+                per_group = item.matrix.shape[0] // item.groups
+                kept = first // per_group == second // per_group
+                first, second = first[kept], second[kept]
         copies = 0
         for start in range(0, first.numel(), chunk):
             a, b = first[start:start + chunk], second[start:start + chunk]
@@ -520,6 +541,24 @@ def _copies(item: _Pending, chunk: int) -> int:
                 equal &= item.bias[a] == item.bias[b]
             copies += int(torch.count_nonzero(equal))
     return copies
+
+
+def _rekeyed(item: _Pending, units: torch.Tensor) -> torch.Tensor:
+    """``units`` ordered by keys of their whole rows (and bias), within their convolution group."""
+    rows, fan = item.matrix.shape
+    work = item.matrix[units]
+    work = work.float() if work.dtype in (torch.float16, torch.bfloat16) else work
+    gen = torch.Generator().manual_seed(1)
+    dirs = (torch.rand(2, fan + 1, generator=gen) - 0.5).to(work.device, work.dtype)
+    keys = dirs[:, :fan] @ work.t()
+    if item.bias is not None:
+        keys = keys + dirs[:, fan:] * item.bias[units].to(keys.dtype)[None, :]
+    bits = keys.float().view(torch.int32).to(torch.int64)
+    order = ((bits[0] << 32) | (bits[1] & 0xFFFFFFFF)).argsort()
+    if item.groups > 1:
+        group = units[order] // (rows // item.groups)
+        order = order[group.argsort(stable=True)]
+    return units[order]
 
 
 def _derive(stats: Dict[str, float]) -> None:

@@ -142,7 +142,7 @@ class InitNotApplied(Rule):
         tol = float(self.opts["std-tolerance"])
         by_module: Dict[str, List[Verdict]] = {}
         with _one_thread():
-            verdicts = list(judge(audit.model, tol, drawn=audit.probe.drawn))
+            verdicts = list(judge(audit.model, tol, drawn=audit.probe.drawn, norms=_probe_norms(audit)))
         for verdict in verdicts:
             if verdict.kind == "zeros" and not _random_zero_is_a_bug(audit, verdict.name):
                 continue
@@ -194,6 +194,17 @@ class InitNotApplied(Rule):
             call.apply(model, seed)
             lines.append(call.code(seed))
         return lines
+
+
+def _probe_norms(audit: AuditContext) -> Dict[str, float]:
+    """The norms of the weights the probe measured (rms x sqrt(numel)), so their pass is not made twice."""
+    named = dict(audit.model.named_parameters())
+    out = {}
+    for name, stats in audit.probe.params.items():
+        rms = stats.get("rms") if name in named else None
+        if rms is not None:
+            out[name] = rms * math.sqrt(named[name].numel())
+    return out
 
 
 def _random_zero_is_a_bug(audit: AuditContext, name: str) -> bool:
@@ -283,7 +294,7 @@ def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
     a private copy's tensors are read through :meth:`_Private.sample`).
 
     Samples of one length, dtype and device are stacked and reduced row by row (a model's parameters
-    come in a few sizes, and every large one gives :data:`SAMPLE` elements), a few at a time."""
+    come in a few sizes, and every large one gives :data:`SAMPLE` elements), :data:`_CACHED` elements at a time."""
     take = sample or _strided
     groups: Dict[Tuple[int, torch.dtype, torch.device], List[Tuple[int, torch.Tensor]]] = {}
     for i, t in enumerate(tensors):
@@ -291,8 +302,9 @@ def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
         groups.setdefault((x.numel(), x.dtype, x.device), []).append((i, x))
     rows: List[Optional[torch.Tensor]] = [None] * len(tensors)
     for items in groups.values():
-        for start in range(0, len(items), _ROWS):  # a few rows at a time: each pass stays in the cache
-            part = items[start:start + _ROWS]
+        rows_at_once = max(1, _CACHED // max(items[0][1].numel(), 1))  # each pass stays in the cache
+        for start in range(0, len(items), rows_at_once):
+            part = items[start:start + rows_at_once]
             moments = _moments(torch.stack([x for _, x in part]).double())
             for (i, _), row in zip(part, moments.unbind(0)):
                 rows[i] = row
@@ -311,9 +323,9 @@ def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
     return draws
 
 
-_ROWS = 4
-"""Samples reduced together: 4 x 65536 float64 is 2 MB, which stays in the cache through the passes
-(70 rows at once took 181 ms, 4 at a time 35 ms)."""
+_CACHED = 1 << 18
+"""Sample elements reduced together: 2 MB in float64, which stays in the cache through the passes (70
+samples of 65536 at once took 181 ms, 4 at a time 35 ms)."""
 
 
 def _moments(x: torch.Tensor) -> torch.Tensor:
@@ -362,21 +374,50 @@ def _scan(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return torch.where(finite, absmax, -1.0), denormal, finite  # -1: see _largest_finite
 
 
-def _may_be_unwritten(tensors: Sequence[torch.Tensor]) -> List[bool]:
+def _may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[Optional[float]]] = None) -> List[bool]:
     """Whether each tensor needs the full scan of :func:`_scan`: its norm is not finite or at least
     :data:`HUGE` (so it may hold a value that large), or its evenly strided sample of :data:`SAMPLE`
     elements holds a denormal or a huge value. Memory nobody wrote holds such values all over (stale
     integers read as float32 are denormals; arbitrary bits have huge exponents a quarter of the time);
-    an init draws none. One norm and one sample per tensor, one transfer per device."""
-    rows = []
-    for t in tensors:
-        if not t.is_floating_point() or not t.numel():
-            rows.append(torch.zeros(2, dtype=torch.float64, device=t.device))
-            continue
-        norm = torch.linalg.vector_norm(t.detach(), dtype=torch.float32 if t.element_size() < 4 else None)
-        high, denormal, finite = _scan(_strided(t))
-        rows.append(torch.stack([norm.double(), ((denormal > 0) | ~finite | (high >= HUGE)).double()]))
-    return [not (norm < HUGE) or bool(flag) for norm, flag in to_host(rows)]
+    an init draws none. ``norms``: the norms already known (the probe's weights), None where not; the
+    others of a dtype come from one fused call. Samples of a length are read together, and the flags
+    reach the host in one transfer per device."""
+    flags = [False] * len(tensors)
+    by_dtype: Dict[Tuple[torch.dtype, torch.device], List[int]] = {}
+    known = list(norms) if norms is not None else [None] * len(tensors)
+    for i, t in enumerate(tensors):
+        if t.is_floating_point() and t.numel():
+            by_dtype.setdefault((t.dtype, t.device), []).append(i)
+            if known[i] is not None and not (known[i] < HUGE):  # type: ignore[operator]
+                flags[i] = True
+    rows: Dict[torch.device, List[torch.Tensor]] = {}
+    order: Dict[torch.device, List[int]] = {}
+    for (dtype, device), indices in by_dtype.items():
+        values = [tensors[i].detach() for i in indices]
+        suspect = torch.zeros(len(values), dtype=torch.bool, device=device)
+        unknown = [k for k, i in enumerate(indices) if known[i] is None]
+        if unknown:
+            norms = torch._foreach_norm([values[k] for k in unknown], 2,
+                                        dtype=torch.float32 if dtype.itemsize < 4 else None)
+            suspect[unknown] = ~(torch.stack(norms) < HUGE)
+        samples: Dict[int, List[int]] = {}
+        for k, t in enumerate(values):
+            samples.setdefault(min(t.numel(), SAMPLE), []).append(k)
+        for length, ks in samples.items():
+            at_once = max(1, _CACHED // length)
+            for start in range(0, len(ks), at_once):
+                part = ks[start:start + at_once]
+                size = torch.stack([_strided(values[k]) for k in part]).abs()
+                odd = ~(size.amax(dim=1) < HUGE)  # a huge value, inf or NaN
+                if torch.finfo(dtype).tiny < 1e-30:  # a denormal (see _scan): the least nonzero magnitude is one
+                    odd |= torch.where(size > 0, size, math.inf).amin(dim=1) < torch.finfo(dtype).tiny
+                suspect[part] |= odd
+        rows.setdefault(device, []).append(suspect)
+        order.setdefault(device, []).extend(indices)
+    for device, parts in rows.items():  # one transfer per device
+        for i, flag in zip(order[device], torch.cat(parts).tolist()):
+            flags[i] = bool(flag)
+    return flags
 
 
 def _largest_finite(t: torch.Tensor) -> float:
@@ -635,7 +676,7 @@ def _private_copy(root: nn.Module, unit: nn.Module, whole: bool, deep: bool = Fa
     return private
 
 
-_SHALLOW = (dict, set, list)
+_SHALLOW = (dict, set, list, OrderedDict)
 """A module's containers (hooks, the non-persistent buffers' names) get a copy of their own; what they hold
 is shared (hooks, names)."""
 _ATOMIC = (bool, int, float, str, bytes, type(None), torch.dtype, torch.device)
@@ -672,7 +713,9 @@ def _module_copies(unit: nn.Module, memo: Dict[int, Any], lazy: "_Private") -> n
                 state[key] = memo.get(id(value), value)
             elif isinstance(value, torch.Tensor):
                 state[key] = memo[id(value)] if id(value) in memo else lazy.buffer(value)
-            elif type(value) in _SHALLOW or isinstance(value, OrderedDict) and key.endswith(("hooks", "_called")):
+            elif type(value) is tuple and all(isinstance(v, _ATOMIC) for v in value):
+                state[key] = value
+            elif type(value) in _SHALLOW:
                 state[key] = copy.copy(value)
             else:
                 state[key] = copy.deepcopy(value, memo)
@@ -910,7 +953,7 @@ class _Private(TorchDispatchMode):
             if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.numel() and _storage(t) not in self.owned:
                 raise _Foreign(f"{func} writes a tensor the private copy does not own")
         out = self._dispatch(func, args, kwargs)
-        for t in pytree.tree_leaves(out):
+        for t in (out if isinstance(out, (list, tuple)) else [out]):
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
                 self.owned.add(_storage(t))
         return out
@@ -931,8 +974,8 @@ class _Private(TorchDispatchMode):
             return target
         whole = func in _OVERWRITES and target is not None and _covers(target)
         tkey = _storage(target) if whole else None
-        for i, t in enumerate(pytree.tree_leaves((args, kwargs))):
-            if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.numel() and not (i == 0 and whole):
+        for i, t in enumerate(_leaves(args, kwargs)):
+            if t.layout == torch.strided and t.numel() and not (i == 0 and whole):
                 self._materialise(_storage(t))
         if not whole:
             return func(*args, **kwargs)
@@ -978,7 +1021,9 @@ class _Private(TorchDispatchMode):
         ``clamp_``, its bounds' mask), a reduction of the whole tensor to its extremes or to whether
         any or all are true (a tiled tensor holds every value of its tile), and a copy of a whole tiled
         tensor. :data:`_NOT_TILED` otherwise."""
-        leaves = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if not self.tiled:
+            return _NOT_TILED
+        leaves = _leaves(args, kwargs)
         tiles = [self._tile_of(t) for t in leaves]
         if not any(tile is not None for tile in tiles):
             return _NOT_TILED
@@ -1015,6 +1060,17 @@ class _Private(TorchDispatchMode):
         self.tiled[_storage(out)] = (out, result)
         return out
 
+def _leaves(args: Any, kwargs: Any) -> List[Any]:
+    """The tensors among an op's arguments (its lists of tensors too): pytree's walk, without its cost."""
+    out = []
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, (list, tuple)):
+            out.extend(v for v in value if isinstance(v, torch.Tensor))
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def _written_names(func: Any) -> Tuple[Tuple[int, str], ...]:
     """(position, name) of the arguments ``func`` writes (``self`` of an in-place op, ``out=``)."""
@@ -1026,7 +1082,7 @@ def _written_args(func: Any, args: Any, kwargs: Any) -> List[Any]:
     out = []
     for i, name in _written_names(func):
         value = args[i] if i < len(args) else kwargs.get(name)
-        out.extend(pytree.tree_leaves(value))
+        out.extend(value if isinstance(value, (list, tuple)) else [value])
     return out
 
 
@@ -1096,16 +1152,16 @@ def _module_of(name: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name else ""
 
 
-def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dict[str, Draw]] = None) -> Iterator[Verdict]:
+def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dict[str, Draw]] = None,
+          norms: Optional[Dict[str, float]] = None) -> Iterator[Verdict]:
     """Every parameter of ``model`` that is not what its declared init makes it, or that no init wrote.
 
-    ``drawn``: the statistics a streamed audit recorded for parameters that are back on the meta device."""
+    ``drawn``: the statistics a streamed audit recorded for parameters that are back on the meta device;
+    ``norms``: parameters' norms already measured (the probe's weights)."""
     drawn = drawn or {}
     params = {n: p for n, p in model.named_parameters()
               if (p.device.type != "meta" or n in drawn) and p.is_floating_point() and p.layout == torch.strided}
-    live = [n for n, p in params.items() if p.device.type != "meta"]
-    sampled = dict(zip(live, draws_of([params[n] for n in live])))  # one transfer per device
-    actual = {n: sampled[n] if n in sampled else drawn[n] for n in params}
+    actual = _Actual(params, drawn)
     scanned = set(drawn)
     empty: Dict[str, Verdict] = {}
     judged: set = set()
@@ -1114,6 +1170,7 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
         """Every element of these parameters read once, on the device, in one transfer."""
         names = [n for n in names if n not in scanned]
         scanned.update(names)
+        actual.ensure(names)
         rows = to_host([torch.stack([v.double() for v in _scan(params[n])]) for n in names])
         for n, (absmax, denormal, finite) in zip(names, rows):
             absmax = absmax if absmax >= 0 else _largest_finite(params[n])
@@ -1145,12 +1202,30 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
         if owner_path not in matched:
             yield from verdicts
     rest = [n for n in params if n not in judged and n not in scanned]
-    suspects = {n for n, maybe in zip(rest, _may_be_unwritten([params[n] for n in rest])) if maybe} | scanned
+    known = [(norms or {}).get(n) for n in rest]
+    suspects = {n for n, maybe in zip(rest, _may_be_unwritten([params[n] for n in rest], known)) if maybe} | scanned
     scan(sorted(suspects))
     for name in params:
         if name not in judged and name in suspects and never_written(name):
             empty[name] = _empty(model, name, actual[name], None)
     yield from empty.values()
+
+
+class _Actual(dict):
+    """The statistics of what each parameter holds, drawn when first asked for: a unit's at once when its
+    declared init is judged (one transfer per device), none for a model that declares no init."""
+
+    def __init__(self, params: Dict[str, torch.Tensor], drawn: Dict[str, Draw]) -> None:
+        super().__init__(drawn)
+        self.params = params
+
+    def ensure(self, names: Iterable[str]) -> None:
+        wanted = [n for n in dict.fromkeys(names) if n in self.params and n not in self]
+        self.update(zip(wanted, draws_of([self.params[n] for n in wanted])))
+
+    def __missing__(self, name: str) -> Draw:
+        self.ensure([name])
+        return dict.__getitem__(self, name)
 
 
 class _Params(dict):
@@ -1201,6 +1276,8 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
                    empty: Dict[str, Verdict], tol: float, matched: set,
                    deferred: Dict[str, List[Verdict]]) -> Iterator[Verdict]:
     originals = [m for _, m in _post_order(unit, path)] if whole else [unit]
+    actual.ensure(_join(path, n) for n, _ in unit.named_parameters(recurse=whole))  # type: ignore[attr-defined]
+
     def differs(name: str, declared: Draw) -> bool:
         return name in params and name not in judged and not same(actual[name], declared, tol)
 
@@ -1241,6 +1318,8 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
 
 def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, params: "_Params",
                   actual: Dict[str, Draw], judged: set, empty: Dict[str, Verdict], tol: float) -> Iterator[Verdict]:
+    actual.ensure(_join(path, n) for n, _ in scope.named_parameters())  # type: ignore[attr-defined]
+
     def declare(deep: bool) -> Tuple[Dict[str, Draw], Dict[str, List[Tuple[str, Draw]]]]:
         private = _private_copy(model, scope, True, deep)
         tensors = {_join(path, n): p for n, p in private.named_parameters()}
