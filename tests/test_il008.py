@@ -221,3 +221,16 @@ def test_units_alike_in_their_first_weights_are_compared_in_full():
     assert report.probe.params["0.weight"]["dup_rows"] == 1
     assert il008(report) == {"0"}
     assert finding(report, "0").message.startswith("1 of the 256 units of 0.weight are exact copies")
+
+
+def test_zero_filters_before_a_norm_are_counted_in_full_not_from_their_first_weights():
+    from initlint.probe.run import KEYED
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(16, 32, 3), nn.BatchNorm2d(32), nn.ReLU(), nn.Flatten(), nn.Linear(32 * 36, 10))
+    with torch.no_grad():
+        model[0].weight[3].zero_()  # a zero filter
+        model[0].weight[5].view(-1)[:KEYED].zero_()  # zero where the count first looks, not further on
+    report = initlint.audit(model, torch.randn(4, 16, 8, 8))
+    assert il008(report) == {"0"}
+    assert finding(report, "0").message.startswith("1 of the 32 filters of 0.weight are exactly zero")

@@ -10,7 +10,7 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from ..probe.run import unit_matrix
+from ..probe.run import KEYED, unit_matrix
 from .base import (AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix, py_path,
                    to_host)
 from .il001_init_scale import scale_target
@@ -182,15 +182,20 @@ class SymmetricInit(Rule):
 
 def _zero_units_before_norms(audit: AuditContext, layers: List[Tuple[Op, str]]) -> Dict[str, Tuple[int, int, Op]]:
     """``name -> (units all exactly zero, units, norm)`` for the weight layers a per-channel norm follows,
-    counted on the device and read in one transfer."""
+    counted on the device. A unit can be zero only where its first :data:`KEYED` weights are: those are
+    counted first (one or two cache lines of each unit, one transfer), and only a layer with such units
+    is read in full (a second transfer)."""
     found = []
     for op, name in layers:
         weight = audit.param(name)
         norm = cancelling_norm(audit, op) if weight is not None and weight.dim() >= 2 else None
         if norm is not None:
             found.append((name, norm, unit_matrix(weight.detach(), op.attrs.get("layout", "out_in"))))
-    counts = to_host([(units == 0).all(dim=1).sum() for _, _, units in found])
-    return {name: (int(c), units.shape[0], norm) for (name, norm, units), c in zip(found, counts)}
+    counts = [int(c) for c in to_host([(units[:, :KEYED] == 0).all(dim=1).sum() for _, _, units in found])]
+    again = [i for i, (c, (_, _, units)) in enumerate(zip(counts, found)) if c and units.shape[1] > KEYED]
+    for i, c in zip(again, to_host([(found[i][2] == 0).all(dim=1).sum() for i in again]) if again else []):
+        counts[i] = int(c)
+    return {name: (c, units.shape[0], norm) for (name, norm, units), c in zip(found, counts)}
 
 
 def _relu_reads(graph: Graph, norm: Op) -> bool:
