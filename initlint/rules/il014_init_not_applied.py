@@ -230,8 +230,6 @@ module is split into its children, so the copy never holds more than this or the
 _CHUNK = 1 << 22
 DECLARED_DIGITS = 2
 """Significant digits of a declared std: a property of the init, measured on one draw of it (0.0199 is 0.02)."""
-_WATCHED = 1024
-"""Elements compared to tell whether an init step wrote a tensor (besides its version counter)."""
 
 
 @dataclass
@@ -738,19 +736,12 @@ def _lazy_of(private: nn.Module) -> "_Private":
     return getattr(private, "_initlint_private", None) or _Private()
 
 
-def _written(before: Dict[str, Tuple[int, torch.Tensor]], tensors: Dict[str, torch.Tensor],
-             lazy: "_Private") -> List[str]:
-    """Names of the tensors an init step wrote (version counter, or the sampled values, changed)."""
-    out = []
-    for name, t in tensors.items():
-        version, sample = before[name]
-        if t._version != version or not torch.equal(lazy.sample(t, _WATCHED), sample):
-            out.append(name)
-    return out
-
-
-def _snapshot(tensors: Dict[str, torch.Tensor], lazy: "_Private") -> Dict[str, Tuple[int, torch.Tensor]]:
-    return {name: (t._version, lazy.sample(t, _WATCHED)) for name, t in tensors.items()}
+def _written(before: Dict[str, int], tensors: Dict[str, torch.Tensor], lazy: "_Private") -> List[str]:
+    """Names of the tensors an init step wrote: an op of the declared init wrote their memory (through the
+    parameter or an alias: ``weight.data.normal_()`` leaves the version counter alone), or their version
+    counter moved."""
+    return [name for name, t in tensors.items()
+            if t._version != before[name] or (t.layout == torch.strided and t.numel() and _storage(t) in lazy.wrote)]
 
 
 @dataclass
@@ -872,6 +863,9 @@ class _Private(TorchDispatchMode):
         """Whether writing a tensor outside :attr:`owned` raises :class:`_Foreign`."""
         self.owned: set = set()
         """Storages of the copy's own tensors and of every tensor an op made in this mode."""
+        self.wrote: set = set()
+        """Storages an op of the declared init wrote (since :func:`_pass` last cleared it)."""
+        self._positions: Dict[Tuple[int, int, torch.device], torch.Tensor] = {}
 
     def own(self, private: nn.Module) -> None:
         self.owned.update(_storage(t) for t in list(private.parameters()) + list(private.buffers())
@@ -918,9 +912,12 @@ class _Private(TorchDispatchMode):
         if key in self.tiled and self.tiled[key][0].shape == t.shape and t.is_contiguous() and not t.storage_offset():
             block = self.tiled[key][1]
             n = t.numel()
-            step = max(1, n // size)
-            positions = torch.arange(0, n, step, device=block.device)[:size]
-            values = block[positions % TILE]
+            where = (n, size, block.device)
+            if where not in self._positions:  # the sampled places of a tensor of n elements, and their tile entries
+                positions = torch.arange(0, n, max(1, n // size), device=block.device)[:size]
+                self._positions[where] = torch.stack([positions, positions % TILE])
+            positions, index = self._positions[where]
+            values = block[index]
             for written, value in self.patches.get(key, []):
                 values = torch.where(torch.isin(positions, written), value, values)
             return values
@@ -950,8 +947,11 @@ class _Private(TorchDispatchMode):
         if not self.guarded:
             return self._dispatch(func, args, kwargs)
         for t in _written_args(func, args, kwargs):
-            if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.numel() and _storage(t) not in self.owned:
-                raise _Foreign(f"{func} writes a tensor the private copy does not own")
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.numel():
+                key = _storage(t)
+                if key not in self.owned:
+                    raise _Foreign(f"{func} writes a tensor the private copy does not own")
+                self.wrote.add(key)
         out = self._dispatch(func, args, kwargs)
         for t in (out if isinstance(out, (list, tuple)) else [out]):
             if isinstance(t, torch.Tensor) and t.layout == torch.strided:
@@ -1112,7 +1112,8 @@ def _alias(t: torch.Tensor) -> torch.Tensor:
 
 def _pass(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Optional[Callable[[], Any]]]],
           lazy: "_Private", writer: Optional[Dict[str, str]] = None) -> Dict[str, Draw]:
-    before = _snapshot(tensors, lazy)
+    before = {name: t._version for name, t in tensors.items()}
+    lazy.wrote = set()
     with lazy.drawing(tensors.values()):
         _run_steps(tensors, steps, writer)
     written = list(_written(before, tensors, lazy))
