@@ -298,27 +298,34 @@ def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
     for i, t in enumerate(tensors):
         x = take(t, SAMPLE)
         groups.setdefault((x.numel(), x.dtype, x.device), []).append((i, x))
-    rows: List[Optional[torch.Tensor]] = [None] * len(tensors)
-    for items in groups.values():
+    blocks: Dict[torch.device, List[torch.Tensor]] = {}
+    order: Dict[torch.device, List[int]] = {}
+    for (_, _, device), items in groups.items():
         rows_at_once = max(1, _CACHED // max(items[0][1].numel(), 1))  # each pass stays in the cache
         for start in range(0, len(items), rows_at_once):
             part = items[start:start + rows_at_once]
-            moments = _moments(torch.stack([x for _, x in part]).double())
-            for (i, _), row in zip(part, moments.unbind(0)):
-                rows[i] = row
-    values = []
-    for t, row in zip(tensors, rows):
-        assert row is not None
-        zero = torch.zeros((), dtype=torch.float64, device=row.device)
-        scan = [zero, zero, zero + 1]
-        if full and t.is_floating_point():
-            scan = [v.double() for v in _scan(t)]
-        values.append(torch.cat([row, torch.stack(scan)]))
-    draws = [_draw(row) for row in to_host(values)]
+            blocks.setdefault(device, []).append(_moments(torch.stack([x for _, x in part]).double()))
+            order.setdefault(device, []).extend(i for i, _ in part)
+    rows: List[List[float]] = [[]] * len(tensors)
+    for device, parts in blocks.items():  # one transfer per device
+        moments = torch.cat(parts)
+        if full:
+            found = {i for i in order[device] if tensors[i].is_floating_point()}
+            scans = [torch.stack([v.double() for v in _scan(tensors[i])]) if i in found else _NO_SCAN.to(device)
+                     for i in order[device]]
+            moments = torch.cat([moments, torch.stack(scans)], dim=1)
+        for i, row in zip(order[device], moments.tolist()):
+            rows[i] = row if full else row + _NO_SCAN_ROW
+    draws = [_draw(row) for row in rows]
     for t, d in zip(tensors, draws):
         if d.absmax < 0:
             d.absmax = _largest_finite(t)
     return draws
+
+
+_NO_SCAN_ROW = [0.0, 0.0, 1.0]
+"""What an unscanned tensor reports: largest magnitude 0, no denormal, finite."""
+_NO_SCAN = torch.tensor(_NO_SCAN_ROW, dtype=torch.float64)
 
 
 _CACHED = 1 << 18
@@ -714,7 +721,7 @@ def _module_copies(unit: nn.Module, memo: Dict[int, Any], lazy: "_Private") -> n
             elif type(value) is tuple and all(isinstance(v, _ATOMIC) for v in value):
                 state[key] = value
             elif type(value) in _SHALLOW:
-                state[key] = copy.copy(value)
+                state[key] = value.copy()
             else:
                 state[key] = copy.deepcopy(value, memo)
         memo[id(m)].__setstate__(state)  # as copy.deepcopy ends (an RNN relinks its flat weights)
