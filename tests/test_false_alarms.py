@@ -254,6 +254,7 @@ def test_drift_is_measured_from_an_embedding_modules_own_output():
     assert drift.value == pytest.approx(0.16 ** 4, rel=0.3)
 
 
+@pytest.mark.slow
 def test_llama_at_32_layers_grows_its_stream_additively_not_exponentially():
     tf = transformers()
     torch.manual_seed(0)

@@ -286,12 +286,31 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.filterwarnings("ignore:Full backward hook is firing")  # the user's own hook, on purpose
-@settings(max_examples=300, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(spec=specs, p=perturbations, batch=st.integers(2, 4), explicit=st.booleans(), caller_grad=st.booleans(),
-       caller_seed=st.integers(0, 2**31 - 1), logits=st.booleans())
+def _explored(examples: int) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The property's search: ``examples`` models from the strategies above, the same ones every run."""
+    def decorate(test: Callable[..., None]) -> Callable[..., None]:
+        test = given(spec=specs, p=perturbations, batch=st.integers(2, 4), explicit=st.booleans(),
+                     caller_grad=st.booleans(), caller_seed=st.integers(0, 2**31 - 1), logits=st.booleans())(test)
+        test = settings(max_examples=examples, deadline=None, derandomize=True, database=None,
+                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])(test)
+        return pytest.mark.filterwarnings("ignore:Full backward hook is firing")(test)  # the user's own hook
+    return decorate
+
+
+@_explored(100)
 def test_audit_changes_nothing_and_repeats(spec, p, batch, explicit, caller_grad, caller_seed, logits):
+    """The fast tier's search: 100 models."""
+    audit_changes_nothing_and_repeats(spec, p, batch, explicit, caller_grad, caller_seed, logits)
+
+
+@pytest.mark.slow
+@_explored(300)
+def test_audit_changes_nothing_and_repeats_on_300_models(spec, p, batch, explicit, caller_grad, caller_seed, logits):
+    audit_changes_nothing_and_repeats(spec, p, batch, explicit, caller_grad, caller_seed, logits)
+
+
+def audit_changes_nothing_and_repeats(spec: "ModelSpec", p: Any, batch: int, explicit: bool, caller_grad: bool,
+                                      caller_seed: int, logits: bool) -> None:
     model = build(spec)
     perturb(model, spec, p)
     inputs = example_inputs(spec, batch, explicit)
@@ -485,7 +504,7 @@ def _bert() -> nn.Module:
     return BertModel(BertConfig(num_hidden_layers=1))
 
 
-@pytest.mark.parametrize("make", [_gpt2, _bert], ids=["gpt2", "bert"])
+@pytest.mark.parametrize("make", [pytest.param(_gpt2, marks=pytest.mark.slow), _bert], ids=["gpt2", "bert"])
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_a_transformers_model_is_left_as_it_was_and_keeps_its_graph(make, mode):
     grads = []
