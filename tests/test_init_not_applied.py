@@ -306,7 +306,7 @@ def _declared_on_private(init, shape=(1024, 768)):
     private = lazy.parameter(original)
     with torch.no_grad(), lazy.drawing([private]):
         init(private)
-    return il.draws_of([private], sample=lazy.sample)[0], lazy, private, original
+    return lazy.draws([private])[0], lazy, private, original
 
 
 def _written_out(lazy, private):
@@ -353,6 +353,17 @@ def test_a_fill_draws_one_tile_and_leaves_the_memory_unwritten():
 
     drawn, lazy, private, original = _declared_on_private(lambda t: nn.init.trunc_normal_(t, std=0.02))
     assert il._storage(private) in lazy.tiled and not lazy.original
+    assert isinstance(lazy.tiled[il._storage(private)][1], torch.Tensor)  # its bounds were checked on the tile
+
+
+def test_a_fill_nothing_reads_again_has_the_exact_draw_of_its_distribution():
+    from initlint.rules import il014_init_not_applied as il
+
+    for init, std, kurt in ((lambda t: nn.init.normal_(t, std=0.02), 0.02, 3.0),
+                            (lambda t: nn.init.uniform_(t, -0.1, 0.1), 0.2 / 12 ** 0.5, 1.8)):
+        drawn, lazy, private, original = _declared_on_private(init)
+        assert isinstance(lazy.tiled[il._storage(private)][1], il._Fill)  # no value drawn
+        assert (drawn.std, drawn.mean, drawn.kurt, drawn.zeros, drawn.n) == (std, 0.0, kurt, 0.0, il.SAMPLE)
 
 
 class _HiddenLayers(nn.Module):

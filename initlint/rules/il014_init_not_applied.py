@@ -817,7 +817,7 @@ def _defaults(tensors: Dict[str, torch.Tensor], modules: List[Tuple[str, nn.Modu
             reset()
         for p in module.parameters(recurse=False):
             if id(p) in names:
-                found.setdefault(names[id(p)], []).append((type(module).__name__, draws_of([p], sample=lazy.sample)[0]))
+                found.setdefault(names[id(p)], []).append((type(module).__name__, lazy.draws([p])[0]))
     return found
 
 
@@ -922,7 +922,7 @@ class _Private(TorchDispatchMode):
         if key in self.original and self.original[key][0].shape == t.shape:
             return _strided(self.original[key][1], size)
         if key in self.tiled and self.tiled[key][0].shape == t.shape and t.is_contiguous() and not t.storage_offset():
-            block = self.tiled[key][1]
+            block = self._block(key)
             n = t.numel()
             where = (n, size, block.device)
             if where not in self._positions:  # the sampled places of a tensor of n elements, and their tile entries
@@ -944,7 +944,8 @@ class _Private(TorchDispatchMode):
             with torch.no_grad():
                 _alias(fresh).copy_(original)
         elif key in self.tiled:
-            fresh, block = self.tiled.pop(key)
+            block = self._block(key)
+            fresh, _ = self.tiled.pop(key)
             flat = _alias(fresh).view(-1)
             rows = flat.numel() // TILE
             with torch.no_grad():
@@ -995,9 +996,7 @@ class _Private(TorchDispatchMode):
         self.tiled.pop(tkey, None)
         self.patches.pop(tkey, None)
         if func in _RANDOM_FILLS and tkey in self.large and _tileable(target):
-            block = torch.empty(TILE, dtype=target.dtype, device=target.device)
-            func(block, *args[1:], **kwargs)
-            self.tiled[tkey] = (target, block)
+            self.tiled[tkey] = (target, _Fill(func, tuple(args[1:]), dict(kwargs), target.dtype, target.device))
             return target
         return func(*args, **kwargs)
 
@@ -1019,13 +1018,35 @@ class _Private(TorchDispatchMode):
         self.patches.setdefault(key, []).append((positions.reshape(-1), value))
         return True
 
+    def _block(self, key: int) -> torch.Tensor:
+        """The tile of ``key``'s tensor, drawn now if its fill has not drawn it yet."""
+        target, block = self.tiled[key]
+        if isinstance(block, _Fill):
+            block = block.draw()
+            self.tiled[key] = (target, block)
+        return block
+
     def _tile_of(self, t: Any) -> Optional[torch.Tensor]:
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided or not t.numel():
             return None
         if _storage(t) in self.patches:
             return None
         entry = self.tiled.get(_storage(t))
-        return entry[1] if entry is not None and entry[0].shape == t.shape and _tileable(t) else None
+        return self._block(_storage(t)) if entry is not None and entry[0].shape == t.shape and _tileable(t) else None
+
+    def draws(self, tensors: Sequence[torch.Tensor]) -> List[Draw]:
+        """:func:`draws_of` for private tensors: a tensor that only a random fill wrote (its tile never drawn,
+        nothing done to it since) has the draw of its distribution, exactly; the others are sampled."""
+        exact = [self._exact(t) for t in tensors]
+        sampled = iter(draws_of([t for t, d in zip(tensors, exact) if d is None], sample=self.sample))
+        return [d if d is not None else next(sampled) for d in exact]
+
+    def _exact(self, t: torch.Tensor) -> Optional[Draw]:
+        key = _storage(t) if t.layout == torch.strided and t.numel() else None
+        entry = self.tiled.get(key) if key is not None else None
+        if entry is None or not isinstance(entry[1], _Fill) or key in self.patches or entry[0].shape != t.shape:
+            return None
+        return entry[1].exact(min(t.numel(), SAMPLE))
 
     def _on_tiles(self, func: Any, args: Any, kwargs: Any) -> Any:
         """An op on tiled tensors done on their tiles, when its result is the same tile repeated: a pointwise
@@ -1098,6 +1119,40 @@ def _written_args(func: Any, args: Any, kwargs: Any) -> List[Any]:
     return out
 
 
+@dataclass
+class _Fill:
+    """A random fill of a whole large private tensor whose tile is drawn only when something reads it."""
+
+    func: Any
+    args: Tuple[Any, ...]
+    kwargs: Dict[str, Any]
+    dtype: torch.dtype
+    device: torch.device
+
+    def draw(self) -> torch.Tensor:
+        block = torch.empty(TILE, dtype=self.dtype, device=self.device)
+        self.func(block, *self.args, **self.kwargs)
+        return block
+
+    def exact(self, n: int) -> Optional[Draw]:
+        """The draw of the fill's distribution (``normal_(mean, std)``, ``uniform_(low, high)``) in float32
+        or float64, whose rounding moves no statistic; None elsewhere (half precision rounds a small
+        std's values to zero)."""
+        if self.dtype not in (torch.float32, torch.float64):
+            return None
+        a = float(self.args[0]) if self.args else float(self.kwargs.get("mean" if self._normal else "from", 0.0))
+        b = float(self.args[1]) if len(self.args) > 1 else float(self.kwargs.get("std" if self._normal else "to", 1.0))
+        if self._normal:
+            return Draw(n, b, a, 0.0, 0.0, 3.0) if b > 0 and math.isfinite(a) and math.isfinite(b) else None
+        if not (b > a and math.isfinite(a) and math.isfinite(b)):
+            return None
+        return Draw(n, (b - a) / math.sqrt(12), (a + b) / 2, 0.0, 0.0, 1.8)
+
+    @property
+    def _normal(self) -> bool:
+        return self.func is torch.ops.aten.normal_.default
+
+
 def _storage(t: torch.Tensor) -> int:
     return t.untyped_storage().data_ptr()
 
@@ -1129,7 +1184,7 @@ def _pass(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Op
     with lazy.drawing(tensors.values()):
         _run_steps(tensors, steps, writer)
     written = list(_written(before, tensors, lazy))
-    return dict(zip(written, draws_of([tensors[n] for n in written], sample=lazy.sample)))
+    return dict(zip(written, lazy.draws([tensors[n] for n in written])))
 
 
 def _run_steps(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Optional[Callable[[], Any]]]],
