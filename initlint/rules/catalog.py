@@ -1131,11 +1131,13 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'Megatron-style code). It is run on private copies of the modules, one block at a time,\n'
                       'from a random stream of its own: the model, its parameters and the global random state\n'
                       'are not touched, and the extra memory is at most one block. A private parameter holds the\n'
-                      "original's values only once the init reads them, and a random fill of a large one draws\n"
-                      '65521 values that stand for the whole tensor, so an init that draws every parameter costs\n'
-                      'about one draw of 65521 values per parameter, not a copy and a draw of the model. An init\n'
-                      'that writes a tensor outside its private copy (a layer the model keeps in a plain list,\n'
-                      'reached through the original module) is stopped before the write and declares nothing.\n'
+                      "original's values only once the init reads them, and a random fill of a large one stands for\n"
+                      'the whole tensor with 65521 values, drawn only if a later step of the init reads them; a\n'
+                      'parameter that only a ``normal_`` or ``uniform_`` fill wrote is compared with that\n'
+                      "distribution's exact statistics. So the declared init costs neither a copy nor a draw of\n"
+                      'the model. An init that writes a tensor outside its private copy (a layer the model keeps\n'
+                      'in a plain list, reached through the original module) is stopped before the write and\n'
+                      'declares nothing.\n'
                       '\n'
                       'A parameter is flagged when the declared init would change it (its std, mean, fraction\n'
                       'of exact zeros and ones, or distribution family: uniform and normal are told apart by\n'

@@ -78,11 +78,13 @@ class InitNotApplied(Rule):
     Megatron-style code). It is run on private copies of the modules, one block at a time,
     from a random stream of its own: the model, its parameters and the global random state
     are not touched, and the extra memory is at most one block. A private parameter holds the
-    original's values only once the init reads them, and a random fill of a large one draws
-    65521 values that stand for the whole tensor, so an init that draws every parameter costs
-    about one draw of 65521 values per parameter, not a copy and a draw of the model. An init
-    that writes a tensor outside its private copy (a layer the model keeps in a plain list,
-    reached through the original module) is stopped before the write and declares nothing.
+    original's values only once the init reads them, and a random fill of a large one stands for
+    the whole tensor with 65521 values, drawn only if a later step of the init reads them; a
+    parameter that only a ``normal_`` or ``uniform_`` fill wrote is compared with that
+    distribution's exact statistics. So the declared init costs neither a copy nor a draw of
+    the model. An init that writes a tensor outside its private copy (a layer the model keeps
+    in a plain list, reached through the original module) is stopped before the write and
+    declares nothing.
 
     A parameter is flagged when the declared init would change it (its std, mean, fraction
     of exact zeros and ones, or distribution family: uniform and normal are told apart by
