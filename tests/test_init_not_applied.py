@@ -385,7 +385,7 @@ class _HiddenLayers(nn.Module):
         return self.fc(x) + self.hidden[0](x)
 
 
-def test_an_init_writing_a_tensor_outside_the_copy_runs_on_a_deep_copy_and_changes_nothing():
+def test_an_init_writing_a_tensor_outside_the_copy_is_stopped_before_the_write():
     torch.manual_seed(0)
     model = _HiddenLayers()
     nn.init.normal_(model.hidden[0].weight)  # what the model's own init would zero
