@@ -394,8 +394,11 @@ class _Pending:
     order: torch.Tensor
     same: torch.Tensor
     groups: int = 1
-    whole: bool = True
-    """Whether the keys read whole units (their fan is at most :data:`KEYED`)."""
+
+    @property
+    def whole(self) -> bool:
+        """Whether the keys read whole units (their fan is at most :data:`KEYED`)."""
+        return self.matrix.shape[1] <= KEYED
 
 
 def unit_matrix(w: torch.Tensor, layout: str) -> torch.Tensor:
@@ -447,20 +450,16 @@ def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> No
     # equal keys next to each other. Equal units get keys equal up to the product's rounding, not always
     # bit for bit (a kernel's tail columns sum in another order: 3-11 units in the last place seen at
     # fan 300-768), so neighbours whose keys are both within ``ulps`` of each other are the candidates.
-    bits = keys.float().view(torch.int32).to(torch.int64)
-    hashed = (bits[0] << 32) | (bits[1] & 0xFFFFFFFF)
-    order = hashed.argsort()
     ulps = 4 * math.isqrt(keyed) + 8
-    if units.groups > 1:  # only units of one group can be copies: the group becomes the leading key
-        group = torch.arange(rows, device=order.device) // (rows // units.groups)
-        order = order[group[order].argsort(stable=True)]
+    group = torch.arange(rows, device=keys.device) // (rows // units.groups) if units.groups > 1 else None
+    bits, order = _key_order(keys, group)
     ranked = bits[:, order]
     same = ((ranked[:, 1:] - ranked[:, :-1]).abs() <= ulps).all(dim=0)
-    if units.groups > 1:
+    if group is not None:
         ranked_group = group[order]
         same &= ranked_group[1:] == ranked_group[:-1]
     c.put(scope, name, "dup_candidates", torch.count_nonzero(same))
-    c.pending.append(_Pending(name, matrix, bias, order, same, max(units.groups, 1), keyed == fan))
+    c.pending.append(_Pending(name, matrix, bias, order, same, max(units.groups, 1)))
 
 
 def confirm_duplicates(c: _Collector, result: ProbeResult, chunk: int = 4096) -> None:
@@ -553,12 +552,18 @@ def _rekeyed(item: _Pending, units: torch.Tensor) -> torch.Tensor:
     keys = dirs[:, :fan] @ work.t()
     if item.bias is not None:
         keys = keys + dirs[:, fan:] * item.bias[units].to(keys.dtype)[None, :]
+    _, order = _key_order(keys, units // (rows // item.groups) if item.groups > 1 else None)
+    return units[order]
+
+
+def _key_order(keys: torch.Tensor, group: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The two float32 keys' bits, and the order that sorts units by them as one 64-bit integer; with
+    ``group`` (each unit's convolution group), by group first: only units of one group can be copies."""
     bits = keys.float().view(torch.int32).to(torch.int64)
     order = ((bits[0] << 32) | (bits[1] & 0xFFFFFFFF)).argsort()
-    if item.groups > 1:
-        group = units[order] // (rows // item.groups)
-        order = order[group.argsort(stable=True)]
-    return units[order]
+    if group is not None:
+        order = order[group[order].argsort(stable=True)]
+    return bits, order
 
 
 def _derive(stats: Dict[str, float]) -> None:

@@ -9,7 +9,7 @@ import sys
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -305,25 +305,17 @@ def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
     for i, t in enumerate(tensors):
         x = take(t, SAMPLE)
         groups.setdefault((x.numel(), x.dtype, x.device), []).append((i, x))
-    blocks: Dict[torch.device, List[torch.Tensor]] = {}
-    order: Dict[torch.device, List[int]] = {}
-    for (_, _, device), items in groups.items():
-        rows_at_once = max(1, _CACHED // max(items[0][1].numel(), 1))  # each pass stays in the cache
-        for start in range(0, len(items), rows_at_once):
-            part = items[start:start + rows_at_once]
-            blocks.setdefault(device, []).append(_moments(torch.stack([x for _, x in part])))
-            order.setdefault(device, []).extend(i for i, _ in part)
-    rows: List[List[float]] = [[]] * len(tensors)
-    for device, parts in blocks.items():  # one transfer per device
-        moments = torch.cat(parts)
-        if full:
-            found = {i for i in order[device] if tensors[i].is_floating_point()}
-            scans = [torch.stack([v.double() for v in _scan(tensors[i])]) if i in found else _NO_SCAN.to(device)
-                     for i in order[device]]
-            moments = torch.cat([moments, torch.stack(scans)], dim=1)
-        for i, row in zip(order[device], moments.tolist()):
-            rows[i] = row if full else row + _NO_SCAN_ROW
-    draws = [_draw(row) for row in rows]
+    table = _Table()
+    for (length, _, _), items in groups.items():
+        for part in _in_cache(items, length):
+            rows = _moments(torch.stack([x for _, x in part]))
+            if full:
+                rows = torch.cat([rows, torch.stack([torch.stack([v.double() for v in _scan(tensors[i])])
+                                                     if tensors[i].is_floating_point() else _NO_SCAN.to(rows.device)
+                                                     for i, _ in part])], dim=1)
+            table.add([i for i, _ in part], rows)
+    rows_of = dict(table.read())
+    draws = [_draw(rows_of[i] if full else rows_of[i] + _NO_SCAN_ROW) for i in range(len(tensors))]
     for t, d in zip(tensors, draws):
         if d.absmax < 0:
             d.absmax = _largest_finite(t)
@@ -338,6 +330,29 @@ _NO_SCAN = torch.tensor(_NO_SCAN_ROW, dtype=torch.float64)
 _CACHED = 1 << 18
 """Sample elements reduced together: 2 MB in float64, which stays in the cache through the passes (70
 samples of 65536 at once took 181 ms, 4 at a time 35 ms)."""
+
+
+def _in_cache(items: List[Any], length: int) -> Iterator[List[Any]]:
+    """``items`` (samples of ``length`` elements each) in runs of at most :data:`_CACHED` elements."""
+    at_once = max(1, _CACHED // max(length, 1))
+    for start in range(0, len(items), at_once):
+        yield items[start:start + at_once]
+
+
+class _Table:
+    """Rows computed on several devices, keyed by index, read with one transfer per device."""
+
+    def __init__(self) -> None:
+        self.parts: Dict[torch.device, List[torch.Tensor]] = {}
+        self.keys: Dict[torch.device, List[int]] = {}
+
+    def add(self, keys: List[int], rows: torch.Tensor) -> None:
+        self.parts.setdefault(rows.device, []).append(rows)
+        self.keys.setdefault(rows.device, []).extend(keys)
+
+    def read(self) -> Iterator[Tuple[int, Any]]:
+        for device, parts in self.parts.items():
+            yield from zip(self.keys[device], torch.cat(parts).tolist())
 
 
 def _moments(x: torch.Tensor) -> torch.Tensor:
@@ -402,8 +417,7 @@ def _may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[
             by_dtype.setdefault((t.dtype, t.device), []).append(i)
             if known[i] is not None and not (known[i] < HUGE):  # type: ignore[operator]
                 flags[i] = True
-    rows: Dict[torch.device, List[torch.Tensor]] = {}
-    order: Dict[torch.device, List[int]] = {}
+    table = _Table()
     for (dtype, device), indices in by_dtype.items():
         values = [tensors[i].detach() for i in indices]
         suspect = torch.zeros(len(values), dtype=torch.bool, device=device)
@@ -416,19 +430,15 @@ def _may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[
         for k, t in enumerate(values):
             samples.setdefault(min(t.numel(), SAMPLE), []).append(k)
         for length, ks in samples.items():
-            at_once = max(1, _CACHED // length)
-            for start in range(0, len(ks), at_once):
-                part = ks[start:start + at_once]
+            for part in _in_cache(ks, length):
                 size = torch.stack([_strided(values[k]) for k in part]).abs()
                 odd = ~(size.amax(dim=1) < HUGE)  # a huge value, inf or NaN
                 if torch.finfo(dtype).tiny < 1e-30:  # a denormal (see _scan): the least nonzero magnitude is one
                     odd |= torch.where(size > 0, size, math.inf).amin(dim=1) < torch.finfo(dtype).tiny
                 suspect[part] |= odd
-        rows.setdefault(device, []).append(suspect)
-        order.setdefault(device, []).extend(indices)
-    for device, parts in rows.items():  # one transfer per device
-        for i, flag in zip(order[device], torch.cat(parts).tolist()):
-            flags[i] = bool(flag)
+        table.add(indices, suspect)
+    for i, flag in table.read():
+        flags[i] = bool(flag)
     return flags
 
 
@@ -647,7 +657,7 @@ def _own_random_stream(seed: int = 0) -> Iterator[None]:
 
 
 class _Foreign(Exception):
-    """The declared init wrote a tensor that is not the private copy's (:attr:`_Private.guarded`)."""
+    """The declared init wrote a tensor that is not the private copy's (:attr:`_Private.owned`)."""
 
 
 def _private_copy(root: nn.Module, unit: nn.Module, whole: bool, deep: bool = False) -> nn.Module:
@@ -747,7 +757,8 @@ def _on_copies(run: Callable[[bool], Any]) -> Any:
 
 
 def _lazy_of(private: nn.Module) -> "_Private":
-    return getattr(private, "_initlint_private", None) or _Private()
+    """The :class:`_Private` that holds a private copy's parameters (:func:`_private_copy` sets it)."""
+    return private._initlint_private  # type: ignore[return-value]
 
 
 def _written(before: Dict[str, int], tensors: Dict[str, torch.Tensor], lazy: "_Private") -> List[str]:
@@ -867,16 +878,15 @@ class _Private(TorchDispatchMode):
         super().__init__()
         self.original: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
         """Storage -> (private tensor, original tensor) whose values it stands for."""
-        self.tiled: Dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
-        """Storage -> (private tensor, :data:`TILE` drawn values repeated over it)."""
+        self.tiled: Dict[int, Tuple[torch.Tensor, Union[torch.Tensor, "_Fill"]]] = {}
+        """Storage -> (private tensor, :data:`TILE` values repeated over it, or the fill that draws them)."""
         self.patches: Dict[int, List[Tuple[torch.Tensor, float]]] = {}
         """Storage -> (flat positions, value) written over its tile since, in order: an Embedding's
         ``weight[padding_idx].zero_()`` after its ``normal_``."""
         self.large: set = set()
-        self.guarded = True
-        """Whether writing a tensor outside :attr:`owned` raises :class:`_Foreign`."""
         self.owned: set = set()
-        """Storages of the copy's own tensors and of every tensor an op made in this mode."""
+        """Storages of the copy's own tensors and of every tensor an op made in this mode: writing any other
+        raises :class:`_Foreign`."""
         self.wrote: set = set()
         """Storages an op of the declared init wrote (since :func:`_pass` last cleared it)."""
         self._positions: Dict[Tuple[int, int, torch.device], torch.Tensor] = {}
@@ -902,13 +912,8 @@ class _Private(TorchDispatchMode):
         fresh = torch.empty_like(p, memory_format=torch.preserve_format)
         if isinstance(p, nn.Parameter):
             fresh = nn.Parameter(fresh, requires_grad=p.requires_grad)
-        key = _storage(fresh)
-        self.owned.add(key)
-        if fresh.numel() * fresh.element_size() != fresh.untyped_storage().nbytes() or key in self.original:
-            with torch.no_grad():
-                fresh.copy_(p)
-            return fresh
-        self.original[key] = (fresh, p.detach())
+        self.owned.add(_storage(fresh))
+        self.original[_storage(fresh)] = (fresh, p.detach())
         return fresh
 
     @contextmanager
@@ -959,8 +964,6 @@ class _Private(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if not self.guarded:
-            return self._dispatch(func, args, kwargs)
         for t in _written_args(func, args, kwargs):
             if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.numel():
                 key = _storage(t)
@@ -1020,6 +1023,10 @@ class _Private(TorchDispatchMode):
         self.patches.setdefault(key, []).append((positions.reshape(-1), value))
         return True
 
+    def _stands_in(self, key: int) -> bool:
+        """Whether ``key``'s tensor holds nothing yet: its values are its original's or a tile's."""
+        return key in self.original or key in self.tiled
+
     def _block(self, key: int) -> torch.Tensor:
         """The tile of ``key``'s tensor, drawn now if its fill has not drawn it yet."""
         target, block = self.tiled[key]
@@ -1063,7 +1070,6 @@ class _Private(TorchDispatchMode):
         if not any(tile is not None for tile in tiles):
             return _NOT_TILED
         shape = next(t.shape for t, tile in zip(leaves, tiles) if tile is not None)
-        lazy = set(self.original) | set(self.tiled)
         if func in _WHOLE_REDUCTIONS and len(leaves) == 1 and not kwargs and len(args) == 1:
             return func(tiles[0])
         if func is torch.ops.aten.copy_.default and len(args) == 2 and not kwargs and tiles[1] is not None \
@@ -1077,7 +1083,7 @@ class _Private(TorchDispatchMode):
         if torch.Tag.pointwise not in func.tags or "out" in kwargs:
             return _NOT_TILED
         for t, tile in zip(leaves, tiles):
-            if tile is None and (t.dim() or (t.numel() and _storage(t) in lazy)):
+            if tile is None and (t.dim() or (t.numel() and self._stands_in(_storage(t)))):
                 return _NOT_TILED  # a full-size operand, or a lazy one
             if tile is not None and t.shape != shape:
                 return _NOT_TILED
