@@ -1,12 +1,13 @@
 """Audit time against a plain forward+backward on published models at full width and vocabulary.
 
     python benchmarks/bench_real_size.py [--set zoo|published] [--repeats 3] [--threads 1] [--models gpt2,t5]
-                                         [--breakdown]
+                                         [--breakdown] [--batch N]
 
 ``--set zoo`` (the default): every model of the real-size zoo (``tests/zoo_real.py``: GPT-2
 124M at its 12 layers, a 32-layer Llama, T5-small, Swin-T, ... at their real widths and
 vocabularies) on its own probe batch (2 x 16 tokens, small images), the batch initlint's
-tests audit them with. ``--set published``: GPT-2 124M, BERT-base and a Llama-style LM
+tests audit them with; ``--batch 16`` gives each zoo model 16 examples instead of 2 (the batch
+``initlint check`` infers by default). ``--set published``: GPT-2 124M, BERT-base and a Llama-style LM
 (``_common.REAL_SIZE``) at their full depth on 8 x 64 tokens.
 
 One process measures, after one warm-up round and with the two taking turns in every
@@ -121,9 +122,11 @@ class Stages:
         return dict(self.seconds)
 
 
-def zoo_models(names: List[str]) -> List[Tuple[str, Callable[[], Tuple[Any, C.Inputs]]]]:
+def zoo_models(names: List[str], batch: int) -> List[Tuple[str, Callable[[], Tuple[Any, C.Inputs]]]]:
     import torch
     import zoo_real
+
+    zoo_real.BATCH = batch
     from initlint.inputs.load import infer_inputs, normalise_inputs
 
     def builder(name: str) -> Callable[[], Tuple[Any, C.Inputs]]:
@@ -149,6 +152,8 @@ def main() -> None:
     parser.add_argument("--models", default="", help="comma-separated names of the set (default: all)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--breakdown", action="store_true", help="also time the audit's stages")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="examples per zoo model's probe batch (default: the zoo's own, 2)")
     opts = parser.parse_args()
     C.set_threads(opts.threads)
     import transformers
@@ -160,7 +165,15 @@ def main() -> None:
     print(f"initlint from: {os.path.dirname(initlint.__file__)}")
     print(f"code: {C.revision()}")
     names = [n for n in opts.models.split(",") if n]
-    models = zoo_models(names) if opts.model_set == "zoo" else published_models(names)
+    if opts.batch is not None and (opts.model_set != "zoo" or opts.batch < 1):
+        parser.error("--batch takes a positive number of examples, and only with --set zoo")
+    if opts.model_set == "zoo":
+        import zoo_real
+
+        models = zoo_models(names, opts.batch or zoo_real.BATCH)
+        print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model")
+    else:
+        models = published_models(names)
     rows, ratios, parts = [], [], []
     for name, build in models:
         model, inputs = build()

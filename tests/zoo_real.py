@@ -45,6 +45,11 @@ def image(channels: int = 3, size: int = 224) -> torch.Tensor:
     return torch.randn(BATCH, channels, size, size, generator=_gen())
 
 
+def per_example(*values: int) -> torch.Tensor:
+    """One value per example of the batch: ``values`` repeated to ``BATCH`` entries."""
+    return torch.tensor([values[i % len(values)] for i in range(BATCH)])
+
+
 Built = Tuple[nn.Module, Any]
 """A model and its probe batch (``None``: initlint infers it, with ``batch_size=BATCH``)."""
 
@@ -246,7 +251,7 @@ def ddpm_unet() -> Built:
                         block_out_channels=(128, 256, 256, 256),
                         down_block_types=("DownBlock2D", "AttnDownBlock2D", "DownBlock2D", "DownBlock2D"),
                         up_block_types=("UpBlock2D", "UpBlock2D", "AttnUpBlock2D", "UpBlock2D"))
-    return model, {"sample": image(size=32), "timestep": torch.tensor([10, 500])}
+    return model, {"sample": image(size=32), "timestep": per_example(10, 500)}
 
 
 def sd_vae() -> Built:
@@ -267,7 +272,7 @@ def dit() -> Built:
     model = DiTTransformer2DModel(num_attention_heads=16, attention_head_dim=72, in_channels=4, out_channels=8,
                                   num_layers=2, sample_size=32, patch_size=2, num_embeds_ada_norm=1000)
     return model, {"hidden_states": torch.randn(BATCH, 4, 32, 32, generator=_gen()),
-                   "timestep": torch.tensor([10, 500]), "class_labels": torch.tensor([1, 7])}
+                   "timestep": per_example(10, 500), "class_labels": per_example(1, 7)}
 
 
 # ----------------------------------------------------------------------------- x-transformers and torch
