@@ -1,6 +1,7 @@
 """Suite-wide settings: the slow tier and a hard time limit on every test.
 
-- ``@pytest.mark.slow`` marks real-size and training tests. They are deselected unless
+- ``@pytest.mark.slow`` marks real-size and training tests, and those that start several processes
+  (the sharded audit, an installed plugin, command-line runs in turn). They are deselected unless
   ``--runslow`` is given (``python -m pytest -q --runslow -m slow`` runs that tier alone).
 - Every test runs under a hard limit (``faulthandler.dump_traceback_later`` with ``exit=True``):
   a test that loops forever prints every thread's traceback and ends the run with an error
@@ -23,7 +24,7 @@ SLOW_LIMIT = 1800.0
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False,
-                     help="also run the tests marked slow (real-size models, training runs)")
+                     help="also run the tests marked slow (real-size models, training runs, multi-process tests)")
 
 
 _REAL_STDERR: dict = {}
@@ -33,7 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # pytest's capture is suspended while plugins configure, so fd 2 is the real stderr here;
     # while a test runs it is a capture file, which a process ended by the limit never shows.
     _REAL_STDERR["stream"] = os.fdopen(os.dup(2), "w")
-    config.addinivalue_line("markers", "slow: a real-size or training test; runs with --runslow")
+    config.addinivalue_line("markers", "slow: a real-size, training or multi-process test; runs with --runslow")
     config.addinivalue_line("markers", "hard_limit(seconds): this test's hard time limit")
 
 

@@ -268,6 +268,7 @@ def test_rules_and_explain_answer_without_importing_torch():
     assert by_name["stdout"] == render(all_rules()["IL004"])
 
 
+@pytest.mark.slow  # three processes
 def test_rule_plugins_are_loaded_only_for_what_the_catalog_does_not_know(tmp_path):
     """With a plugin installed, a built-in rule is still explained without torch; the plugin's own code
     loads the plugins (and torch) and is found; ``rules`` lists both."""
@@ -284,6 +285,7 @@ def test_rule_plugins_are_loaded_only_for_what_the_catalog_does_not_know(tmp_pat
     assert "IL003" in listed["stdout"] and "XA001" in listed["stdout"]
 
 
+@pytest.mark.slow  # three processes
 def test_input_shape_forms_and_forced_progress_lines():
     """``8x3x32x32`` and ``(8,3,32,32)`` mean 8,3,32,32 (as --help says); INITLINT_PROGRESS=1 shows the
     progress lines when stderr is not a terminal."""

@@ -15,6 +15,7 @@ import pytest
 WORLD = 2
 WORKER = os.path.join(os.path.dirname(__file__), "distributed_worker.py")
 CASES = ("fsdp_mlp", "tp_mlp", "fsdp_llama")
+pytestmark = pytest.mark.slow  # two processes, three sharded models
 
 
 def _free_port() -> int:

@@ -51,6 +51,7 @@ def test_seed002_linear_stacks_behave_as_the_notebook_says():
     assert {"IL001", "IL005"} <= {c for c, _ in problems(relu)}
 
 
+@pytest.mark.slow  # a grid of deep models
 def test_seed004_pyramid_grid():
     from pyramid import grid
 

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -26,6 +28,7 @@ def run(env, *args, **kwargs):
     return subprocess.run(list(args), capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, **kwargs)
 
 
+@pytest.mark.slow  # four processes, one a pytest run
 def test_a_rule_in_one_file_is_registered_documented_and_tested(tmp_path):
     with open(os.path.join(HERE, "plugin_example", "initlint_example_rules.py")) as fh:
         env = install(tmp_path, "huge-weight = initlint_example_rules:HugeWeight", {"initlint_example_rules.py": fh.read()})

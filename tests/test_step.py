@@ -368,6 +368,7 @@ MODEL = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # eight command-line runs
 def test_cli_flags_config_and_hook(tmp_path):
     (tmp_path / "m.py").write_text(MODEL)
     hot = run_cli("check", "m.py", "--optimizer", "Adam(lr=3e-2)", "--input-shape", "8,64", "--format", "concise",
