@@ -307,10 +307,11 @@ def put_softmax(c: _Collector, scope: str, key: Any, y: torch.Tensor, dim: int, 
     # entries of each row, normalised by ln(count); rows with a single admissible entry are
     # counted apart as one-hot rows: a few of them are masks (the first position of causal
     # attention), most of them mean saturation.
-    admissible = (logp > -1e20).sum(-1) if log else (y > 0).sum(-1)
+    # (int32 sums of a mask and entr(p) = -xlogy(p, p) give the same bits at about half the cost)
+    admissible = ((logp > -1e20) if log else (y > 0)).sum(-1, dtype=torch.int32)
     rows = (admissible >= 2).float()
     count = rows.sum().clamp_min(1.0)
-    entropy = -torch.special.xlogy(p, p).sum(-1) / admissible.clamp_min(2).float().log()
+    entropy = torch.special.entr(p).sum(-1) / admissible.clamp_min(2).float().log()
     c.put(scope, key, "maxprob", p.amax(-1).mean())
     c.put(scope, key, "entropy", (entropy * rows).sum() / count)
     c.put(scope, key, "onehot_rows", 1.0 - rows.mean())
@@ -751,7 +752,7 @@ def put_logits(c: _Collector, cap: Capture, out: Any, main: Optional[torch.Tenso
     target = logits_output(out, main, cap, logits)
     if target is None:
         return
-    rows = sample_rows(target.detach(), -1).float()
+    rows = sample_rows(target.detach(), -1, logit_rows(target.shape[-1])).float()
     put_softmax(c, "logits", "logits", torch.log_softmax(rows, -1), -1, log=True, cross_entropy=True)
     c.const("logits", "logits", "declared", 1.0 if logits else 0.0)
     result.logits_op = cap.producer_of(target, out)
@@ -823,6 +824,18 @@ query positions, so causal attention's short early rows are weighed as they occu
 and independent of the batch size."""
 SOFTMAX_ROWS = 512
 """Rows of a large softmax output (or of the logits) measured; same reasoning as above."""
+LOGIT_VALUES = 1 << 22
+"""Logits measured: whole rows, ``LOGIT_VALUES // classes`` of them but at least
+:data:`MIN_LOGIT_ROWS` and at most :data:`SOFTMAX_ROWS` (:func:`logit_rows`)."""
+MIN_LOGIT_ROWS = 64
+
+
+def logit_rows(classes: int) -> int:
+    """Rows of the logits measured: their statistics take a few passes over each value, and a
+    vocabulary of 50k-260k classes makes each row costly, while 64 rows already bound the standard
+    error of the mean entropy / ln(C) by ``0.5 / sqrt(64) = 0.06`` (and at initialisation the rows
+    are alike: see ``benchmarks/logit_rows.py`` for how far the figures move)."""
+    return max(MIN_LOGIT_ROWS, min(SOFTMAX_ROWS, LOGIT_VALUES // max(classes, 1)))
 
 
 def _row_positions(length: int, limit: int) -> Tuple[int, int]:
@@ -987,14 +1000,14 @@ def _attention_rows(c: _Collector, key: Any, q: torch.Tensor, k: torch.Tensor, s
         raw_sq = raw.square().sum()
     else:
         allowed = allowed.expand(raw.shape)
-        admissible = allowed.sum(-1)
+        admissible = allowed.sum(-1, dtype=torch.int32)
         # a row with no admissible key would be NaN: give it uniform scores (it is counted apart)
         scores = scores.masked_fill(~allowed, float("-inf")).masked_fill((admissible == 0)[..., None], 0.0)
         pairs = allowed.sum().clamp_min(1)
         raw_sq = raw.square().masked_fill(~allowed, 0.0).sum()
     logp = torch.log_softmax(scores, dim=-1)
     p = logp.exp()
-    entropy = -torch.special.xlogy(p, p).sum(-1) / admissible.clamp_min(2).float().log()
+    entropy = torch.special.entr(p).sum(-1) / admissible.clamp_min(2).float().log()
     rows = (admissible >= 2).float()
     count = rows.sum().clamp_min(1.0)
     c.put("ops", key, "entropy", (entropy * rows).sum() / count)
