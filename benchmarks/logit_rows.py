@@ -30,6 +30,8 @@ def _recording(put_softmax, stats: dict):
         before, consts = len(c.values), len(c.consts)
         put_softmax(c, scope, key, *args, **kwargs)
         if scope == "logits":
+            y, dim = args[0], args[1]
+            stats["rows"] = min(y.numel() // y.shape[dim], run.SOFTMAX_ROWS)
             stats.update((name, float(value)) for (_, _, name), value in zip(c.keys[before:], c.values[before:]))
             stats.update((name, value) for _, _, name, value in c.consts[consts:])
     return recording
@@ -67,8 +69,7 @@ def main() -> None:
             figures.append((label, stats, sorted({f.code for f in report.findings if f.severity != "info"})))
         for label, stats, codes in figures:
             classes = stats.get("classes", float("nan"))
-            limit = run.logit_rows(int(classes)) if label == "budget" and classes == classes else run.SOFTMAX_ROWS
-            measured = min(limit, opts.batch * zoo_real.TOKENS)
+            measured = stats.get("rows", "-")
             rows.append([name, label, measured, f"{stats.get('maxprob', float('nan')):.4f}",
                          f"{stats.get('entropy', float('nan')):.4f}", f"{stats.get('onehot_rows', float('nan')):.3f}",
                          f"{stats.get('xent', float('nan')) / math.log(classes):.4f}" if classes == classes else "-",
