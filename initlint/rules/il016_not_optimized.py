@@ -139,8 +139,10 @@ class NotOptimized(Rule):
             return
         severity = "warning" if audit.ddp else "info"
         reported: List[str] = []
+        # only a module that holds an unused parameter can be reported: its path is a prefix of that name
+        holders = {name[:i] for name in unused for i, ch in enumerate(name) if ch == "."}
         for path, module in audit.model.named_modules():
-            if not path or any(path.startswith(r + ".") for r in reported):
+            if path not in holders or any(path.startswith(r + ".") for r in reported):
                 continue
             own = [f"{path}.{n}" for n, p in module.named_parameters() if p.requires_grad]
             if own and all(n in unused for n in own):
