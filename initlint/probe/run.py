@@ -824,7 +824,7 @@ query positions, so causal attention's short early rows are weighed as they occu
 and independent of the batch size."""
 SOFTMAX_ROWS = 512
 """Rows of a large softmax output (or of the logits) measured; same reasoning as above."""
-LOGIT_VALUES = 1 << 22
+LOGIT_VALUES = 1 << 21
 """Logits measured: whole rows, ``LOGIT_VALUES // classes`` of them but at least
 :data:`MIN_LOGIT_ROWS` and at most :data:`SOFTMAX_ROWS` (:func:`logit_rows`)."""
 MIN_LOGIT_ROWS = 64

@@ -359,9 +359,9 @@ def _moments(x: torch.Tensor) -> torch.Tensor:
     """Per row of ``x`` (samples of equal length): sample size, mean, variance, fourth moment (in float64)
     and the fractions of exact zeros and ones, as a ``(rows, 6)`` float64 tensor."""
     n = max(x.shape[1], 1)
-    # count_nonzero: a bool tensor's sum() takes a slow path on the CPU (about 50x a float sum)
-    zeros = torch.count_nonzero(x == 0, dim=1) / n
-    ones = torch.count_nonzero(x == 1, dim=1) / n
+    # a bool tensor's sum() takes a slow path on the CPU (about 50x a float sum) unless it sums to int32
+    zeros = (x == 0).sum(dim=1, dtype=torch.int32) / n
+    ones = (x == 1).sum(dim=1, dtype=torch.int32) / n
     wide = x.double() if x.dtype != torch.float64 else x.clone()  # worked on in place
     mean = wide.sum(dim=1) / n
     squares = wide.sub_(mean[:, None]).square_()
@@ -1197,16 +1197,25 @@ def _pass(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Op
 
 def _run_steps(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Optional[Callable[[], Any]]]],
                writer: Optional[Dict[str, str]]) -> None:
+    under: Dict[str, List[str]] = {}  # module path -> the tensors at or below it
+    if writer is not None:
+        for n in tensors:
+            under.setdefault("", []).append(n)
+            for i, ch in enumerate(n):
+                if ch == ".":
+                    under.setdefault(n[:i], []).append(n)
+            under.setdefault(n, []).append(n)
     for path, module, step in steps:
         if step is None:
             continue
-        local = {n: t for n, t in tensors.items() if n == path or n.startswith(f"{path}.") or not path}
-        versions = {n: t._version for n, t in local.items()} if writer is not None else {}
+        if writer is None:
+            step()
+            continue
+        versions = {n: tensors[n]._version for n in under.get(path, [])}
         step()
-        if writer is not None:
-            for n, t in local.items():
-                if t._version != versions[n]:
-                    writer[n] = path
+        for n, version in versions.items():
+            if tensors[n]._version != version:
+                writer[n] = path
 
 
 def _units(m: nn.Module, path: str, budget: int) -> Iterator[Tuple[str, nn.Module, bool]]:
