@@ -167,9 +167,13 @@ def main() -> None:
     names = [n for n in opts.models.split(",") if n]
     if opts.batch is not None and (opts.model_set != "zoo" or opts.batch < 1):
         parser.error("--batch takes a positive number of examples, and only with --set zoo")
-    if opts.model_set == "zoo":
-        import zoo_real
+    import zoo_real
 
+    known = list(zoo_real.ZOO) if opts.model_set == "zoo" else list(C.REAL_SIZE)
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        parser.error(f"no model {', '.join(unknown)} in the {opts.model_set} set; it has {', '.join(known)}")
+    if opts.model_set == "zoo":
         models = zoo_models(names, opts.batch or zoo_real.BATCH)
         print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model")
     else:

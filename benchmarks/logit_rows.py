@@ -50,10 +50,15 @@ def main() -> None:
     from initlint.inputs.load import infer_inputs, normalise_inputs
     from initlint.probe import run
 
+    names = [n for n in opts.models.split(",") if n]
+    unknown = [n for n in names if n not in zoo_real.ZOO]
+    if unknown or opts.batch < 1:
+        parser.error(f"no model {', '.join(unknown)} in the zoo; it has {', '.join(zoo_real.ZOO)}" if unknown
+                     else "--batch takes a positive number of examples")
     zoo_real.BATCH = opts.batch
     budget, original = run.LOGIT_VALUES, run.put_softmax
     rows = []
-    for name in opts.models.split(","):
+    for name in names:
         torch.manual_seed(0)
         model, inputs = zoo_real.ZOO[name].build()
         pair = infer_inputs(model, opts.batch, 0) if inputs is None else normalise_inputs(inputs)
