@@ -26,6 +26,8 @@ LANGUAGE_MODELS = "gpt2,llama32,qwen3,gemma3,mixtral,opt,pythia,mamba,bert,t5,ba
 
 def _recording(put_softmax, stats: dict):
     """``put_softmax`` that also copies the logits' figures into ``stats``."""
+    from initlint.probe import run
+
     def recording(c, scope, key, *args, **kwargs):
         before, consts = len(c.values), len(c.consts)
         put_softmax(c, scope, key, *args, **kwargs)
