@@ -31,6 +31,7 @@ def test_findings_exit_1_with_location_code_and_fix():
     assert "bias=False" in out.stdout
 
 
+@pytest.mark.slow  # two processes
 def test_installed_entry_point():
     exe = shutil.which("initlint", path=os.path.dirname(sys.executable)) or shutil.which("initlint")
     assert exe, "the initlint console script must be installed"

@@ -128,6 +128,7 @@ def _try_repo(repo: Path, *files: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300, env=_env())
 
 
+@pytest.mark.slow  # pre-commit runs the hook in processes of its own
 def test_pre_commit_hook_fails_only_on_real_findings(tmp_path):
     """One run of the real hook over a good model, a bad one (nn.Module through an alias), a plain file, and
     Flax, TensorFlow, Ansible, Python 2 and newer-Python files: it fails on the bad model alone, imports none of
@@ -156,7 +157,8 @@ def _readme_snippets() -> list:
     return re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)
 
 
-@pytest.mark.parametrize("which", ["remote", pytest.param("local", marks=pytest.mark.slow)])
+@pytest.mark.slow  # pre-commit runs the hook in processes of its own
+@pytest.mark.parametrize("which", ["remote", "local"])
 def test_readme_snippet_runs_offline(tmp_path, which):
     """The README's configuration, copied into a project holding a model with a finding and a plain file,
     runs with ``pre-commit run`` offline (git may only read local repositories, pip may not reach an
