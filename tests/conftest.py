@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-FAST_LIMIT = 300.0  # seconds; the slowest fast test takes about 16 s on an idle 2-core machine
+FAST_LIMIT = 300.0  # seconds; the slowest fast test takes about 8 s on an idle 2-core machine
 SLOW_LIMIT = 1800.0
 
 
