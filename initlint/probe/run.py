@@ -452,7 +452,7 @@ def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> No
     # bit for bit (a kernel's tail columns sum in another order: 3-11 units in the last place seen at
     # fan 300-768), so neighbours whose keys are both within ``ulps`` of each other are the candidates.
     ulps = 4 * math.isqrt(keyed) + 8
-    group = torch.arange(rows, device=keys.device) // (rows // units.groups) if units.groups > 1 else None
+    group = _group_of(torch.arange(rows, device=keys.device), rows, units.groups) if units.groups > 1 else None
     bits, order = _key_order(keys, group)
     ranked = bits[:, order]
     same = ((ranked[:, 1:] - ranked[:, :-1]).abs() <= ulps).all(dim=0)
@@ -530,8 +530,8 @@ def _copies(item: _Pending, chunk: int) -> int:
             ranked = _rekeyed(item, torch.unique(torch.cat([first, second])))
             first, second = ranked[:-1], ranked[1:]
             if item.groups > 1:  # only units of one group can be copies
-                per_group = item.matrix.shape[0] // item.groups
-                kept = first // per_group == second // per_group
+                rows = item.matrix.shape[0]
+                kept = _group_of(first, rows, item.groups) == _group_of(second, rows, item.groups)
                 first, second = first[kept], second[kept]
         copies = 0
         for start in range(0, first.numel(), chunk):
@@ -553,8 +553,13 @@ def _rekeyed(item: _Pending, units: torch.Tensor) -> torch.Tensor:
     keys = dirs[:, :fan] @ work.t()
     if item.bias is not None:
         keys = keys + dirs[:, fan:] * item.bias[units].to(keys.dtype)[None, :]
-    _, order = _key_order(keys, units // (rows // item.groups) if item.groups > 1 else None)
+    _, order = _key_order(keys, _group_of(units, rows, item.groups) if item.groups > 1 else None)
     return units[order]
+
+
+def _group_of(units: torch.Tensor, rows: int, groups: int) -> torch.Tensor:
+    """The convolution group of each of ``units`` (indices among ``rows`` units in ``groups`` equal groups)."""
+    return units // (rows // groups)
 
 
 def _key_order(keys: torch.Tensor, group: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -280,6 +280,12 @@ def py_path(name: str, root: str = "model") -> str:
     return out
 
 
+def enclosing_paths(name: str) -> List[str]:
+    """The paths of the modules that hold a parameter or module named ``name``, outermost first,
+    without the root: ``a.b.weight`` -> ``a``, ``a.b``."""
+    return [name[:i] for i, ch in enumerate(name) if ch == "."]
+
+
 def fmt(x: Optional[float]) -> str:
     """Compact number: 0.0577, 1.2e-07, 4.6e+07."""
     if x is None:

@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..capture import ops as O
 from ..probe.guard import _rng as saved_rng
 from ..report.findings import Finding
-from .base import AuditContext, Example, RepairPlan, Rule, fmt, py_path, to_host
+from .base import AuditContext, Example, RepairPlan, Rule, enclosing_paths, fmt, py_path, to_host
 from .il008_symmetric_init import feeds_weight_layer
 
 
@@ -423,9 +423,9 @@ def _may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[
         suspect = torch.zeros(len(values), dtype=torch.bool, device=device)
         unknown = [k for k, i in enumerate(indices) if known[i] is None]
         if unknown:
-            norms = torch._foreach_norm([values[k] for k in unknown], 2,
-                                        dtype=torch.float32 if dtype.itemsize < 4 else None)
-            suspect[unknown] = ~(torch.stack(norms) < HUGE)
+            measured = torch._foreach_norm([values[k] for k in unknown], 2,
+                                           dtype=torch.float32 if dtype.itemsize < 4 else None)
+            suspect[unknown] = ~(torch.stack(measured) < HUGE)
         samples: Dict[int, List[int]] = {}
         for k, t in enumerate(values):
             samples.setdefault(min(t.numel(), SAMPLE), []).append(k)
@@ -1038,10 +1038,9 @@ class _Private(TorchDispatchMode):
     def _tile_of(self, t: Any) -> Optional[torch.Tensor]:
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided or not t.numel():
             return None
-        if _storage(t) in self.patches:
-            return None
-        entry = self.tiled.get(_storage(t))
-        return self._block(_storage(t)) if entry is not None and entry[0].shape == t.shape and _tileable(t) else None
+        key = _storage(t)
+        entry = self.tiled.get(key) if key not in self.patches else None
+        return self._block(key) if entry is not None and entry[0].shape == t.shape and _tileable(t) else None
 
     def draws(self, tensors: Sequence[torch.Tensor]) -> List[Draw]:
         """:func:`draws_of` for private tensors: a tensor that only a random fill wrote (its tile never drawn,
@@ -1100,6 +1099,7 @@ class _Private(TorchDispatchMode):
         out = torch.empty(shape, dtype=result.dtype, device=result.device)
         self.tiled[_storage(out)] = (out, result)
         return out
+
 
 def _leaves(args: Any, kwargs: Any) -> List[Any]:
     """The tensors among an op's arguments (its lists of tensors too): pytree's walk, without its cost."""
@@ -1200,11 +1200,8 @@ def _run_steps(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Modul
     under: Dict[str, List[str]] = {}  # module path -> the tensors at or below it
     if writer is not None:
         for n in tensors:
-            under.setdefault("", []).append(n)
-            for i, ch in enumerate(n):
-                if ch == ".":
-                    under.setdefault(n[:i], []).append(n)
-            under.setdefault(n, []).append(n)
+            for path in ["", *enclosing_paths(n), n]:
+                under.setdefault(path, []).append(n)
     for path, module, step in steps:
         if step is None:
             continue

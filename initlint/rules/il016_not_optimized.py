@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from ..report.findings import Finding
-from .base import AuditContext, Example, Rule, fmt, py_path
+from .base import AuditContext, Example, Rule, enclosing_paths, fmt, py_path
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -140,7 +140,7 @@ class NotOptimized(Rule):
         severity = "warning" if audit.ddp else "info"
         reported: List[str] = []
         # only a module that holds an unused parameter can be reported: its path is a prefix of that name
-        holders = {name[:i] for name in unused for i, ch in enumerate(name) if ch == "."}
+        holders = {path for name in unused for path in enclosing_paths(name)}
         for path, module in audit.model.named_modules():
             if path not in holders or any(path.startswith(r + ".") for r in reported):
                 continue
