@@ -51,9 +51,9 @@ class Stages:
     * ``guard``: the state guard's snapshot and restore (``guard._Saved``);
     * ``forward``: the capture's forward pass, less the statistics its observer takes;
     * ``op stats``: the per-op statistics (``StatsObserver``: rms, extremes, dead units,
-      softmax, attention rows, token cosine);
+      softmax, attention rows, token cosine; keeping the weight products' inputs);
     * ``backward``: ``torch.autograd.grad`` of the backward probe;
-    * ``grad stats``: the gradients' rms, mean and extremes;
+    * ``grad stats``: the gradients' norm and mean, of the formed gradients or from the weight products;
     * ``weight stats``: the weights' rms and extremes, and the biases' means;
     * ``duplicates``: the exact duplicate-unit check (keys on the device, candidates on the host);
     * ``rules``: the rules;
@@ -88,6 +88,7 @@ class Stages:
             (guard._Saved, "__init__", "guard", False), (guard._Saved, "enter", "guard", False),
             (guard._Saved, "restore", "guard", False),
             (probe.StatsObserver, "__call__", "op stats", False), (probe.StatsObserver, "attention", "op stats", False),
+            (probe.StatsObserver, "weight_product", "op stats", False), (probe, "_product_grads", "grad stats", False),
             (runtime.RuntimeCapture, "run", "forward", True), (fx.FxCapture, "run", "forward", True),
             (probe, "_duplicate_rows", "duplicates", False), (probe, "confirm_duplicates", "duplicates", False),
             (probe, "_param_stats", "weight stats", True), (api, "_run_rules", "rules", False),

@@ -89,11 +89,23 @@ CASES = {
 def assert_same_audit(streamed, reference):
     assert streamed.codes() == reference.codes()
     for a, b in zip(streamed.findings, reference.findings):
-        assert (a.message, a.fix, a.location, a.value, a.threshold) == (b.message, b.fix, b.location, b.value,
-                                                                       b.threshold)
+        assert (a.message, a.fix, a.location, a.threshold) == (b.message, b.fix, b.location, b.threshold)
+        assert a.value == pytest.approx(b.value, rel=1e-5)  # a gradient's figure: see assert_same_gradients
     assert streamed.probe.params == reference.probe.params
     assert streamed.probe.ops == reference.probe.ops
-    assert streamed.probe.grads == reference.probe.grads
+    assert_same_gradients(streamed.probe.grads, reference.probe.grads)
+
+
+def assert_same_gradients(streamed, reference):
+    """The streamed probe forms each weight's gradient block by block; the in-memory probe takes the
+    statistics of most weights' gradients from their products' inputs and output gradients, without
+    forming them. Equal up to the order of floating-point sums: scale within 1e-5, and the mean, a sum
+    that cancels, within 1e-5 of the scale."""
+    assert set(streamed) == set(reference)
+    for name, a in streamed.items():
+        b = reference[name]
+        assert a.rms == pytest.approx(b.rms, rel=1e-5) and a.std == pytest.approx(b.std, rel=1e-5), name
+        assert abs(a.mean - b.mean) <= 1e-5 * b.rms, name
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

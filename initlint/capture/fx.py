@@ -161,7 +161,38 @@ class _Observed(fx.Interpreter):
             self.observe(op, out)
             if self.attention is not None:
                 self._observe_attention(n, op, self.attention)
+            if op.kind in ("linear", "embedding"):
+                self._observe_product(n, op, out)
         return out
+
+    def _observe_product(self, node: fx.Node, op: Any, out: Any) -> None:
+        """A weight product's or lookup's input, for its weight's gradient (``observe.weight_product``)."""
+        observe_product = getattr(self.observe, "weight_product", None)
+        if observe_product is None:
+            return
+        args, kwargs = self.fetch_args_kwargs_from_env(node)
+        lookup = None
+        if node.op == "call_module":
+            module = self.fetch_attr(node.target)
+            x = args[0] if args else kwargs.get("input")
+            if type(module).forward is nn.Linear.forward:
+                pair = (x, module.weight)
+            elif type(module).forward is nn.Embedding.forward:
+                lookup = O.lookup_operands("embedding", (x, module.weight, module.padding_idx, module.max_norm,
+                                                         module.norm_type, module.scale_grad_by_freq,
+                                                         module.sparse), {})
+                pair = lookup[:2] if lookup is not None else None
+            else:
+                pair = None
+        elif op.kind == "embedding":
+            lookup = O.lookup_operands(O.call_name(node.target), tuple(args), dict(kwargs))
+            pair = lookup[:2] if lookup is not None else None
+        else:
+            pair = O.product_operands(O.call_name(node.target), tuple(args), dict(kwargs))
+        if pair is not None and isinstance(pair[1], nn.Parameter) \
+                and self.cap.param_names.get(id(pair[1])) == op.params.get("weight") \
+                and id(pair[0]) not in self.cap.param_names:
+            observe_product(op, pair[0], out, lookup[2] if lookup is not None else None, lookup is not None)
 
     def _observe_attention(self, node: fx.Node, op: Any, call: O.AttentionCall) -> None:
         """The queries and keys of an attention node, by the fx nodes that produced them."""

@@ -274,6 +274,41 @@ def module_attrs(kind: str, module: nn.Module) -> Dict[str, Any]:
     return attrs
 
 
+def product_operands(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any]]:
+    """``(x, w)`` of a call that multiplies ``x`` by the matrix ``w`` over ``x``'s last axis, adding at most a
+    bias: ``F.linear(x, w, b)`` (by ``w.T``), ``addmm(b, x, w)`` with ``alpha`` 1, ``x @ w``, ``matmul``,
+    ``mm``. The gradient of ``w`` is then the product of ``x`` and the output's gradient. None for other calls."""
+    def arg(i: int, key: str) -> Any:
+        return args[i] if len(args) > i else kwargs.get(key)
+
+    if name == "linear":
+        return arg(0, "input"), arg(1, "weight")
+    if name == "addmm" and kwargs.get("alpha", 1) == 1:
+        return arg(1, "mat1"), arg(2, "mat2")
+    if name in ("matmul", "mm", "__matmul__"):
+        return arg(0, "input"), arg(1, "mat2" if name == "mm" else "other")
+    return None
+
+
+def lookup_operands(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any, Optional[int]]]:
+    """``(ids, w, padding_idx)`` of ``F.embedding(ids, w, padding_idx)`` without ``max_norm``,
+    ``scale_grad_by_freq`` or ``sparse``: the gradient of ``w`` is then the output's gradient summed into
+    the rows ``ids`` picked (none into ``padding_idx``). None for other calls."""
+    def arg(i: int, key: str, default: Any = None) -> Any:
+        return args[i] if len(args) > i else kwargs.get(key, default)
+
+    if name != "embedding":
+        return None
+    ids, w, padding = arg(0, "input"), arg(1, "weight"), arg(2, "padding_idx")
+    if not (isinstance(ids, torch.Tensor) and isinstance(w, torch.Tensor)) or ids.is_floating_point() \
+            or w.dim() != 2 or arg(3, "max_norm") is not None or arg(5, "scale_grad_by_freq", False) \
+            or arg(6, "sparse", False) or not (padding is None or isinstance(padding, int)):
+        return None
+    if padding is not None and padding < 0:
+        padding += int(w.shape[0])  # as F.embedding reads it
+    return ids, w, padding
+
+
 def weight_layout(name: str) -> str:
     """``out_in`` for ``F.linear``-style weights, ``in_out`` for ``x @ W`` / ``addmm(b, x, W)``."""
     return "in_out" if kind_of_name(name) in ("linear", "matmul") and name != "linear" else "out_in"

@@ -27,6 +27,11 @@ _NOT_RECORDED = frozenset({"__get__", "__set__", "size", "dim", "numel", "__len_
                            "requires_grad_", "retain_grad", "get_device", "_is_view", "__reduce_ex__",
                            "__deepcopy__", "__iter__", "__contains__", "register_hook"})
 _PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag", "data"})
+_WHOLE_VIEWS = frozenset({"view", "reshape", "flatten", "permute", "transpose", "t", "contiguous", "unsqueeze",
+                          "squeeze", "to", "float", "half", "double", "bfloat16", "type_as", "type", "view_as",
+                          "reshape_as", "movedim", "swapaxes", "unflatten", "cuda", "cpu", "clone", "T", "mT"})
+"""Views of a parameter that hold each of its entries once, and pass the gradient back unchanged (a cast
+rounds it): a product with such a view has the weight gradient of a product with the parameter."""
 
 
 class RuntimeCapture(Capture):
@@ -62,7 +67,8 @@ class RuntimeCapture(Capture):
         self.stack: List[Tuple[str, bool]] = []  # (module path, is opaque)
         self.opaque_depth = 0
         self.producers: Dict[int, Tuple[Any, int]] = {}
-        self.param_views: Dict[int, Tuple[Any, str, bool]] = {}
+        self.param_views: Dict[int, Tuple[Any, str, bool, bool]] = {}
+        """id -> (weak reference, parameter name, transposed, whole: every entry once, see :data:`_WHOLE_VIEWS`)."""
         self.pending_inputs: List[List[int]] = []
 
     # ------------------------------------------------------------- tensor identity
@@ -88,6 +94,13 @@ class RuntimeCapture(Capture):
         if entry is not None and entry[0]() is t:
             return (entry[1], entry[2])
         return None
+
+    def _whole(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` is a parameter, or a view of one that holds each of its entries once."""
+        if isinstance(t, nn.Parameter) and id(t) in self.param_names:
+            return True
+        entry = self.param_views.get(id(t))
+        return entry is not None and entry[0]() is t and entry[3]
 
     # ------------------------------------------------------------- module hooks
     def _enter(self, module: nn.Module, args: Tuple[Any, ...]) -> None:
@@ -162,8 +175,10 @@ class RuntimeCapture(Capture):
         if named and not inputs and kind == "view":
             # W.t(), W.to(dtype): keep following the parameter, not a graph op.
             flip = name in ("t", "transpose", "T", "mT", "swapaxes", "permute")
+            whole = name in _WHOLE_VIEWS and len(outs) == 1 and self._whole(named[0][1]) \
+                and outs[0].numel() == named[0][1].numel()
             for t in outs:
-                self.param_views[id(t)] = (weakref.ref(t), named[0][0], transposed != flip)
+                self.param_views[id(t)] = (weakref.ref(t), named[0][0], transposed != flip, whole)
             return
         attrs = O.call_attrs(kind, name, args, kwargs)
         if kind == "matmul" and named and len(named) == 1 and _is_second_operand(args, named[0][1]):
@@ -178,6 +193,23 @@ class RuntimeCapture(Capture):
         if kind not in ("view", "other", "add", "mul", "div", "cat"):
             op.location = user_call_site(2)
         self._record_outputs(op, out)
+        if kind in ("linear", "embedding") and isinstance(out, torch.Tensor):
+            self._observe_product(op, name, args, kwargs, out)
+
+    def _observe_product(self, op: Op, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
+                         out: torch.Tensor) -> None:
+        """A weight product's or lookup's input, for its weight's gradient (``observe.weight_product``)."""
+        observe_product = getattr(self.observe, "weight_product", None)
+        if observe_product is None:
+            return
+        lookup = O.lookup_operands(name, args, kwargs) if op.kind == "embedding" else None
+        pair = lookup[:2] if lookup is not None else O.product_operands(name, args, kwargs)
+        if pair is None or not isinstance(pair[0], torch.Tensor) or not isinstance(pair[1], torch.Tensor) \
+                or self.param_of(pair[0]) is not None or not self._whole(pair[1]):
+            return
+        if self.param_of(pair[1])[0] == op.params.get("weight"):  # type: ignore[index]
+            with torch._C.DisableTorchFunction():
+                observe_product(op, pair[0], out, lookup[2] if lookup is not None else None, lookup is not None)
 
     def _record_attention(self, func: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
                           out: Any) -> None:

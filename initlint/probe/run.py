@@ -131,6 +131,9 @@ class _Collector:
         (:func:`confirm_extremes`)."""
         self.candidates: Dict[str, torch.Tensor] = {}
         """Per weight of :attr:`weights`: a device flag, its norm is 0 or its units' keys are all alike."""
+        self.products: Optional[Dict[int, "_Product"]] = None
+        """Op id -> the weight product it computed (:meth:`StatsObserver.weight_product`); None: not kept."""
+        self.named: Dict[str, torch.Tensor] = {}
 
     def skip(self, kind: str, what: str) -> None:
         names = self.skipped.setdefault(kind, [])
@@ -253,6 +256,18 @@ class StatsObserver:
             put_softmax(self.c, "ops", op.id, y, op.attrs.get("dim", -1), log=op.kind == "log_softmax")
         if y.dim() == 3 and op.kind in TOKEN_KINDS and y.shape[-1] >= 16:
             self._tokens(op, y)
+
+    def weight_product(self, op: Op, x: Any, y: Any, padding: Optional[int] = None, lookup: bool = False) -> None:
+        """Called by the capture after an op that computes ``y = x @ w`` (plus a bias) with its weight ``w``
+        or a view holding each of its entries once (:func:`~initlint.capture.ops.product_operands`), or
+        that looks up the rows ``x`` of ``w`` (``lookup``, :func:`~initlint.capture.ops.lookup_operands`):
+        keeps ``x`` and the gradient edge of ``y``, from which the backward probe measures ``w``'s gradient
+        without forming it (:func:`_product_grads`)."""
+        name = op.params.get("weight")
+        if self.c.products is not None and name is not None:
+            product = _product(name, x, y, self.c.named.get(name), lookup, padding)
+            if product is not None:
+                self.c.products[op.id] = product
 
     def attention(self, op: Op, call: O.AttentionCall) -> None:
         """Called by the capture with the inputs of an attention op (after the op itself)."""
@@ -675,6 +690,8 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
     if forward:
         observer = StatsObserver(lambda: cap.graph, c)
         grad_wanted = backward and any(p.requires_grad for p in named.values())
+        c.named = named
+        c.products = {} if grad_wanted and step is None else None
         with torch.set_grad_enabled(grad_wanted):
             out = cap.run(args, kwargs, observer)
             cap.finish()  # the graph is complete: read-only from here on
@@ -692,6 +709,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
                 loss = objective(step, out, main, logits_output(out, main, cap, logits), args, kwargs)
             if grad_wanted:
                 _backward(cap, named, main, c, result, step, loss)
+            c.products = None  # the products' inputs are not kept past the backward probe
             del loss
             del out, main
     cap.finish()
@@ -774,6 +792,143 @@ def backward_possible(main: Optional[torch.Tensor], result: ProbeResult) -> bool
     return True
 
 
+@dataclass
+class _Product:
+    """A weight product ``y = x @ w`` of the forward (or a lookup of the rows ``x`` of ``w``): its input,
+    and the gradient edge of its output."""
+
+    name: str
+    x: torch.Tensor
+    version: int
+    """``x``'s version counter when the product ran: an in-place write since changes what it holds."""
+    edge: Any
+    rows: int
+    fan_in: int
+    fan_out: int
+    lookup: bool = False
+    padding: Optional[int] = None
+    """A lookup's ``padding_idx``: that row gets no gradient."""
+
+
+def _product(name: str, x: Any, y: Any, w: Optional[torch.Tensor], lookup: bool = False,
+             padding: Optional[int] = None) -> Optional[_Product]:
+    """The product, when its weight's gradient is ``x.reshape(-1, fan_in).T @ dy.reshape(-1, fan_out)``
+    in some layout (``w`` has ``fan_in * fan_out`` entries, ``x`` and ``y`` the same rows), or for a lookup
+    ``dy.reshape(-1, fan_in)`` summed into the rows ``x`` of the ``(fan_out, fan_in)`` table; and when the
+    gradient of ``y`` can be asked of autograd (a whole, contiguous view is asked through its base).
+    None otherwise."""
+    if w is None or type(x) is not torch.Tensor or type(y) is not torch.Tensor or not y.dim() \
+            or not y.is_floating_point() or x.device != y.device or y.grad_fn is None:
+        return None
+    if lookup:
+        if x.is_floating_point() or w.dim() != 2:
+            return None
+        fan_in, fan_out, rows = int(w.shape[1]), int(w.shape[0]), x.numel()
+        if y.shape[-1] != fan_in or y.numel() != rows * fan_in:
+            return None
+    else:
+        if not x.dim() or not x.is_floating_point():
+            return None
+        fan_in, fan_out = int(x.shape[-1]), int(y.shape[-1])
+        if not fan_in * fan_out or fan_in * fan_out != w.numel() or x.numel() // fan_in != y.numel() // fan_out:
+            return None
+        rows = x.numel() // fan_in
+    target = y
+    if y._base is not None:
+        base = y._base
+        if not (base.numel() == y.numel() and base.is_contiguous() and y.is_contiguous()
+                and base.storage_offset() == y.storage_offset() and base.grad_fn is not None):
+            return None
+        target = base
+    try:
+        version = x._version
+    except RuntimeError:  # an inference tensor
+        return None
+    edge = torch.autograd.graph.get_gradient_edge(target)
+    return _Product(name, x.detach(), version, edge, rows, fan_in, fan_out, lookup, padding)
+
+
+def _by_products(graph: Graph, c: _Collector, weights: List[Tuple[str, torch.Tensor]]) -> Dict[str, List[_Product]]:
+    """The weights whose gradients come from their products (:func:`_product_grads`): every op of the graph
+    that uses the weight is a kept product or lookup of it, all in one layout (a lookup reads a table laid
+    out as ``F.linear``'s weight), whose input still holds what it read; and the rows are few enough that
+    the two Gram matrices cost less than the gradient (``rows * (fan_in + fan_out) <= fan_in * fan_out``)."""
+    products = c.products or {}
+    if not products:
+        return {}
+    uses: Dict[str, List[int]] = {}
+    for op in graph:
+        for name in set(op.params.values()):
+            uses.setdefault(name, []).append(op.id)
+    out: Dict[str, List[_Product]] = {}
+    for name, _ in weights:
+        found = [products.get(i) for i in uses.get(name, [])]
+        if not found or any(p is None or p.name != name for p in found):
+            continue
+        kept: List[_Product] = [p for p in found if p is not None]
+        first = kept[0]
+        layouts = {"out_in" if graph[i].kind == "embedding" else graph[i].attrs.get("layout", "out_in")
+                   for i in uses[name]}
+        if len(layouts) != 1 or any((p.fan_in, p.fan_out) != (first.fan_in, first.fan_out) for p in kept) \
+                or any(p.x._version != p.version for p in kept):
+            continue
+        if sum(p.rows for p in kept) * (first.fan_in + first.fan_out) <= first.fan_in * first.fan_out:
+            out[name] = kept
+    return out
+
+
+def _product_grads(c: _Collector, by_products: Dict[str, List[_Product]], grads: List[Optional[torch.Tensor]],
+                   named: Dict[str, nn.Parameter]) -> None:
+    """The norm and mean of each weight's gradient without forming it. The gradient is ``A.T @ B``, rows
+    stacked over the weight's uses: a product contributes its input to ``A`` and its output's gradient to
+    ``B``; a lookup its output's gradient to ``A`` and the one-hot rows of its ids (zero at ``padding_idx``)
+    to ``B``. Then ``|A.T @ B|^2 = sum((A @ A.T) * (B @ B.T))`` and ``sum(A.T @ B) = (A.sum(1) * B.sum(1)).sum()``,
+    where the one-hot rows' products are comparisons of ids and columns picked by them. Equal to the formed
+    gradient's up to rounding, and 0 exactly when every contribution is 0. A weight none of whose outputs
+    reaches the model output has no gradient, as autograd gives none."""
+    it = iter(grads)
+    for name, products in by_products.items():
+        pairs = [(p, g) for p in products if (g := next(it)) is not None]
+        if not pairs:
+            continue
+        w = named[name]
+        wide = w.dtype == torch.float64 or any(t.dtype == torch.float64 for p, g in pairs for t in (p.x, g))
+        dtype = torch.float64 if wide else torch.float32
+        fan_in = pairs[0][0].fan_in
+        dense = [(p, g) for p, g in pairs if not p.lookup]
+        lookups = [(p, g) for p, g in pairs if p.lookup]
+        device = pairs[0][1].device
+        a = _rows([p.x.reshape(-1, fan_in) for p, _ in dense] + [g.reshape(-1, fan_in) for _, g in lookups],
+                  fan_in, dtype, device)
+        b = _rows([g.reshape(-1, p.fan_out) for p, g in dense], pairs[0][0].fan_out, dtype, device)
+        gram = a @ a.mT
+        if lookups:
+            ids = torch.cat([p.x.reshape(-1) for p, _ in lookups])
+            kept = torch.cat([torch.ones(p.rows, dtype=torch.bool, device=ids.device) if p.padding is None
+                              else p.x.reshape(-1) != p.padding for p, _ in lookups])
+            n = b.shape[0]
+            ones = kept.to(dtype)
+            other = torch.empty_like(gram)
+            other[:n, :n] = b @ b.mT
+            other[:n, n:] = b[:, ids] * ones
+            other[n:, :n] = other[:n, n:].mT
+            other[n:, n:] = (ids[:, None] == ids[None, :]).to(dtype) * ones[:, None] * ones[None, :]
+            sums = torch.cat([b.sum(1), ones])
+        else:
+            other = b @ b.mT
+            sums = b.sum(1)
+        c.put("grads", name, "norm", torch.sum(gram * other).clamp_min(0).sqrt())
+        c.put("grads", name, "mean", torch.dot(a.sum(1), sums) / w.numel())
+        c.const("grads", name, "numel", float(w.numel()))
+
+
+def _rows(parts: List[torch.Tensor], width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``parts`` (rows of ``width``) stacked, in ``dtype`` (no copy for one part already in it)."""
+    if not parts:
+        return torch.zeros(0, width, dtype=dtype, device=device)
+    return (torch.cat([t.to(dtype) for t in parts]) if len(parts) > 1 else parts[0].to(dtype))
+
+
 GRAD_EXTREMES = False
 """Gradients get no extremes pass: the rules ask of a gradient its scale and mean, whether it is zero
 (its norm is 0: every entry is 0, or below 4e-23 in float32, where no optimizer step moves the weight)
@@ -796,14 +951,24 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
         wanted = weights + [(n, p) for n, p in named.items() if p.requires_grad and n not in judged]
     if not wanted:
         return
+    # without a step, a weight whose every use is a product with few rows gets its gradient's statistics
+    # from its products' inputs and output gradients: autograd does not form it
+    by_products = _by_products(cap.graph, c, weights) if step is None else {}
+    c.products = None
+    edges = [p.edge for products in by_products.values() for p in products]
+    wanted = [(n, p) for n, p in wanted if n not in by_products]
     if loss is not None:  # the training loss (the first step); IL006 reads the same gradients
         grads = list(torch.autograd.grad([loss], [p for _, p in wanted], allow_unused=True))
     else:
         gen = torch.Generator().manual_seed(0)
         cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
-        grads = list(torch.autograd.grad([main], [p for _, p in wanted], [cotangent], allow_unused=True))
-    measured = [(name, g) for (name, _), g in zip(weights, grads) if g is not None and _measurable(c, name, g)]
+        grads = list(torch.autograd.grad([main], edges + [p for _, p in wanted], [cotangent], allow_unused=True))
+    _product_grads(c, by_products, grads[:len(edges)], named)
+    grads = grads[len(edges):]
+    formed = dict(zip((n for n, _ in wanted), grads))
+    measured = [(name, g) for name, _ in weights if (g := formed.get(name)) is not None and _measurable(c, name, g)]
     summarise(c, "grads", measured, mean=True, extremes=GRAD_EXTREMES)
+    del edges, by_products
     if step is not None:
         if loss is None:  # the random direction as a mean-reduced loss, as training losses are
             grads = [None if g is None else g / max(main.numel(), 1) for g in grads]

@@ -1,0 +1,108 @@
+"""The backward probe's gradient statistics taken from weight products, against formed gradients.
+
+Without a step, the probe asks autograd for the gradients of the products' outputs instead of their
+weights, and takes each weight's gradient norm and mean from those and the products' inputs
+(``initlint.probe.run._product_grads``). These tests hold the figures to the formed gradients'
+(their norms summed in float64) and check which weights take which path."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from initlint.capture.fx import FxCapture
+from initlint.capture.runtime import RuntimeCapture
+from initlint.probe import run as R
+
+WIDTH, VOCAB = 256, 600
+
+
+class Mixed(nn.Module):
+    """Every form of weight product the probe reads, and weights it must leave to autograd."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH, padding_idx=0)
+        self.fc = nn.Linear(WIDTH, 2 * WIDTH)  # its 3-D output is written in place
+        self.proj_w = nn.Parameter(torch.randn(2 * WIDTH, WIDTH) * 0.03)  # GPT-2's Conv1D: addmm(b, x, W)
+        self.proj_b = nn.Parameter(torch.zeros(WIDTH))
+        self.shared = nn.Linear(WIDTH, WIDTH)  # called twice
+        self.rot = nn.Parameter(torch.randn(WIDTH, WIDTH) * 0.05)  # x @ W.t()
+        self.narrow = nn.Linear(WIDTH, 4)  # more rows than its gradient has entries' worth: formed
+        self.reg = nn.Linear(WIDTH, WIDTH)  # also read outside a product: formed
+        self.head = nn.Linear(WIDTH, VOCAB, bias=False)
+        self.head.weight = self.embed.weight  # tied: a lookup and a product of one weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        h = self.fc(x)
+        h.relu_()
+        x = x + torch.addmm(self.proj_b, h.reshape(-1, 2 * WIDTH), self.proj_w).view_as(x)
+        x = self.shared(torch.tanh(self.shared(x)))
+        x = x @ self.rot.t()
+        x = self.reg(x) + 1e-3 * self.reg.weight.sum()
+        return self.head(x) + self.narrow(x).sum(-1, keepdim=True)
+
+
+IDS = torch.randint(0, VOCAB, (4, 12), generator=torch.Generator().manual_seed(0))
+IDS[0, :5] = 0  # padding: its embedding row gets no gradient
+IDS[1, :4] = 7  # a repeated id: its row sums several gradients
+
+
+def probe(capture, model, monkeypatch, products=True):
+    """The probe's gradient statistics, and the names of the weights taken from products. The reference
+    (``products=False``) forms every gradient and sums its norm in float64."""
+    chosen = {}
+    original = R._by_products
+
+    def spy(graph, c, weights):
+        chosen.update(original(graph, c, weights) if products else {})
+        return chosen
+
+    with monkeypatch.context() as m:
+        m.setattr(R, "_by_products", spy)
+        if not products:
+            m.setattr(R, "_acc", lambda t: torch.float64)
+        result = R.run_probe(capture(model), (IDS,), {})
+    return result.grads, set(chosen)
+
+
+def assert_same(grads, reference):
+    assert set(grads) == set(reference)
+    for name, stats in grads.items():
+        ref = reference[name]
+        assert stats["rms"] == pytest.approx(ref["rms"], rel=1e-6), name
+        assert stats["std"] == pytest.approx(ref["std"], rel=1e-6), name
+        assert abs(stats["mean"] - ref["mean"]) <= 1e-6 * ref["rms"], name
+
+
+@pytest.mark.parametrize("capture", [RuntimeCapture, FxCapture], ids=["runtime", "fx"])
+def test_gradient_statistics_from_products_equal_the_formed_gradients(capture, monkeypatch):
+    torch.manual_seed(0)
+    model = Mixed()
+    grads, chosen = probe(capture, model, monkeypatch)
+    reference, _ = probe(capture, model, monkeypatch, products=False)
+    assert_same(grads, reference)
+    expected = {"embed.weight", "fc.weight", "proj_w", "shared.weight"}
+    if capture is RuntimeCapture:
+        expected.add("rot")  # fx sees W.t() as a separate node: its product is left to autograd
+    assert chosen == expected
+    assert {"narrow.weight", "reg.weight"} <= set(grads)  # formed, and measured all the same
+
+
+def test_weights_taken_from_products_are_not_asked_of_autograd(monkeypatch):
+    torch.manual_seed(0)
+    model = Mixed()
+    asked = []
+    grad = torch.autograd.grad
+
+    def recording(outputs, inputs, *args, **kwargs):
+        asked.extend(inputs)
+        return grad(outputs, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", recording)
+    _, chosen = probe(RuntimeCapture, model, monkeypatch)
+    named = dict(model.named_parameters())
+    asked_params = {id(t) for t in asked if isinstance(t, torch.Tensor)}
+    assert chosen and not any(id(named[n]) in asked_params for n in chosen)
+    assert id(named["reg.weight"]) in asked_params and id(named["narrow.weight"]) in asked_params
