@@ -817,7 +817,8 @@ def _product(name: str, x: Any, y: Any, w: Optional[torch.Tensor], lookup: bool 
     ``dy.reshape(-1, fan_in)`` summed into the rows ``x`` of the ``(fan_out, fan_in)`` table; and when the
     gradient of ``y`` can be asked of autograd (a whole, contiguous view is asked through its base).
     None otherwise."""
-    if w is None or type(x) is not torch.Tensor or type(y) is not torch.Tensor or not y.dim() \
+    if w is None or type(x) is not torch.Tensor or type(y) is not torch.Tensor or x.is_nested or y.is_nested \
+            or x.layout != torch.strided or y.layout != torch.strided or not y.dim() \
             or not y.is_floating_point() or x.device != y.device or y.grad_fn is None:
         return None
     if lookup:
