@@ -73,6 +73,6 @@ def test_gradient_statistics_equal_the_formed_gradients(zoo_model, monkeypatch):
     for weight, stats in report.probe.grads.items():
         ref = reference.probe.grads[weight]
         # a formed gradient's norm is summed in float32 by the probe: up to 1e-3 off on tens of millions of entries
-        tol = 1e-6 if weight in chosen else 1e-3
+        tol = 1e-5 if weight in chosen else 1e-3
         assert abs(stats.rms - ref.rms) <= tol * ref.rms and abs(stats.std - ref.std) <= tol * ref.rms, weight
         assert abs(stats.mean - ref.mean) <= tol * ref.rms, weight
