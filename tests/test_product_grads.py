@@ -6,6 +6,8 @@ weights, and takes each weight's gradient norm and mean from those and the produ
 (their norms summed in float64) and check which weights take which path."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn as nn
@@ -106,3 +108,39 @@ def test_weights_taken_from_products_are_not_asked_of_autograd(monkeypatch):
     asked_params = {id(t) for t in asked if isinstance(t, torch.Tensor)}
     assert chosen and not any(id(named[n]) in asked_params for n in chosen)
     assert id(named["reg.weight"]) in asked_params and id(named["narrow.weight"]) in asked_params
+
+
+def test_an_overflowing_gradient_is_measured_as_the_formed_one(monkeypatch):
+    """50 Linear(256, 256) layers drawn at std 1 (seed 002's RandnStack, wider): the signal overflows
+    float32 and so do the gradients. Their Gram products would give NaN (inf - inf) where the formed
+    gradient's norm is inf, and the reverse; such weights are formed from the kept products after the
+    transfer, so the figures are the formed gradients' (inf stays inf, NaN stays NaN)."""
+    torch.manual_seed(0)
+    layers = [nn.Linear(WIDTH, WIDTH) for _ in range(50)]
+    for layer in layers:
+        nn.init.normal_(layer.weight)
+        nn.init.normal_(layer.bias)
+    model = nn.Sequential(*layers)
+    x = torch.randn(8, WIDTH)
+    chosen = {}
+    original = R._by_products
+
+    def spy(graph, c, weights):
+        chosen.update(original(graph, c, weights))
+        return chosen
+
+    with monkeypatch.context() as m:
+        m.setattr(R, "_by_products", spy)
+        grads = R.run_probe(RuntimeCapture(model), (x,), {}).grads
+    with monkeypatch.context() as m:
+        m.setattr(R, "_by_products", lambda graph, c, weights: {})
+        formed = R.run_probe(RuntimeCapture(model), (x,), {}).grads
+    assert len(chosen) == 50
+    overflowed = [n for n, s in formed.items() if not math.isfinite(s["rms"])]
+    assert {"inf", "nan"} <= {repr(formed[n]["rms"]) for n in overflowed}  # both kinds occur
+    for name, stats in grads.items():
+        ref = formed[name]
+        if name in overflowed:
+            assert repr(stats["rms"]) == repr(ref["rms"]), name
+        else:
+            assert stats["rms"] == pytest.approx(ref["rms"], rel=1e-4), name

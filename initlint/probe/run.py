@@ -134,6 +134,9 @@ class _Collector:
         self.products: Optional[Dict[int, "_Product"]] = None
         """Op id -> the weight product it computed (:meth:`StatsObserver.weight_product`); None: not kept."""
         self.named: Dict[str, torch.Tensor] = {}
+        self.overflow: Dict[str, List[Tuple["_Product", torch.Tensor]]] = {}
+        """Per weight measured from products: its products and their output gradients, kept until the
+        transfer shows whether its gradient overflowed (:func:`confirm_overflow`)."""
 
     def skip(self, kind: str, what: str) -> None:
         names = self.skipped.setdefault(kind, [])
@@ -720,6 +723,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
     c.finish(result)
     confirm_duplicates(c, result)
     confirm_extremes(c, result)
+    confirm_overflow(c, result)
     result.notes.extend(c.skip_notes())
     return result.seal()
 
@@ -921,6 +925,36 @@ def _product_grads(c: _Collector, by_products: Dict[str, List[_Product]], grads:
         c.put("grads", name, "norm", torch.sum(gram * other).clamp_min(0).sqrt())
         c.put("grads", name, "mean", torch.dot(a.sum(1), sums) / w.numel())
         c.const("grads", name, "numel", float(w.numel()))
+        c.overflow[name] = pairs
+
+
+def confirm_overflow(c: _Collector, result: ProbeResult) -> None:
+    """A gradient from products whose norm or mean is not finite (the signal overflowed) is formed from the
+    kept inputs and output gradients, as autograd forms it, and measured as formed gradients are: the Gram
+    products of huge or infinite values give NaN (``inf - inf``) where the formed gradient's float32 norm
+    is inf, and the reverse. Runs on the host after the one transfer, only for such weights."""
+    for name, pairs in c.overflow.items():
+        stats = result.grads.get(name, {})
+        if all(math.isfinite(stats.get(k, 0.0)) for k in ("rms", "mean")):
+            continue
+        w = c.named[name]
+        fan_in, fan_out = pairs[0][0].fan_in, pairs[0][0].fan_out
+        with torch.no_grad():
+            grad = torch.zeros(fan_in, fan_out, dtype=w.dtype, device=w.device)  # the gradient, as (fan_in, fan_out)
+            for p, g in pairs:
+                if p.lookup:
+                    ids, rows = p.x.reshape(-1), g.reshape(-1, fan_in).to(w.dtype)
+                    if p.padding is not None:
+                        ids, rows = ids[ids != p.padding], rows[ids != p.padding]
+                    grad.mT.index_add_(0, ids, rows)
+                else:
+                    grad += p.x.reshape(-1, fan_in).to(w.dtype).mT @ g.reshape(-1, fan_out).to(w.dtype)
+            acc = _acc(grad)
+            host = torch.stack([torch.linalg.vector_norm(grad, dtype=acc), grad.mean(dtype=acc)]).tolist()
+        fresh = {"norm": host[0], "mean": host[1], "numel": float(w.numel())}
+        _derive(fresh)
+        result.grads[name] = fresh
+    c.overflow = {}
 
 
 def _rows(parts: List[torch.Tensor], width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
