@@ -857,7 +857,9 @@ def _by_products(graph: Graph, c: _Collector, weights: List[Tuple[str, torch.Ten
     """The weights whose gradients come from their products (:func:`_product_grads`): every op of the graph
     that uses the weight is a kept product or lookup of it, all in one layout (a lookup reads a table laid
     out as ``F.linear``'s weight), whose input still holds what it read; and the rows are few enough that
-    the two Gram matrices cost less than the gradient (``rows * (fan_in + fan_out) <= fan_in * fan_out``)."""
+    the two Gram matrices cost less than the gradient's product: ``rows^2 * fan_in + dense^2 * fan_out <=
+    dense * fan_in * fan_out``, ``dense`` the products' rows (a lookup's one-hot rows cost comparisons, not
+    products; without lookups, ``rows * (fan_in + fan_out) <= fan_in * fan_out``)."""
     products = c.products or {}
     if not products:
         return {}
@@ -877,7 +879,9 @@ def _by_products(graph: Graph, c: _Collector, weights: List[Tuple[str, torch.Ten
         if len(layouts) != 1 or any((p.fan_in, p.fan_out) != (first.fan_in, first.fan_out) for p in kept) \
                 or any(p.x._version != p.version for p in kept):
             continue
-        if sum(p.rows for p in kept) * (first.fan_in + first.fan_out) <= first.fan_in * first.fan_out:
+        rows = sum(p.rows for p in kept)
+        dense = sum(p.rows for p in kept if not p.lookup)
+        if rows * rows * first.fan_in + dense * dense * first.fan_out <= dense * first.fan_in * first.fan_out:
             out[name] = kept
     return out
 
