@@ -1,8 +1,9 @@
 """Published architectures at their real widths and vocabularies (``tests/zoo_real.py``).
 
 Each one is audited at its default init and must give no warning; then one of its layers is
-corrupted and the finding must name exactly that layer. One build serves both tests: the
-fixture is parametrised per model at module scope, so pytest runs a model's two tests
+corrupted and the finding must name exactly that layer; and its gradient statistics taken from
+weight products must equal the formed gradients'. One build serves the three tests: the
+fixture is parametrised per model at module scope, so pytest runs a model's tests
 together and frees the model before building the next.
 """
 import gc
