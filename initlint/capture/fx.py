@@ -171,28 +171,22 @@ class _Observed(fx.Interpreter):
         if observe_product is None:
             return
         args, kwargs = self.fetch_args_kwargs_from_env(node)
-        lookup = None
+        found = None
         if node.op == "call_module":
             module = self.fetch_attr(node.target)
             x = args[0] if args else kwargs.get("input")
             if type(module).forward is nn.Linear.forward:
-                pair = (x, module.weight)
+                found = (x, module.weight, False, None)
             elif type(module).forward is nn.Embedding.forward:
-                lookup = O.lookup_operands("embedding", (x, module.weight, module.padding_idx, module.max_norm,
-                                                         module.norm_type, module.scale_grad_by_freq,
-                                                         module.sparse), {})
-                pair = lookup[:2] if lookup is not None else None
-            else:
-                pair = None
-        elif op.kind == "embedding":
-            lookup = O.lookup_operands(O.call_name(node.target), tuple(args), dict(kwargs))
-            pair = lookup[:2] if lookup is not None else None
+                found = O.weight_operands("embedding", "embedding", (x, module.weight, module.padding_idx,
+                                                                     module.max_norm, module.norm_type,
+                                                                     module.scale_grad_by_freq, module.sparse), {})
         else:
-            pair = O.product_operands(O.call_name(node.target), tuple(args), dict(kwargs))
-        if pair is not None and isinstance(pair[1], nn.Parameter) \
-                and self.cap.param_names.get(id(pair[1])) == op.params.get("weight") \
-                and id(pair[0]) not in self.cap.param_names:
-            observe_product(op, pair[0], out, lookup[2] if lookup is not None else None, lookup is not None)
+            found = O.weight_operands(op.kind, O.call_name(node.target), tuple(args), dict(kwargs))
+        if found is not None and isinstance(found[1], nn.Parameter) \
+                and self.cap.param_names.get(id(found[1])) == op.params.get("weight") \
+                and id(found[0]) not in self.cap.param_names:
+            observe_product(op, found[0], out, *found[2:])
 
     def _observe_attention(self, node: fx.Node, op: Any, call: O.AttentionCall) -> None:
         """The queries and keys of an attention node, by the fx nodes that produced them."""

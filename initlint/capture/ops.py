@@ -309,6 +309,17 @@ def lookup_operands(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) ->
     return ids, w, padding
 
 
+def weight_operands(kind: str, name: str, args: Tuple[Any, ...],
+                    kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any, bool, Optional[int]]]:
+    """``(x, w, lookup, padding_idx)`` of a weight product (:func:`product_operands`) or, for an
+    ``embedding`` op, a lookup (:func:`lookup_operands`); None for other calls."""
+    if kind == "embedding":
+        found = lookup_operands(name, args, kwargs)
+        return None if found is None else (found[0], found[1], True, found[2])
+    pair = product_operands(name, args, kwargs)
+    return None if pair is None else (pair[0], pair[1], False, None)
+
+
 def weight_layout(name: str) -> str:
     """``out_in`` for ``F.linear``-style weights, ``in_out`` for ``x @ W`` / ``addmm(b, x, W)``."""
     return "in_out" if kind_of_name(name) in ("linear", "matmul") and name != "linear" else "out_in"

@@ -202,14 +202,13 @@ class RuntimeCapture(Capture):
         observe_product = getattr(self.observe, "weight_product", None)
         if observe_product is None:
             return
-        lookup = O.lookup_operands(name, args, kwargs) if op.kind == "embedding" else None
-        pair = lookup[:2] if lookup is not None else O.product_operands(name, args, kwargs)
-        if pair is None or not isinstance(pair[0], torch.Tensor) or not isinstance(pair[1], torch.Tensor) \
-                or self.param_of(pair[0]) is not None or not self._whole(pair[1]):
+        found = O.weight_operands(op.kind, name, args, kwargs)
+        if found is None or not isinstance(found[0], torch.Tensor) or not isinstance(found[1], torch.Tensor) \
+                or self.param_of(found[0]) is not None or not self._whole(found[1]):
             return
-        if self.param_of(pair[1])[0] == op.params.get("weight"):  # type: ignore[index]
+        if self.param_of(found[1])[0] == op.params.get("weight"):  # type: ignore[index]
             with torch._C.DisableTorchFunction():
-                observe_product(op, pair[0], out, lookup[2] if lookup is not None else None, lookup is not None)
+                observe_product(op, found[0], out, *found[2:])
 
     def _record_attention(self, func: Any, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],
                           out: Any) -> None:

@@ -260,7 +260,7 @@ class StatsObserver:
         if y.dim() == 3 and op.kind in TOKEN_KINDS and y.shape[-1] >= 16:
             self._tokens(op, y)
 
-    def weight_product(self, op: Op, x: Any, y: Any, padding: Optional[int] = None, lookup: bool = False) -> None:
+    def weight_product(self, op: Op, x: Any, y: Any, lookup: bool = False, padding: Optional[int] = None) -> None:
         """Called by the capture after an op that computes ``y = x @ w`` (plus a bias) with its weight ``w``
         or a view holding each of its entries once (:func:`~initlint.capture.ops.product_operands`), or
         that looks up the rows ``x`` of ``w`` (``lookup``, :func:`~initlint.capture.ops.lookup_operands`):
@@ -872,7 +872,7 @@ def _by_products(graph: Graph, c: _Collector, weights: List[Tuple[str, torch.Ten
         found = [products.get(i) for i in uses.get(name, [])]
         if not found or any(p is None or p.name != name for p in found):
             continue
-        kept: List[_Product] = [p for p in found if p is not None]
+        kept: List[_Product] = found  # type: ignore[assignment]  # no None left
         first = kept[0]
         layouts = {"out_in" if graph[i].kind == "embedding" else graph[i].attrs.get("layout", "out_in")
                    for i in uses[name]}
