@@ -869,7 +869,9 @@ class _Private(TorchDispatchMode):
     over rows) writes them out and sees a full tensor of the declared distribution, and the evenly
     strided sample :func:`draw_of` reads is a sample of that distribution, taken from the drawn values
     when nothing else touched them. The random draws of a large model, a pass as costly as a forward and
-    backward at a small batch (GPT-2 124M: 124M normal draws), and its copy, cost nothing then.
+    backward at a small batch (GPT-2 124M: 124M normal draws), and its copy, cost nothing then. A random
+    fill of a smaller whole tensor draws nothing until an op reads it; one that a later fill overwrites
+    (``kaiming_normal_`` after a first ``normal_``) is never drawn.
 
     Values of a private tensor are read through :meth:`sample`; an op outside torch's dispatcher
     (``.numpy()``, ``data_ptr()``) would see memory that holds nothing yet."""
@@ -880,6 +882,9 @@ class _Private(TorchDispatchMode):
         """Storage -> (private tensor, original tensor) whose values it stands for."""
         self.tiled: Dict[int, Tuple[torch.Tensor, Union[torch.Tensor, "_Fill"]]] = {}
         """Storage -> (private tensor, :data:`TILE` values repeated over it, or the fill that draws them)."""
+        self.pending: Dict[int, Tuple[torch.Tensor, "_Fill"]] = {}
+        """Storage -> (private tensor, the random fill that wrote the whole of it, not drawn yet): a tensor too
+        small to tile, drawn in full only when something reads it."""
         self.patches: Dict[int, List[Tuple[torch.Tensor, float]]] = {}
         """Storage -> (flat positions, value) written over its tile since, in order: an Embedding's
         ``weight[padding_idx].zero_()`` after its ``normal_``."""
@@ -950,6 +955,10 @@ class _Private(TorchDispatchMode):
             fresh, original = self.original.pop(key)
             with torch.no_grad():
                 _alias(fresh).copy_(original)
+        elif key in self.pending:
+            fresh, fill = self.pending.pop(key)
+            with torch.no_grad():
+                fill.draw(_alias(fresh))
         elif key in self.tiled:
             block = self._block(key)
             fresh, _ = self.tiled.pop(key)
@@ -982,7 +991,7 @@ class _Private(TorchDispatchMode):
             if isinstance(out, torch.Tensor) and out.numel() >= 4 * TILE:
                 self.large.add(_storage(out))  # a fresh tensor a random fill may draw as a tile
             return out
-        if not (self.original or self.tiled) or func.is_view:
+        if not (self.original or self.tiled or self.pending) or func.is_view:
             return func(*args, **kwargs)
         tiled = self._on_tiles(func, args, kwargs)
         if tiled is not _NOT_TILED:
@@ -999,9 +1008,14 @@ class _Private(TorchDispatchMode):
             return func(*args, **kwargs)
         self.original.pop(tkey, None)
         self.tiled.pop(tkey, None)
+        self.pending.pop(tkey, None)
         self.patches.pop(tkey, None)
-        if func in _RANDOM_FILLS and tkey in self.large and _tileable(target):
-            self.tiled[tkey] = (target, _Fill(func, tuple(args[1:]), dict(kwargs), target.dtype, target.device))
+        if func in _RANDOM_FILLS:
+            fill = _Fill(func, tuple(args[1:]), dict(kwargs), target.dtype, target.device)
+            if tkey in self.large and _tileable(target):
+                self.tiled[tkey] = (target, fill)
+            else:
+                self.pending[tkey] = (target, fill)
             return target
         return func(*args, **kwargs)
 
@@ -1025,7 +1039,7 @@ class _Private(TorchDispatchMode):
 
     def _stands_in(self, key: int) -> bool:
         """Whether ``key``'s tensor holds nothing yet: its values are its original's or a tile's."""
-        return key in self.original or key in self.tiled
+        return key in self.original or key in self.tiled or key in self.pending
 
     def _block(self, key: int) -> torch.Tensor:
         """The tile of ``key``'s tensor, drawn now if its fill has not drawn it yet."""
@@ -1043,7 +1057,7 @@ class _Private(TorchDispatchMode):
         return self._block(key) if entry is not None and entry[0].shape == t.shape and _tileable(t) else None
 
     def draws(self, tensors: Sequence[torch.Tensor]) -> List[Draw]:
-        """:func:`draws_of` for private tensors: a tensor that only a random fill wrote (its tile never drawn,
+        """:func:`draws_of` for private tensors: a tensor that only a random fill wrote (its values never drawn,
         nothing done to it since) has the draw of its distribution, exactly; the others are sampled."""
         exact = [self._exact(t) for t in tensors]
         sampled = iter(draws_of([t for t, d in zip(tensors, exact) if d is None], sample=self.sample))
@@ -1051,7 +1065,7 @@ class _Private(TorchDispatchMode):
 
     def _exact(self, t: torch.Tensor) -> Optional[Draw]:
         key = _storage(t) if t.layout == torch.strided and t.numel() else None
-        entry = self.tiled.get(key) if key is not None else None
+        entry = (self.tiled.get(key) or self.pending.get(key)) if key is not None else None
         if entry is None or not isinstance(entry[1], _Fill) or key in self.patches or entry[0].shape != t.shape:
             return None
         return entry[1].exact(min(t.numel(), SAMPLE))
@@ -1076,6 +1090,7 @@ class _Private(TorchDispatchMode):
                 and _tileable(args[0]) and args[0].device == tiles[1].device:
             key = _storage(args[0])
             self.original.pop(key, None)
+            self.pending.pop(key, None)
             self.patches.pop(key, None)
             self.tiled[key] = (args[0], tiles[1].clone())
             return args[0]
@@ -1137,8 +1152,9 @@ class _Fill:
     dtype: torch.dtype
     device: torch.device
 
-    def draw(self) -> torch.Tensor:
-        block = torch.empty(TILE, dtype=self.dtype, device=self.device)
+    def draw(self, into: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The fill's values: :data:`TILE` of them, or the whole of ``into``."""
+        block = torch.empty(TILE, dtype=self.dtype, device=self.device) if into is None else into
         self.func(block, *self.args, **self.kwargs)
         return block
 
