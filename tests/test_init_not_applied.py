@@ -328,10 +328,11 @@ def _written_out(lazy, private):
     lambda t: t.mul_(0.5),
 ], ids=["normal", "trunc_normal", "trunc_normal_rejection", "kaiming_uniform", "xavier", "orthogonal",
         "padding_rows", "rescaled", "rescale_only"])
-def test_a_private_parameter_draws_what_the_init_draws_on_a_real_tensor(init):
+@pytest.mark.parametrize("shape", [(1024, 768), (192, 128)], ids=["tiled", "small"])
+def test_a_private_parameter_draws_what_the_init_draws_on_a_real_tensor(init, shape):
     from initlint.rules.il014_init_not_applied import same
 
-    drawn, lazy, private, original = _declared_on_private(init)
+    drawn, lazy, private, original = _declared_on_private(init, shape)
     real = original.detach().clone()
     with torch.no_grad():
         init(real)
@@ -364,6 +365,43 @@ def test_a_fill_nothing_reads_again_has_the_exact_draw_of_its_distribution():
         drawn, lazy, private, original = _declared_on_private(init)
         assert isinstance(lazy.tiled[il._storage(private)][1], il._Fill)  # no value drawn
         assert (drawn.std, drawn.mean, drawn.kurt, drawn.zeros, drawn.n) == (std, 0.0, kurt, 0.0, il.SAMPLE)
+
+
+def test_a_small_fill_is_drawn_only_when_read_and_never_when_overwritten(monkeypatch):
+    """A random fill of a tensor too small to tile waits: a second fill over it (``kaiming_normal_`` after
+    ``normal_``) means the first is never drawn; a fill nothing reads has its distribution's exact draw;
+    an op that reads it (``mul_``) first writes the fill out in full."""
+    from initlint.rules import il014_init_not_applied as il
+
+    drawn_fills = []
+    real_draw = il._Fill.draw
+    monkeypatch.setattr(il._Fill, "draw", lambda self, into=None: drawn_fills.append(self) or real_draw(self, into))
+
+    def twice(t):
+        nn.init.normal_(t, std=0.02)
+        nn.init.kaiming_normal_(t, mode="fan_out", nonlinearity="relu")
+
+    drawn, lazy, private, original = _declared_on_private(twice, (256, 64))
+    assert drawn_fills == [] and isinstance(lazy.pending[il._storage(private)][1], il._Fill)
+    assert (drawn.std, drawn.mean, drawn.kurt, drawn.n) == ((2 / 256) ** 0.5, 0.0, 3.0, 256 * 64)
+
+    drawn, lazy, private, original = _declared_on_private(lambda t: (nn.init.normal_(t), t.mul_(0.02)), (256, 64))
+    assert len(drawn_fills) == 1 and not lazy.pending and not lazy.original
+    assert private.abs().max() < 0.2 and abs(private.std().item() / 0.02 - 1) < 0.05  # the fill, written out, then scaled
+    assert (drawn.std, drawn.kurt) != (0.02, 3.0)  # sampled from the values, not the exact draw
+
+
+def test_a_small_half_precision_fill_is_sampled_from_its_values():
+    """Half precision has no exact draw (a small std rounds values to zero): the fill is written out and read."""
+    from initlint.rules import il014_init_not_applied as il
+
+    lazy = il._Private()
+    private = lazy.parameter(nn.Parameter(torch.randn(256, 64, dtype=torch.float16)))
+    with torch.no_grad(), lazy.drawing([private]):
+        nn.init.normal_(private, std=0.02)
+    drawn = lazy.draws([private])[0]
+    assert not lazy.pending and torch.isfinite(private).all()
+    assert abs(drawn.std / 0.02 - 1) < 0.05 and drawn.n == 256 * 64
 
 
 class _HiddenLayers(nn.Module):
