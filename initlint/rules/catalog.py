@@ -1136,8 +1136,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'from a random stream of its own: the model, its parameters and the global random state\n'
                       'are not touched, and the extra memory is at most one block. A private parameter holds the\n'
                       "original's values only once the init reads them, and a random fill of a large one stands for\n"
-                      'the whole tensor with 65521 values, drawn only if a later step of the init reads them; a\n'
-                      'parameter that only a ``normal_`` or ``uniform_`` fill wrote is compared with that\n'
+                      'the whole tensor with 65521 values, drawn only if a later step of the init reads them (a\n'
+                      'smaller one is drawn in full, and only then: a fill that a second fill overwrites is never\n'
+                      'drawn); a parameter that only a ``normal_`` or ``uniform_`` fill wrote is compared with that\n'
                       "distribution's exact statistics. So the declared init costs neither a copy nor a draw of\n"
                       'the model. An init that writes a tensor outside its private copy (a layer the model keeps\n'
                       'in a plain list, reached through the original module) is stopped before the write and\n'

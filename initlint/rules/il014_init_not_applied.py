@@ -79,8 +79,9 @@ class InitNotApplied(Rule):
     from a random stream of its own: the model, its parameters and the global random state
     are not touched, and the extra memory is at most one block. A private parameter holds the
     original's values only once the init reads them, and a random fill of a large one stands for
-    the whole tensor with 65521 values, drawn only if a later step of the init reads them; a
-    parameter that only a ``normal_`` or ``uniform_`` fill wrote is compared with that
+    the whole tensor with 65521 values, drawn only if a later step of the init reads them (a
+    smaller one is drawn in full, and only then: a fill that a second fill overwrites is never
+    drawn); a parameter that only a ``normal_`` or ``uniform_`` fill wrote is compared with that
     distribution's exact statistics. So the declared init costs neither a copy nor a draw of
     the model. An init that writes a tensor outside its private copy (a layer the model keeps
     in a plain list, reached through the original module) is stopped before the write and
