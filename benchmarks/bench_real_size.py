@@ -10,8 +10,10 @@ tests audit them with; ``--batch 16`` gives each zoo model 16 examples instead o
 ``initlint check`` infers by default). ``--set published``: GPT-2 124M, BERT-base and a Llama-style LM
 (``_common.REAL_SIZE``) at their full depth on 8 x 64 tokens.
 
-One process measures, after one warm-up round and with the two taking turns in every
-repeat, the median wall time of
+Each model is measured in a fresh process of its own, with glibc malloc's thresholds fixed
+(:data:`ALLOCATOR`), so that its timings do not depend on the models measured before it. That
+process measures, after one warm-up round and with the two taking turns in every repeat, the
+median wall time of
 
 * ``fwd+bwd``: a training-mode forward and ``torch.autograd.grad`` of a random cotangent at
   the main output with respect to every parameter (``_common.forward_backward``);
@@ -26,8 +28,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any, Callable, Dict, Iterator, List, Tuple
@@ -146,6 +150,51 @@ def published_models(names: List[str]) -> List[Tuple[str, Callable[[], Tuple[Any
     return [(n, (lambda n=n: C.build(n))) for n in (names or list(C.REAL_SIZE))]
 
 
+ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(64 << 20)}
+"""glibc malloc as a long-running process settles: its dynamic mmap threshold rises, as large tensors
+are freed, to at most 32 MiB, and the heap is trimmed past twice that. Fixed in each model's process:
+left dynamic, where it stands depends on the tensors freed before, and the forward+backward's fresh
+gradients cost page faults or not with it (T5-small: 64-85 thousand page faults per call, 350-430 ms
+in a process of its own; 190 ms measured after the zoo's larger models in one process)."""
+
+
+def _measure_here(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
+    """Build ``name``, audit it once, then time fwd+bwd and the audit in turns (and the stages)."""
+    import initlint
+
+    import zoo_real
+
+    build = dict(zoo_models([name], opts.batch or zoo_real.BATCH) if opts.model_set == "zoo"
+                 else published_models([name]))[name]
+    model, inputs = build()
+    report = initlint.audit(model, C.example(inputs))
+    audit = (lambda: initlint.audit(model, C.example(inputs)))
+    fns = {"fwd_bwd": (lambda: C.forward_backward(model, inputs)), "audit": audit}
+    samples: List[Dict[str, float]] = []
+    if opts.breakdown:
+        stages = Stages()
+        fns["breakdown"] = lambda: samples.append(stages.measure(audit))
+    t = C.interleaved_medians(fns, opts.repeats)
+    samples = samples[-opts.repeats:]  # the warm-up round's sample is dropped
+    return {"capture": report.capture, "warnings": sum(1 for f in report.findings if f.severity != "info"),
+            "fwd_bwd": t["fwd_bwd"], "audit": t["audit"],
+            "stages": {k: statistics.median(s[k] for s in samples) for k in STAGES} if samples else {}}
+
+
+def _in_own_process(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
+    """:func:`_measure_here` in a fresh Python process with :data:`ALLOCATOR`, so that no model's timings
+    depend on the models measured before it (the heap they left, the allocator's thresholds)."""
+    argv = [sys.executable, os.path.abspath(__file__), "--worker", name, "--set", opts.model_set,
+            "--repeats", str(opts.repeats), "--threads", str(opts.threads)]
+    argv += ["--breakdown"] if opts.breakdown else []
+    argv += ["--batch", str(opts.batch)] if opts.batch is not None else []
+    env = dict(os.environ, **ALLOCATOR, INITLINT_NO_PROGRESS="1")
+    done = subprocess.run(argv, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"measuring {name} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", dest="model_set", choices=("zoo", "published"), default="zoo")
@@ -155,11 +204,15 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="also time the audit's stages")
     parser.add_argument("--batch", type=int, default=None,
                         help="examples per zoo model's probe batch (default: the zoo's own, 2)")
+    parser.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one model, in this process; prints JSON
     opts = parser.parse_args()
     C.set_threads(opts.threads)
     import transformers
 
     transformers.logging.set_verbosity_error()
+    if opts.worker:
+        print(json.dumps(_measure_here(opts.worker, opts)))
+        return
     import initlint
 
     print(f"machine: {C.machine()}")
@@ -175,31 +228,17 @@ def main() -> None:
     if unknown:
         parser.error(f"no model {', '.join(unknown)} in the {opts.model_set} set; it has {', '.join(known)}")
     if opts.model_set == "zoo":
-        models = zoo_models(names, opts.batch or zoo_real.BATCH)
         print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model")
-    else:
-        models = published_models(names)
+    print("each model in a process of its own, glibc malloc: " + ", ".join(f"{k}={v}" for k, v in ALLOCATOR.items()))
     rows, ratios, parts = [], [], []
-    for name, build in models:
-        model, inputs = build()
-        report = initlint.audit(model, C.example(inputs))
-        audit = (lambda m=model, i=inputs: initlint.audit(m, C.example(i)))
-        fns = {"fwd_bwd": (lambda m=model, i=inputs: C.forward_backward(m, i)), "audit": audit}
-        if opts.breakdown:
-            stages = Stages()
-            samples: List[Dict[str, float]] = []
-            fns["breakdown"] = lambda: samples.append(stages.measure(audit))
-        t = C.interleaved_medians(fns, opts.repeats)
-        ratio = t["audit"] / t["fwd_bwd"]
+    for name in (names or known):
+        got = _in_own_process(name, opts)
+        ratio = got["audit"] / got["fwd_bwd"]
         ratios.append(ratio)
-        warnings = sum(1 for f in report.findings if f.severity != "info")
-        rows.append([name, report.capture, warnings, C.ms(t["fwd_bwd"]), C.ms(t["audit"]), f"{ratio:.2f}"])
+        rows.append([name, got["capture"], got["warnings"], C.ms(got["fwd_bwd"]), C.ms(got["audit"]), f"{ratio:.2f}"])
         if opts.breakdown:
-            samples = samples[-opts.repeats:]  # the warm-up round's sample is dropped
-            parts.append([name] + [f"{statistics.median(s[k] for s in samples) / t['fwd_bwd']:.3f}"
-                                   for k in STAGES])
-        print(f"  {name}: fwd+bwd {C.ms(t['fwd_bwd'])} ms, audit {C.ms(t['audit'])} ms, {ratio:.2f}", flush=True)
-        del model, inputs, fns, report, audit
+            parts.append([name] + [f"{got['stages'][k] / got['fwd_bwd']:.3f}" for k in STAGES])
+        print(f"  {name}: fwd+bwd {C.ms(got['fwd_bwd'])} ms, audit {C.ms(got['audit'])} ms, {ratio:.2f}", flush=True)
     rows.append(["**median**", "", "", "", "", f"**{statistics.median(ratios):.2f}**"])
     print()
     print(f"Median of {opts.repeats} runs after a warm-up, milliseconds.")
