@@ -7,6 +7,7 @@ weights, and takes each weight's gradient norm and mean from those and the produ
 from __future__ import annotations
 
 import math
+import sys
 
 import pytest
 import torch
@@ -90,6 +91,49 @@ def test_gradient_statistics_from_products_equal_the_formed_gradients(capture, m
         expected.add("rot")  # fx sees W.t() as a separate node: its product is left to autograd
     assert chosen == expected
     assert {"narrow.weight", "reg.weight"} <= set(grads)  # formed, and measured all the same
+
+
+class Convs(nn.Module):
+    """2-D convolutions: strided and dilated, 1x1, a rectangular kernel called twice, a reflect-padded one
+    (the runtime capture sees ``F.pad`` then ``conv2d``); and those whose gradient stays formed: a first
+    layer with more output positions than its gradient has entries' worth, ``padding="same"``, grouped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Conv2d(3, 64, 3, padding=1)
+        self.strided = nn.Conv2d(64, 128, 3, stride=2, padding=2, dilation=2)
+        self.point = nn.Conv2d(128, 256, 1)
+        self.twice = nn.Conv2d(256, 256, (3, 1), padding=(1, 0), bias=False)
+        self.same = nn.Conv2d(256, 256, 3, padding="same")
+        self.grouped = nn.Conv2d(256, 256, 3, padding=1, groups=4)
+        self.reflect = nn.Conv2d(256, 256, 3, padding=1, padding_mode="reflect")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.first(x))
+        x = torch.relu(self.strided(x))
+        x = self.twice(self.point(x))
+        x = self.twice(torch.tanh(x))
+        return self.reflect(self.grouped(self.same(x)))
+
+
+IMAGES = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("capture", [RuntimeCapture, FxCapture], ids=["runtime", "fx"])
+def test_convolution_gradients_from_unfolded_products_equal_the_formed_gradients(capture, monkeypatch):
+    torch.manual_seed(0)
+    model = Convs()
+    monkeypatch.setattr(sys.modules[__name__], "IDS", IMAGES)
+    grads, chosen = probe(capture, model, monkeypatch)
+    reference, _ = probe(capture, model, monkeypatch, products=False)
+    assert_same({n: s for n, s in grads.items() if n in chosen}, {n: reference[n] for n in chosen})
+    for name in set(grads) - chosen:  # formed: their float32 norms of up to 590k entries are the less exact
+        assert grads[name]["rms"] == pytest.approx(reference[name]["rms"], rel=1e-4), name
+    expected = {"strided.weight", "point.weight", "twice.weight"}
+    if capture is RuntimeCapture:
+        expected.add("reflect.weight")  # fx keeps the module call, whose input is not yet padded
+    assert chosen == expected
+    assert {"first.weight", "same.weight", "grouped.weight"} <= set(grads)  # formed, and measured all the same
 
 
 def test_weights_taken_from_products_are_not_asked_of_autograd(monkeypatch):

@@ -161,7 +161,7 @@ class _Observed(fx.Interpreter):
             self.observe(op, out)
             if self.attention is not None:
                 self._observe_attention(n, op, self.attention)
-            if op.kind in ("linear", "embedding"):
+            if op.kind in ("linear", "embedding", "conv"):
                 self._observe_product(n, op, out)
         return out
 
@@ -176,7 +176,10 @@ class _Observed(fx.Interpreter):
             module = self.fetch_attr(node.target)
             x = args[0] if args else kwargs.get("input")
             if type(module).forward is nn.Linear.forward:
-                found = (x, module.weight, False, None)
+                found = (x, module.weight, False, None, None)
+            elif type(module).forward is nn.Conv2d.forward and module.padding_mode == "zeros":
+                found = O.weight_operands("conv", "conv2d", (x, module.weight, module.bias, module.stride,
+                                                             module.padding, module.dilation, module.groups), {})
             elif type(module).forward is nn.Embedding.forward:
                 found = O.weight_operands("embedding", "embedding", (x, module.weight, module.padding_idx,
                                                                      module.max_norm, module.norm_type,

@@ -309,15 +309,52 @@ def lookup_operands(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) ->
     return ids, w, padding
 
 
+Conv = Tuple[Tuple[int, int], Tuple[int, int], Tuple[int, int], Tuple[int, int]]
+"""A 2-D convolution's kernel size, stride, padding and dilation (``F.unfold``'s arguments)."""
+
+
+def _pair(value: Any) -> Optional[Tuple[int, int]]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value, value
+    if isinstance(value, (tuple, list)) and len(value) == 2 and all(type(v) is int for v in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
+def conv_operands(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any, Conv]]:
+    """``(x, w, conv)`` of ``F.conv2d(x, w, b, stride, padding, dilation, groups=1)`` with zero padding given
+    as numbers (or ``"valid"``): the gradient of ``w`` is then the product of ``F.unfold(x, ...)``'s columns and
+    the output's gradient, one row per output position. None for other calls (grouped, ``padding="same"``)."""
+    def arg(i: int, key: str, default: Any = None) -> Any:
+        return args[i] if len(args) > i else kwargs.get(key, default)
+
+    if name != "conv2d":
+        return None
+    x, w = arg(0, "input"), arg(1, "weight")
+    if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor)) or w.dim() != 4 or x.dim() != 4 \
+            or arg(6, "groups", 1) != 1:
+        return None
+    padding = arg(4, "padding", 0)
+    stride, padding, dilation = _pair(arg(3, "stride", 1)), _pair(0 if padding == "valid" else padding), \
+        _pair(arg(5, "dilation", 1))
+    if stride is None or padding is None or dilation is None:
+        return None
+    return x, w, ((int(w.shape[2]), int(w.shape[3])), stride, padding, dilation)
+
+
 def weight_operands(kind: str, name: str, args: Tuple[Any, ...],
-                    kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any, bool, Optional[int]]]:
-    """``(x, w, lookup, padding_idx)`` of a weight product (:func:`product_operands`) or, for an
-    ``embedding`` op, a lookup (:func:`lookup_operands`); None for other calls."""
+                    kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any, bool, Optional[int], Optional[Conv]]]:
+    """``(x, w, lookup, padding_idx, conv)`` of a weight product (:func:`product_operands`), for an
+    ``embedding`` op a lookup (:func:`lookup_operands`), for a ``conv`` op a convolution
+    (:func:`conv_operands`); None for other calls."""
     if kind == "embedding":
         found = lookup_operands(name, args, kwargs)
-        return None if found is None else (found[0], found[1], True, found[2])
+        return None if found is None else (found[0], found[1], True, found[2], None)
+    if kind == "conv":
+        conv = conv_operands(name, args, kwargs)
+        return None if conv is None else (conv[0], conv[1], False, None, conv[2])
     pair = product_operands(name, args, kwargs)
-    return None if pair is None else (pair[0], pair[1], False, None)
+    return None if pair is None else (pair[0], pair[1], False, None, None)
 
 
 def weight_layout(name: str) -> str:

@@ -193,7 +193,7 @@ class RuntimeCapture(Capture):
         if kind not in ("view", "other", "add", "mul", "div", "cat"):
             op.location = user_call_site(2)
         self._record_outputs(op, out)
-        if kind in ("linear", "embedding") and isinstance(out, torch.Tensor):
+        if kind in ("linear", "embedding", "conv") and isinstance(out, torch.Tensor):
             self._observe_product(op, name, args, kwargs, out)
 
     def _observe_product(self, op: Op, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any],

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
 from ..capture import ops as O
 from ..capture import Capture
@@ -260,15 +261,17 @@ class StatsObserver:
         if y.dim() == 3 and op.kind in TOKEN_KINDS and y.shape[-1] >= 16:
             self._tokens(op, y)
 
-    def weight_product(self, op: Op, x: Any, y: Any, lookup: bool = False, padding: Optional[int] = None) -> None:
+    def weight_product(self, op: Op, x: Any, y: Any, lookup: bool = False, padding: Optional[int] = None,
+                       conv: Optional[O.Conv] = None) -> None:
         """Called by the capture after an op that computes ``y = x @ w`` (plus a bias) with its weight ``w``
-        or a view holding each of its entries once (:func:`~initlint.capture.ops.product_operands`), or
-        that looks up the rows ``x`` of ``w`` (``lookup``, :func:`~initlint.capture.ops.lookup_operands`):
-        keeps ``x`` and the gradient edge of ``y``, from which the backward probe measures ``w``'s gradient
-        without forming it (:func:`_product_grads`)."""
+        or a view holding each of its entries once (:func:`~initlint.capture.ops.product_operands`), that
+        looks up the rows ``x`` of ``w`` (``lookup``, :func:`~initlint.capture.ops.lookup_operands`), or that
+        convolves ``x`` with ``w`` (``conv``, :func:`~initlint.capture.ops.conv_operands`): keeps ``x`` and
+        the gradient edge of ``y``, from which the backward probe measures ``w``'s gradient without
+        forming it (:func:`_product_grads`)."""
         name = op.params.get("weight")
         if self.c.products is not None and name is not None:
-            product = _product(name, x, y, self.c.named.get(name), lookup, padding)
+            product = _product(name, x, y, self.c.named.get(name), lookup, padding, conv)
             if product is not None:
                 self.c.products[op.id] = product
 
@@ -812,13 +815,25 @@ class _Product:
     lookup: bool = False
     padding: Optional[int] = None
     """A lookup's ``padding_idx``: that row gets no gradient."""
+    conv: Optional[O.Conv] = None
+    """A convolution's kernel size, stride, padding and dilation: its rows are ``F.unfold(x)``'s columns."""
+
+    def rows_of(self, g: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """A product's rows of ``A`` (its input) and ``B`` (its output's gradient ``g``), one row per output
+        position: the weight's gradient is ``A.T @ B``, as ``(fan_in, fan_out)``."""
+        if self.conv is None:
+            return self.x.reshape(-1, self.fan_in), g.reshape(-1, self.fan_out)
+        kernel, stride, padding, dilation = self.conv
+        columns = F.unfold(self.x, kernel, dilation=dilation, padding=padding, stride=stride)  # (N, fan_in, L)
+        return columns.mT.reshape(-1, self.fan_in), g.flatten(2).mT.reshape(-1, self.fan_out)
 
 
 def _product(name: str, x: Any, y: Any, w: Optional[torch.Tensor], lookup: bool = False,
-             padding: Optional[int] = None) -> Optional[_Product]:
+             padding: Optional[int] = None, conv: Optional[O.Conv] = None) -> Optional[_Product]:
     """The product, when its weight's gradient is ``x.reshape(-1, fan_in).T @ dy.reshape(-1, fan_out)``
-    in some layout (``w`` has ``fan_in * fan_out`` entries, ``x`` and ``y`` the same rows), or for a lookup
-    ``dy.reshape(-1, fan_in)`` summed into the rows ``x`` of the ``(fan_out, fan_in)`` table; and when the
+    in some layout (``w`` has ``fan_in * fan_out`` entries, ``x`` and ``y`` the same rows), for a lookup
+    ``dy.reshape(-1, fan_in)`` summed into the rows ``x`` of the ``(fan_out, fan_in)`` table, for a 2-D
+    convolution the same product of ``F.unfold(x)``'s columns (:meth:`_Product.rows_of`); and when the
     gradient of ``y`` can be asked of autograd (a whole, contiguous view is asked through its base).
     None otherwise."""
     if w is None or type(x) is not torch.Tensor or type(y) is not torch.Tensor or x.is_nested or y.is_nested \
@@ -831,6 +846,11 @@ def _product(name: str, x: Any, y: Any, w: Optional[torch.Tensor], lookup: bool 
         fan_in, fan_out, rows = int(w.shape[1]), int(w.shape[0]), x.numel()
         if y.shape[-1] != fan_in or y.numel() != rows * fan_in:
             return None
+    elif conv is not None:
+        if x.dim() != 4 or y.dim() != 4 or w.dim() != 4 or not x.is_floating_point() \
+                or x.shape[0] != y.shape[0] or x.shape[1] != w.shape[1] or y.shape[1] != w.shape[0]:
+            return None
+        fan_in, fan_out, rows = int(w[0].numel()), int(w.shape[0]), int(y.shape[0] * y.shape[2] * y.shape[3])
     else:
         if not x.dim() or not x.is_floating_point():
             return None
@@ -850,7 +870,7 @@ def _product(name: str, x: Any, y: Any, w: Optional[torch.Tensor], lookup: bool 
     except RuntimeError:  # an inference tensor
         return None
     edge = torch.autograd.graph.get_gradient_edge(target)
-    return _Product(name, x.detach(), version, edge, rows, fan_in, fan_out, lookup, padding)
+    return _Product(name, x.detach(), version, edge, rows, fan_in, fan_out, lookup, padding, conv)
 
 
 def _by_products(graph: Graph, c: _Collector, weights: List[Tuple[str, torch.Tensor]]) -> Dict[str, List[_Product]]:
@@ -907,9 +927,10 @@ def _product_grads(c: _Collector, by_products: Dict[str, List[_Product]], grads:
         dense = [(p, g) for p, g in pairs if not p.lookup]
         lookups = [(p, g) for p, g in pairs if p.lookup]
         device = pairs[0][1].device
-        a = _rows([p.x.reshape(-1, fan_in) for p, _ in dense] + [g.reshape(-1, fan_in) for _, g in lookups],
-                  fan_in, dtype, device)
-        b = _rows([g.reshape(-1, p.fan_out) for p, g in dense], pairs[0][0].fan_out, dtype, device)
+        operands = [p.rows_of(g) for p, g in dense]
+        a = _rows([x for x, _ in operands] + [g.reshape(-1, fan_in) for _, g in lookups], fan_in, dtype, device)
+        b = _rows([dy for _, dy in operands], pairs[0][0].fan_out, dtype, device)
+        del operands
         gram = a @ a.mT
         if lookups:
             ids = torch.cat([p.x.reshape(-1) for p, _ in lookups])
@@ -952,7 +973,8 @@ def confirm_overflow(c: _Collector, result: ProbeResult) -> None:
                         ids, rows = ids[ids != p.padding], rows[ids != p.padding]
                     grad.mT.index_add_(0, ids, rows)
                 else:
-                    grad += p.x.reshape(-1, fan_in).to(w.dtype).mT @ g.reshape(-1, fan_out).to(w.dtype)
+                    x, dy = p.rows_of(g)
+                    grad += x.to(w.dtype).mT @ dy.to(w.dtype)
             acc = _acc(grad)
             host = torch.stack([torch.linalg.vector_norm(grad, dtype=acc), grad.mean(dtype=acc)]).tolist()
         fresh = {"norm": host[0], "mean": host[1], "numel": float(w.numel())}

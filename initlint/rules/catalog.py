@@ -474,9 +474,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '## What it does\n'
                       'Runs a backward probe: a random unit-variance cotangent is backpropagated from the\n'
                       'model output (no loss and no labels needed) and the gradient of every weight layer is\n'
-                      "measured (its norm and mean; for a weight used only in matrix products, from the products'\n"
-                      'inputs and output gradients, without forming the gradient). It flags a spread of gradient '
-                      '*variance* across layers far beyond what the\n'
+                      'measured (its norm and mean; for a weight used only in matrix products or 2-D convolutions,\n'
+                      "from the products' inputs and output gradients, without forming the gradient). It flags a spread "
+                      'of gradient *variance* across layers far beyond what the\n'
                       "layers' fan-ins and fan-outs can explain. Existing ``.grad`` fields are never touched\n"
                       '(the probe uses ``torch.autograd.grad``).\n'
                       '\n'

@@ -37,8 +37,8 @@ class GradientDrift(Rule):
     """## What it does
     Runs a backward probe: a random unit-variance cotangent is backpropagated from the
     model output (no loss and no labels needed) and the gradient of every weight layer is
-    measured (its norm and mean; for a weight used only in matrix products, from the products'
-    inputs and output gradients, without forming the gradient). It flags a spread of gradient *variance* across layers far beyond what the
+    measured (its norm and mean; for a weight used only in matrix products or 2-D convolutions,
+    from the products' inputs and output gradients, without forming the gradient). It flags a spread of gradient *variance* across layers far beyond what the
     layers' fan-ins and fan-outs can explain. Existing ``.grad`` fields are never touched
     (the probe uses ``torch.autograd.grad``).
 
