@@ -1007,10 +1007,7 @@ class _Private(TorchDispatchMode):
                 self._materialise(_storage(t))
         if not whole:
             return func(*args, **kwargs)
-        self.original.pop(tkey, None)
-        self.tiled.pop(tkey, None)
-        self.pending.pop(tkey, None)
-        self.patches.pop(tkey, None)
+        self._forget(tkey)
         if func in _RANDOM_FILLS:
             fill = _Fill(func, tuple(args[1:]), dict(kwargs), target.dtype, target.device)
             if tkey in self.large and _tileable(target):
@@ -1037,6 +1034,11 @@ class _Private(TorchDispatchMode):
             positions = (positions[..., None] + torch.arange(size, device=view.device) * stride)
         self.patches.setdefault(key, []).append((positions.reshape(-1), value))
         return True
+
+    def _forget(self, key: Optional[int]) -> None:
+        """Drop what ``key``'s tensor stood for: the whole of it is being overwritten."""
+        for held in (self.original, self.tiled, self.pending, self.patches):
+            held.pop(key, None)  # type: ignore[arg-type]
 
     def _stands_in(self, key: int) -> bool:
         """Whether ``key``'s tensor holds nothing yet: its values are its original's or a tile's."""
@@ -1090,9 +1092,7 @@ class _Private(TorchDispatchMode):
                 and tiles[0] is None and args[0].shape == shape and args[0].dtype == tiles[1].dtype \
                 and _tileable(args[0]) and args[0].device == tiles[1].device:
             key = _storage(args[0])
-            self.original.pop(key, None)
-            self.pending.pop(key, None)
-            self.patches.pop(key, None)
+            self._forget(key)
             self.tiled[key] = (args[0], tiles[1].clone())
             return args[0]
         if torch.Tag.pointwise not in func.tags or "out" in kwargs:
