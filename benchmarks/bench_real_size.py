@@ -1,13 +1,15 @@
 """Audit time against a plain forward+backward on published models at full width and vocabulary.
 
     python benchmarks/bench_real_size.py [--set zoo|published] [--repeats 3] [--threads 1] [--models gpt2,t5]
-                                         [--breakdown] [--batch N]
+                                         [--breakdown] [--batch N] [--image-size S]
 
 ``--set zoo`` (the default): every model of the real-size zoo (``tests/zoo_real.py``: GPT-2
 124M at its 12 layers, a 32-layer Llama, T5-small, Swin-T, ... at their real widths and
 vocabularies) on its own probe batch (2 x 16 tokens, small images), the batch initlint's
 tests audit them with; ``--batch 16`` gives each zoo model 16 examples instead of 2 (the batch
-``initlint check`` infers by default). ``--set published``: GPT-2 124M, BERT-base and a Llama-style LM
+``initlint check`` infers by default); ``--image-size 224`` gives every zoo model that takes
+``pixel_values`` square images of that side (the zoo's tests give ResNet-50 and ConvNeXt-T 64x64 and
+DINOv2 112x112 for speed; all six image models were published at 224x224). ``--set published``: GPT-2 124M, BERT-base and a Llama-style LM
 (``_common.REAL_SIZE``) at their full depth on 8 x 64 tokens.
 
 Each model is measured in a fresh process of its own, with glibc malloc's thresholds fixed
@@ -18,6 +20,9 @@ median wall time of
 * ``fwd+bwd``: a training-mode forward and ``torch.autograd.grad`` of a random cotangent at
   the main output with respect to every parameter (``_common.forward_backward``);
 * ``audit``: ``initlint.audit(model, batch)`` with every rule.
+
+The table also gives ``audit - fwd+bwd`` in milliseconds: what the audit costs beyond the training
+step it stands for.
 
 ``--breakdown`` adds, per model, the median over the repeats of each stage of the audit
 as a fraction of fwd+bwd (see :class:`Stages`).
@@ -34,7 +39,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -127,7 +132,8 @@ class Stages:
         return dict(self.seconds)
 
 
-def zoo_models(names: List[str], batch: int) -> List[Tuple[str, Callable[[], Tuple[Any, C.Inputs]]]]:
+def zoo_models(names: List[str], batch: int,
+               image_size: Optional[int] = None) -> List[Tuple[str, Callable[[], Tuple[Any, C.Inputs]]]]:
     import torch
     import zoo_real
 
@@ -138,6 +144,10 @@ def zoo_models(names: List[str], batch: int) -> List[Tuple[str, Callable[[], Tup
         def build() -> Tuple[Any, C.Inputs]:
             torch.manual_seed(0)
             model, inputs = zoo_real.ZOO[name].build()
+            if image_size is not None and isinstance(inputs, dict) and "pixel_values" in inputs:
+                images = inputs["pixel_values"]
+                inputs = {**inputs, "pixel_values": torch.randn(*images.shape[:2], image_size, image_size,
+                                                                generator=torch.Generator().manual_seed(0))}
             # the batch the audit would infer (as the zoo tests do, batch_size=zoo_real.BATCH)
             pair = infer_inputs(model, zoo_real.BATCH, 0) if inputs is None else normalise_inputs(inputs)
             return model, pair
@@ -164,7 +174,7 @@ def _measure_here(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
 
     import zoo_real
 
-    build = dict(zoo_models([name], opts.batch or zoo_real.BATCH) if opts.model_set == "zoo"
+    build = dict(zoo_models([name], opts.batch or zoo_real.BATCH, opts.image_size) if opts.model_set == "zoo"
                  else published_models([name]))[name]
     model, inputs = build()
     report = initlint.audit(model, C.example(inputs))
@@ -188,6 +198,7 @@ def _in_own_process(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
             "--repeats", str(opts.repeats), "--threads", str(opts.threads)]
     argv += ["--breakdown"] if opts.breakdown else []
     argv += ["--batch", str(opts.batch)] if opts.batch is not None else []
+    argv += ["--image-size", str(opts.image_size)] if opts.image_size is not None else []
     env = dict(os.environ, **ALLOCATOR, INITLINT_NO_PROGRESS="1")
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -204,6 +215,9 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="also time the audit's stages")
     parser.add_argument("--batch", type=int, default=None,
                         help="examples per zoo model's probe batch (default: the zoo's own, 2)")
+    parser.add_argument("--image-size", type=int, default=None,
+                        help="side of the square images of every zoo model that takes pixel_values "
+                             "(default: the zoo's own, 224 or smaller)")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one model, in this process; prints JSON
     opts = parser.parse_args()
     C.set_threads(opts.threads)
@@ -221,6 +235,8 @@ def main() -> None:
     names = [n for n in opts.models.split(",") if n]
     if opts.batch is not None and (opts.model_set != "zoo" or opts.batch < 1):
         parser.error("--batch takes a positive number of examples, and only with --set zoo")
+    if opts.image_size is not None and (opts.model_set != "zoo" or opts.image_size < 1):
+        parser.error("--image-size takes a positive number of pixels, and only with --set zoo")
     import zoo_real
 
     known = list(zoo_real.ZOO) if opts.model_set == "zoo" else list(C.REAL_SIZE)
@@ -228,22 +244,24 @@ def main() -> None:
     if unknown:
         parser.error(f"no model {', '.join(unknown)} in the {opts.model_set} set; it has {', '.join(known)}")
     if opts.model_set == "zoo":
-        print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model")
+        print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model"
+              + (f", images {opts.image_size}x{opts.image_size}" if opts.image_size else ""))
     print("each model in a process of its own, glibc malloc: " + ", ".join(f"{k}={v}" for k, v in ALLOCATOR.items()))
     rows, ratios, parts = [], [], []
     for name in (names or known):
         got = _in_own_process(name, opts)
         ratio = got["audit"] / got["fwd_bwd"]
         ratios.append(ratio)
-        rows.append([name, got["capture"], got["warnings"], C.ms(got["fwd_bwd"]), C.ms(got["audit"]), f"{ratio:.2f}"])
+        rows.append([name, got["capture"], got["warnings"], C.ms(got["fwd_bwd"]), C.ms(got["audit"]),
+                     C.ms(got["audit"] - got["fwd_bwd"]), f"{ratio:.2f}"])
         if opts.breakdown:
             parts.append([name] + [f"{got['stages'][k] / got['fwd_bwd']:.3f}" for k in STAGES])
         print(f"  {name}: fwd+bwd {C.ms(got['fwd_bwd'])} ms, audit {C.ms(got['audit'])} ms, {ratio:.2f}", flush=True)
-    rows.append(["**median**", "", "", "", "", f"**{statistics.median(ratios):.2f}**"])
+    rows.append(["**median**", "", "", "", "", "", f"**{statistics.median(ratios):.2f}**"])
     print()
     print(f"Median of {opts.repeats} runs after a warm-up, milliseconds.")
     print()
-    print(C.table(["model", "capture", "warnings", "fwd+bwd", "audit", "audit / fwd+bwd"], rows))
+    print(C.table(["model", "capture", "warnings", "fwd+bwd", "audit", "audit - fwd+bwd", "audit / fwd+bwd"], rows))
     if parts:
         print()
         print("Stages of the audit, each as a fraction of fwd+bwd (median over the repeats):")
