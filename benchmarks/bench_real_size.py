@@ -15,7 +15,9 @@ DINOv2 112x112 for speed; all six image models were published at 224x224). ``--s
 Each model is measured in a fresh process of its own, with glibc malloc's thresholds fixed
 (:data:`ALLOCATOR`), so that its timings do not depend on the models measured before it. That
 process measures, after one warm-up round and with the two taking turns in every repeat, the
-median wall time of
+median wall time of the following, each timed right after an untimed call of its own (``--settle``),
+as a call in a loop runs: timed right after the audit, a forward+backward re-faulted gradient memory
+that the audit never allocated, and the largest models' figures moved by up to 3x from run to run
 
 * ``fwd+bwd``: a training-mode forward and ``torch.autograd.grad`` of a random cotangent at
   the main output with respect to every parameter (``_common.forward_backward``);
@@ -184,7 +186,7 @@ def _measure_here(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
     if opts.breakdown:
         stages = Stages()
         fns["breakdown"] = lambda: samples.append(stages.measure(audit))
-    t = C.interleaved_medians(fns, opts.repeats)
+    t = C.interleaved_medians(fns, opts.repeats, settle=opts.settle)
     samples = samples[-opts.repeats:]  # the warm-up round's sample is dropped
     return {"capture": report.capture, "warnings": sum(1 for f in report.findings if f.severity != "info"),
             "fwd_bwd": t["fwd_bwd"], "audit": t["audit"],
@@ -195,7 +197,7 @@ def _in_own_process(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
     """:func:`_measure_here` in a fresh Python process with :data:`ALLOCATOR`, so that no model's timings
     depend on the models measured before it (the heap they left, the allocator's thresholds)."""
     argv = [sys.executable, os.path.abspath(__file__), "--worker", name, "--set", opts.model_set,
-            "--repeats", str(opts.repeats), "--threads", str(opts.threads)]
+            "--repeats", str(opts.repeats), "--threads", str(opts.threads), "--settle", str(opts.settle)]
     argv += ["--breakdown"] if opts.breakdown else []
     argv += ["--batch", str(opts.batch)] if opts.batch is not None else []
     argv += ["--image-size", str(opts.image_size)] if opts.image_size is not None else []
@@ -218,6 +220,9 @@ def main() -> None:
     parser.add_argument("--image-size", type=int, default=None,
                         help="side of the square images of every zoo model that takes pixel_values "
                              "(default: the zoo's own, 224 or smaller)")
+    parser.add_argument("--settle", type=int, default=1,
+                        help="untimed calls of each workload right before each timed one (default 1; see "
+                             "_common.interleaved_medians)")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one model, in this process; prints JSON
     opts = parser.parse_args()
     C.set_threads(opts.threads)
@@ -235,6 +240,8 @@ def main() -> None:
     names = [n for n in opts.models.split(",") if n]
     if opts.batch is not None and (opts.model_set != "zoo" or opts.batch < 1):
         parser.error("--batch takes a positive number of examples, and only with --set zoo")
+    if opts.settle < 0:
+        parser.error("--settle takes a number of calls, 0 or more")
     if opts.image_size is not None and (opts.model_set != "zoo" or opts.image_size < 1):
         parser.error("--image-size takes a positive number of pixels, and only with --set zoo")
     import zoo_real
