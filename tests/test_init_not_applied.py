@@ -337,11 +337,16 @@ def test_a_private_parameter_draws_what_the_init_draws_on_a_real_tensor(init, sh
     with torch.no_grad():
         init(real)
     assert same(drawn, draw_of(real), 0.05), (drawn, draw_of(real))
-    # what the sample was read from is what the tensor holds once written out
-    from initlint.rules.il014_init_not_applied import _strided
+    # what the sample was read from is what the tensor holds once written out: a tile nothing was written
+    # over is its own sample (the tensor's first values), anything else is read at the sampled places
+    from initlint.rules.il014_init_not_applied import _storage, _strided
 
     sample = lazy.sample(private, 4096)
-    assert torch.equal(sample, _strided(_written_out(lazy, private), 4096))
+    key = _storage(private)
+    whole_tile = key in lazy.tiled and key not in lazy.patches
+    written = _written_out(lazy, private)
+    expected = written.detach().reshape(-1)[:4096] if whole_tile else _strided(written, 4096)
+    assert torch.equal(sample, expected)
 
 
 def test_an_init_that_only_rescales_reads_the_original_values():
@@ -365,6 +370,26 @@ def test_a_fill_nothing_reads_again_has_the_exact_draw_of_its_distribution():
         drawn, lazy, private, original = _declared_on_private(init)
         assert isinstance(lazy.tiled[il._storage(private)][1], il._Fill)  # no value drawn
         assert (drawn.std, drawn.mean, drawn.kurt, drawn.zeros, drawn.n) == (std, 0.0, kurt, 0.0, il.SAMPLE)
+
+
+@pytest.mark.parametrize("n", [10, 65536, 65537, 70000, 130000, 786432, 2883584])
+def test_a_sample_is_runs_spread_over_the_whole_tensor(n):
+    from initlint.rules.il014_init_not_applied import RUN, SAMPLE, _sampled_positions, _strided
+
+    t = torch.arange(n, dtype=torch.float64)  # each value is its own position
+    sample = _strided(t)
+    assert torch.equal(sample, _sampled_positions(n, SAMPLE, t.device).double())
+    assert sample.numel() == min(n, SAMPLE) and torch.unique(sample).numel() == sample.numel()
+    if n > SAMPLE:
+        runs = sample.view(-1, RUN)
+        assert torch.equal(runs - runs[:, :1], torch.arange(RUN, dtype=torch.float64).expand_as(runs))  # contiguous
+        gaps = runs[1:, 0] - runs[:-1, 0]
+        assert sample[0] == 0 and n - 1 - sample[-1] < gaps.max()  # from the first element to the last run
+        assert gaps.max() - gaps.min() == 0  # evenly spaced
+    # a non-contiguous tensor is sampled as its values in order
+    m = torch.arange(n, dtype=torch.float64).view(-1, 2) if n % 2 == 0 else None
+    if m is not None:
+        assert torch.equal(_strided(m.t()), _strided(m.t().contiguous()))
 
 
 def test_a_small_fill_is_drawn_only_when_read_and_never_when_overwritten(monkeypatch):
