@@ -339,13 +339,13 @@ def test_a_private_parameter_draws_what_the_init_draws_on_a_real_tensor(init, sh
     assert same(drawn, draw_of(real), 0.05), (drawn, draw_of(real))
     # what the sample was read from is what the tensor holds once written out: a tile nothing was written
     # over is its own sample (the tensor's first values), anything else is read at the sampled places
-    from initlint.rules.il014_init_not_applied import _storage, _strided
+    from initlint.rules.il014_init_not_applied import _storage, _sampled
 
     sample = lazy.sample(private, 4096)
     key = _storage(private)
     whole_tile = key in lazy.tiled and key not in lazy.patches
     written = _written_out(lazy, private)
-    expected = written.detach().reshape(-1)[:4096] if whole_tile else _strided(written, 4096)
+    expected = written.detach().reshape(-1)[:4096] if whole_tile else _sampled(written, 4096)
     assert torch.equal(sample, expected)
 
 
@@ -374,10 +374,10 @@ def test_a_fill_nothing_reads_again_has_the_exact_draw_of_its_distribution():
 
 @pytest.mark.parametrize("n", [10, 65536, 65537, 70000, 130000, 786432, 2883584])
 def test_a_sample_is_runs_spread_over_the_whole_tensor(n):
-    from initlint.rules.il014_init_not_applied import RUN, SAMPLE, _sampled_positions, _strided
+    from initlint.rules.il014_init_not_applied import RUN, SAMPLE, _sampled, _sampled_positions
 
     t = torch.arange(n, dtype=torch.float64)  # each value is its own position
-    sample = _strided(t)
+    sample = _sampled(t)
     assert torch.equal(sample, _sampled_positions(n, SAMPLE, t.device).double())
     assert sample.numel() == min(n, SAMPLE) and torch.unique(sample).numel() == sample.numel()
     if n > SAMPLE:
@@ -389,7 +389,7 @@ def test_a_sample_is_runs_spread_over_the_whole_tensor(n):
     # a non-contiguous tensor is sampled as its values in order
     m = torch.arange(n, dtype=torch.float64).view(-1, 2) if n % 2 == 0 else None
     if m is not None:
-        assert torch.equal(_strided(m.t()), _strided(m.t().contiguous()))
+        assert torch.equal(_sampled(m.t()), _sampled(m.t().contiguous()))
 
 
 def test_a_small_fill_is_drawn_only_when_read_and_never_when_overwritten(monkeypatch):

@@ -291,7 +291,7 @@ def _runs(n: int, size: int) -> Optional[Tuple[int, int, int]]:
     return runs, run, (n - run) // (runs - 1) if runs > 1 else 0
 
 
-def _strided(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
+def _sampled(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
     """``size`` elements of ``t`` in evenly spaced runs (:func:`_runs`), in its own dtype."""
     flat = t.detach().reshape(-1)
     where = _runs(flat.numel(), size)
@@ -302,7 +302,7 @@ def _strided(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
 
 
 def _sampled_positions(n: int, size: int, device: torch.device) -> torch.Tensor:
-    """The flat positions :func:`_strided` reads."""
+    """The flat positions :func:`_sampled` reads."""
     where = _runs(n, size)
     if where is None:
         return torch.arange(n, device=device)
@@ -323,12 +323,12 @@ def draw_of(t: torch.Tensor, full: bool = False) -> Draw:
 def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
              sample: Optional[Callable[[torch.Tensor, int], torch.Tensor]] = None) -> List[Draw]:
     """:func:`draw_of` for many tensors, with one transfer to the host per device (never one per tensor).
-    ``sample(t, size)``: the sample of ``t`` in its own dtype (default :func:`_strided`;
+    ``sample(t, size)``: the sample of ``t`` in its own dtype (default :func:`_sampled`;
     a private copy's tensors are read through :meth:`_Private.sample`).
 
     Samples of one length, dtype and device are stacked and reduced row by row (a model's parameters
     come in a few sizes, and every large one gives :data:`SAMPLE` elements), :data:`_CACHED` elements at a time."""
-    take = sample or _strided
+    take = sample or _sampled
     groups: Dict[Tuple[int, torch.dtype, torch.device], List[Tuple[int, torch.Tensor]]] = {}
     for i, t in enumerate(tensors):
         x = take(t, SAMPLE)
@@ -464,7 +464,7 @@ def _may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[
             samples.setdefault(min(t.numel(), SAMPLE), []).append(k)
         for length, ks in samples.items():
             for part in _in_cache(ks, length):
-                size = torch.stack([_strided(values[k]) for k in part]).abs()
+                size = torch.stack([_sampled(values[k]) for k in part]).abs()
                 odd = ~(size.amax(dim=1) < HUGE)  # a huge value, inf or NaN
                 if torch.finfo(dtype).tiny < 1e-30:  # a denormal (see _scan): the least nonzero magnitude is one
                     odd |= torch.where(size > 0, size, math.inf).amin(dim=1) < torch.finfo(dtype).tiny
@@ -901,8 +901,9 @@ class _Private(TorchDispatchMode):
     A random fill (``normal_``, ``uniform_``) of a whole large parameter draws :data:`TILE` values, which
     stand for that value repeated over the tensor: what the init does next (scaling, clamping, a norm
     over rows) writes them out and sees a full tensor of the declared distribution, and the sample
-    :func:`draw_of` reads is the tile itself while nothing else touched it. The random draws of a large model, a pass as costly as a forward and
-    backward at a small batch (GPT-2 124M: 124M normal draws), and its copy, cost nothing then. A random
+    :func:`draw_of` reads is the tile itself while nothing else touched it. The random draws of a large
+    model, a pass as costly as a forward and backward at a small batch (GPT-2 124M: 124M normal draws),
+    and its copy, cost nothing then. A random
     fill of a smaller whole tensor draws nothing until an op reads it; one that a later fill overwrites
     (``kaiming_normal_`` after a first ``normal_``) is never drawn.
 
@@ -962,10 +963,10 @@ class _Private(TorchDispatchMode):
             yield
 
     def sample(self, t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
-        """:func:`_strided` of a private tensor, read from what its values stand for."""
+        """:func:`_sampled` of a private tensor, read from what its values stand for."""
         key = _storage(t) if t.numel() else None
         if key in self.original and self.original[key][0].shape == t.shape:
-            return _strided(self.original[key][1], size)
+            return _sampled(self.original[key][1], size)
         if key in self.tiled and self.tiled[key][0].shape == t.shape and t.is_contiguous() and not t.storage_offset():
             block = self._block(key)
             if key not in self.patches:
@@ -981,7 +982,7 @@ class _Private(TorchDispatchMode):
                 values = torch.where(torch.isin(positions, written), value, values)
             return values
         self._materialise(key)
-        return _strided(t, size)
+        return _sampled(t, size)
 
     def _materialise(self, key: Optional[int]) -> None:
         """Write out the values ``key``'s tensor stands for, without counting it as a write of the init
