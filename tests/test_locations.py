@@ -180,3 +180,64 @@ def test_json_and_text_name_a_file_the_same_way_whatever_the_target_spelling(tmp
     il002 = next(f for r in doc["results"] for f in r["findings"] if f["code"] == "IL002")
     assert il002["location"] == {"path": "net.py", "line": line}
     assert f"net.py:{line}:1 " in text and str(tmp_path) not in text.split("\n", 1)[1]
+
+
+CLASSES = textwrap.dedent('''
+    import torch.nn as nn
+
+
+    class Block(nn.Module):
+        def __init__(self, flag=True):
+            super().__init__()
+            # self.proj = nn.Linear(4, 8)
+            if flag: self.gate = nn.Linear(4, 4)
+            self.proj: nn.Module = nn.Linear(4, 4)
+            self.add_module("out-1", nn.Linear(4, 4))
+            self.extra = nn.Identity(); self.spare = nn.Tanh()
+
+
+    class Tower(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = nn.ModuleList([Block(), Block()])
+            self.norm = nn.LayerNorm(4)
+''')
+
+
+def test_locations_are_found_on_demand_and_agree_with_the_source(tmp_path, monkeypatch):
+    from initlint.capture import locate
+
+    path = tmp_path / "tower.py"
+    path.write_text(CLASSES)
+    module = import_file(str(path))
+    lines = CLASSES.splitlines()
+
+    def line(text, after=0):
+        return next(i for i, s in enumerate(lines, start=1) if i > after and text in s)
+
+    read = []
+    original = locate._assignments.__wrapped__
+    monkeypatch.setattr(locate, "_assignments", lambda cls: read.append(cls.__name__) or original(cls))
+    where = locate.ModuleLocations(module.Tower())
+    assert read == []  # nothing is read until a location is asked for
+    assert where["blocks.1.proj"] == (str(path), line("self.proj: nn.Module"))
+    assert read == ["Block"]  # the parent's class only
+    assert where["blocks.1.gate"] == (str(path), line("if flag: self.gate"))  # after an `if x:` on its line
+    assert where["blocks.0.out-1"] == (str(path), line('add_module("out-1"'))
+    assert where["blocks.0.spare"] == where["blocks.0.extra"] == (str(path), line("self.extra = nn.Identity(); self.spare"))
+    assert where["blocks.0"] == where["blocks"] == (str(path), line("self.blocks = nn.ModuleList"))
+    assert where[""] == (str(path), line("class Tower"))
+    assert "nowhere" not in where and where.get("blocks.0.nowhere") is None
+    assert dict(where) == {p: where[p] for p, _ in module.Tower().named_modules()}  # every module of the tree
+
+
+def test_a_clean_audit_reads_no_class_source(monkeypatch):
+    from initlint.capture import locate
+
+    read = []
+    original = locate._assignments.__wrapped__
+    monkeypatch.setattr(locate, "_assignments", lambda cls: read.append(cls) or original(cls))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    assert initlint.audit(model, torch.randn(32, 16)).findings == []
+    assert read == []

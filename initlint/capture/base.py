@@ -39,10 +39,10 @@ class Capture:
 
     def finish(self) -> Graph:
         """End the capture: record where each module was constructed, then make the graph read-only."""
-        from .locate import module_locations
+        from .locate import ModuleLocations
 
         if not self.graph.frozen:
-            self.graph.module_locations = module_locations(self.model)
+            self.graph.module_locations = ModuleLocations(self.model)
         return self.graph.freeze()
 
     def producer_of(self, tensor: torch.Tensor, out: Any) -> Optional[int]:

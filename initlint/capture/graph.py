@@ -8,7 +8,7 @@ Rules never see torch.fx nodes or hook objects, only this.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Collection, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Collection, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from . import ops as O
 
@@ -100,7 +100,7 @@ class Graph:
         self.inputs: List[int] = []
         self.outputs: List[int] = []
         self.module_types: Dict[str, str] = {}
-        self.module_locations: Dict[str, Tuple[str, int]] = {}
+        self.module_locations: Mapping[str, Tuple[str, int]] = {}
         self.frozen = False
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -118,7 +118,8 @@ class Graph:
         self.inputs = _FrozenList(self.inputs)
         self.outputs = _FrozenList(self.outputs)
         self.module_types = _FrozenDict(self.module_types)
-        self.module_locations = _FrozenDict(self.module_locations)
+        if isinstance(self.module_locations, dict):  # a read-only mapping (locate.ModuleLocations) stays
+            self.module_locations = _FrozenDict(self.module_locations)
         self.frozen = True
         return self
 

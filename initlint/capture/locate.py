@@ -14,7 +14,7 @@ import inspect
 import os
 import re
 from functools import lru_cache
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Mapping, Optional, Tuple
 
 if TYPE_CHECKING:  # torch is imported by the caller; the path helpers serve the formats without it
     import torch.nn as nn
@@ -36,39 +36,90 @@ def _class_source(cls: type) -> Optional[Tuple[str, int, Tuple[str, ...]]]:
     return path, start, tuple(lines)
 
 
+_ASSIGNED = re.compile(r"(?=\bself\.(\w+)\s*(?::[^=]*)?=(?!=)|add_module\(\s*['\"]([^'\"]+)['\"])")
+"""An assignment of an attribute, found at every position (a lookahead), so one match never hides another
+on the same line (``if self.a: self.b = x`` names both)."""
+
+
+@lru_cache(maxsize=256)
+def _assignments(cls: type) -> Dict[str, int]:
+    """Attribute -> the first line of ``cls``'s own source that assigns it (``self.attr = ...``,
+    ``self.attr: T = ...``, ``add_module("attr", ...)``; not a commented-out line): the class read once,
+    not once per module."""
+    src = _class_source(cls)
+    if src is None:
+        return {}
+    _, start, lines = src
+    found: Dict[str, int] = {}
+    for offset, line in enumerate(lines):
+        if "self." not in line and "add_module" not in line or line.lstrip().startswith("#"):
+            continue  # no assignment, or commented-out code
+        for match in _ASSIGNED.finditer(line):
+            found.setdefault(match.group(1) or match.group(2), start + offset)
+    return found
+
+
 def _assignment_line(cls: type, attr: str) -> Optional[Location]:
     for klass in cls.__mro__:
         if klass is object or klass.__module__.startswith("torch."):  # nn.Module and its kin hold no user lines
             break
-        src = _class_source(klass)
-        if src is None:
-            continue
-        path, start, lines = src
-        pattern = re.compile(rf"\bself\.{re.escape(attr)}\s*(:[^=]*)?=(?!=)|add_module\(\s*['\"]{re.escape(attr)}['\"]")
-        for offset, line in enumerate(lines):
-            if pattern.search(line):
-                return (path, start + offset)
+        line = _assignments(klass).get(attr)
+        if line is not None:
+            return (_class_source(klass)[0], line)  # type: ignore[index]
     return None
 
 
-def module_locations(model: nn.Module) -> Dict[str, Location]:
-    """Module path -> (file, line) for every module whose construction line can be found."""
-    found: Dict[str, Location] = {}
-    root = _class_source(type(model))
-    if root is not None:
-        found[""] = (root[0], root[1])
-    modules = dict(model.named_modules())
-    for path in modules:
+def class_location(cls: type) -> Optional[Location]:
+    """The first line of ``cls``'s definition (its first decorator's), None for torch's classes and
+    classes without source."""
+    src = _class_source(cls)
+    return None if src is None else (src[0], src[1])
+
+
+class ModuleLocations(Mapping[str, Location]):
+    """Module path -> (file, line) for every module whose construction line can be found, each looked up
+    when first asked for: an audit with no finding reads no source (reading a large library's classes
+    is a parse of each of their files, most of a second for a diffusers UNet). Read-only; it holds the
+    module tree's classes and attribute names, never the model."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self._root = type(model)
+        modules = dict(model.named_modules())
+        self._parents: Dict[str, Tuple[str, type, str]] = {}
+        for path in modules:
+            if path:
+                parent_path, _, attr = path.rpartition(".")
+                self._parents[path] = (parent_path, type(modules.get(parent_path, model)), attr)
+        self._found: Dict[str, Optional[Location]] = {}
+
+    def _locate(self, path: str) -> Optional[Location]:
+        """The module's own assignment line, else its parent's location (a container's children share it)."""
+        if path in self._found:
+            return self._found[path]
         if not path:
-            continue
-        parent_path, _, attr = path.rpartition(".")
-        parent = modules.get(parent_path, model)
-        loc = _assignment_line(type(parent), attr)
+            loc = class_location(self._root)
+        elif path in self._parents:
+            parent_path, cls, attr = self._parents[path]
+            loc = _assignment_line(cls, attr) or self._locate(parent_path)
+        else:
+            loc = None
+        self._found[path] = loc
+        return loc
+
+    def __getitem__(self, path: str) -> Location:
+        loc = self._locate(path)
         if loc is None:
-            loc = found.get(parent_path)
-        if loc is not None:
-            found[path] = loc
-    return found
+            raise KeyError(path)
+        return loc
+
+    def __iter__(self) -> Iterator[str]:
+        return (p for p in ["", *self._parents] if self._locate(p) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __reduce__(self) -> Any:
+        return dict, (dict(self),)
 
 
 # ----------------------------------------------------------------------------- user code and libraries

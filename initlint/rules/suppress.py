@@ -7,10 +7,10 @@ that silenced nothing is itself reported, as ``unused-suppression`` (the rule cl
 from __future__ import annotations
 
 import fnmatch
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from ..capture.locate import class_location
 from ..errors import UsageError
 from ..report.findings import Finding
 
@@ -119,7 +119,7 @@ def code_suppressions(model: Any) -> List[Suppression]:
             cls = type(module)
             origin = (f"__initlint_ignore__ on {'the model' if not path else path}" if on_instance
                       else f"initlint.ignore on class {cls.__qualname__}")
-            found[key] = Suppression(origin=origin, codes=codes, location=_class_location(cls))
+            found[key] = Suppression(origin=origin, codes=codes, location=class_location(cls))
         found[key].roots.append(path)
     return list(found.values())
 
@@ -130,17 +130,6 @@ def _declared_codes(value: Any) -> List[str]:
     if isinstance(value, str):
         return [value]
     return [str(c) for c in value]  # a dict {code: reason} or any collection of codes
-
-
-def _class_location(cls: type) -> Optional[Tuple[str, int]]:
-    if cls.__module__.startswith("torch."):
-        return None
-    try:
-        path = inspect.getsourcefile(cls)
-        _, line = inspect.getsourcelines(cls)
-    except (OSError, TypeError):
-        return None
-    return (path, line) if path else None
 
 
 def apply_suppressions(findings: List[Finding], model: Any, per_module_ignores: Optional[Mapping[str, Sequence[str]]],
