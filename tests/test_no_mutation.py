@@ -18,6 +18,7 @@ Python and NumPy, and the process-wide modes.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from contextlib import contextmanager
@@ -520,3 +521,26 @@ def test_a_transformers_model_is_left_as_it_was_and_keeps_its_graph(make, mode):
         loss.backward()  # the graph built before the audit is intact
         grads.append([(n, bits(p.grad)) for n, p in model.named_parameters()])
     assert grads[0] == grads[1]
+
+
+@contextlib.contextmanager
+def queued_accelerator_seed(seed: int):
+    """``torch.manual_seed(seed)`` while CUDA is not initialised: torch queues the seed and applies it when
+    CUDA is first used. Yields the queued calls; the tracker is put back afterwards."""
+    tracker = torch.cuda._lazy_seed_tracker
+    before = dict(vars(tracker))
+    try:
+        torch.manual_seed(seed)
+        yield [c for c in tracker.get_calls() if c]
+    finally:
+        vars(tracker).update(before)
+
+
+def test_a_seed_queued_for_an_accelerator_not_in_use_yet_survives_the_audit():
+    from initlint.rules.il014_init_not_applied import model_whose_declared_init_ran
+
+    assert not torch.cuda.is_initialized()
+    model, x = model_whose_declared_init_ran()  # the declared init is run again, on a copy, in a stream of its own
+    with queued_accelerator_seed(1234) as queued:
+        initlint.audit(model, x)
+        assert [c for c in torch.cuda._lazy_seed_tracker.get_calls() if c] == queued

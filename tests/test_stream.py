@@ -297,3 +297,12 @@ def test_a_streamed_audit_out_of_memory_at_a_batch_of_1_is_one_sentence(monkeypa
     _run_out_of_memory_above(monkeypatch, 0)
     with pytest.raises(initlint.LoadError, match=r"^the probe ran out of memory even with a batch of 1 on the CPU"):
         initlint.audit(on_meta(bad_mlp), torch.randn(2, 64), init=init_bad_mlp)
+
+
+def test_a_seed_queued_for_an_accelerator_not_in_use_yet_survives_a_streamed_audit():
+    from test_no_mutation import queued_accelerator_seed
+
+    model = on_meta(small_llama)
+    with queued_accelerator_seed(4321) as queued:
+        initlint.audit(model, IDS, init=init_loud)
+        assert [c for c in torch.cuda._lazy_seed_tracker.get_calls() if c] == queued

@@ -231,7 +231,7 @@ class _Saved:
                 entry.stand_in()
         for module in self.modules:
             object.__setattr__(module, "training", True)  # directly: no user train() override runs
-        _seed(seed)
+        seed_devices(seed)
 
     def restore(self) -> None:
         """Every step runs even when an earlier one fails; the first failure is raised at the end."""
@@ -259,14 +259,32 @@ class _Saved:
 
 
 # ------------------------------------------------------------------------------ global state
-def _seed(seed: int) -> None:
-    # torch.manual_seed would also seed every lazily initialised accelerator backend, which
-    # costs milliseconds per call; the devices saved below are enough.
+def seed_devices(seed: int) -> None:
+    """Seed the generators :func:`saved_rng` saves: the CPU's, CUDA's once it is initialised, MPS's.
+    Not ``torch.manual_seed``: for an accelerator that is not initialised yet it queues the seed, to be
+    applied when the user first uses the device, in place of the user's own (and it costs
+    milliseconds per call, formatting the stack for that queue)."""
     torch.default_generator.manual_seed(seed)
     if torch.cuda.is_initialized():
         torch.cuda.manual_seed_all(seed)
     if _mps_available():
         torch.mps.manual_seed(seed)
+
+
+def _lazy_seeds() -> Callable[[], None]:
+    """The seeds ``torch.manual_seed`` queued for accelerators not initialised yet (torch applies them when
+    the device is first used): put back as they were, should anything in the audit call it."""
+    saved = []
+    for backend in ("cuda", "xpu", "mtia"):
+        tracker = getattr(getattr(torch, backend, None), "_lazy_seed_tracker", None)
+        if tracker is not None and hasattr(tracker, "__dict__"):
+            saved.append((tracker, {k: list(v) if isinstance(v, list) else v for k, v in vars(tracker).items()}))
+
+    def undo() -> None:
+        for tracker, fields in saved:
+            for name, value in fields.items():
+                setattr(tracker, name, list(value) if isinstance(value, list) else value)
+    return undo
 
 
 def _mps_available() -> bool:
@@ -289,7 +307,9 @@ def _global_state() -> Callable[[], None]:
     return restore
 
 
-def _rng() -> Callable[[], None]:
+def saved_rng() -> Callable[[], None]:
+    """Save every random state the audit may draw from or seed; return the function that puts it back."""
+    lazy = _lazy_seeds()
     cpu = torch.get_rng_state()
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     mps = torch.mps.get_rng_state() if _mps_available() else None
@@ -298,6 +318,7 @@ def _rng() -> Callable[[], None]:
     np_state = numpy.random.get_state() if numpy is not None else None
 
     def undo() -> None:
+        lazy()
         torch.set_rng_state(cpu)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
@@ -375,4 +396,4 @@ def _module_globals() -> Callable[[], None]:
     return undo
 
 
-_SAVERS = (_rng, _modes, _backend_flags, _module_globals)
+_SAVERS = (saved_rng, _modes, _backend_flags, _module_globals)

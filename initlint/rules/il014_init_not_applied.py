@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..capture import ops as O
-from ..probe.guard import _rng as saved_rng
+from ..probe.guard import saved_rng, seed_devices
 from ..report.findings import Finding
 from .base import AuditContext, Example, RepairPlan, Rule, enclosing_paths, fmt, py_path, to_host
 from .il008_symmetric_init import feeds_weight_layer
@@ -293,12 +293,18 @@ def _runs(n: int, size: int) -> Optional[Tuple[int, int, int]]:
 
 def _sampled(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
     """``size`` elements of ``t`` in evenly spaced runs (:func:`_runs`), in its own dtype."""
+    return _sample_view(t, size).reshape(-1)[:size]
+
+
+def _sample_view(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
+    """The runs of :func:`_sampled` as a ``(runs, run)`` view of ``t`` (the whole of ``t``, flat, when it
+    is the sample): samples of several tensors are stacked from these views in one copy."""
     flat = t.detach().reshape(-1)
     where = _runs(flat.numel(), size)
     if where is None:
         return flat
     runs, run, step = where
-    return flat.as_strided((runs, run), (step, 1)).reshape(-1)[:size]
+    return flat.as_strided((runs, run), (step, 1))
 
 
 def _sampled_positions(n: int, size: int, device: torch.device) -> torch.Tensor:
@@ -328,15 +334,18 @@ def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
 
     Samples of one length, dtype and device are stacked and reduced row by row (a model's parameters
     come in a few sizes, and every large one gives :data:`SAMPLE` elements), :data:`_CACHED` elements at a time."""
-    take = sample or _sampled
-    groups: Dict[Tuple[int, torch.dtype, torch.device], List[Tuple[int, torch.Tensor]]] = {}
+    # the samples of a few tensors at a time, stacked from views of them in one copy (all of them at once
+    # took 75 MB on a 32-layer Llama, fresh memory faulted in page by page); another sampler's samples
+    # are taken first
+    groups: Dict[Tuple[Tuple[int, ...], torch.dtype, torch.device], List[Tuple[int, torch.Tensor]]] = {}
     for i, t in enumerate(tensors):
-        x = take(t, SAMPLE)
-        groups.setdefault((x.numel(), x.dtype, x.device), []).append((i, x))
+        x = _sample_view(t, SAMPLE) if sample is None else sample(t, SAMPLE)
+        groups.setdefault((tuple(x.shape), x.dtype, x.device), []).append((i, x))
     table = _Table()
-    for (length, _, _), items in groups.items():
+    for (shape, _, _), items in groups.items():
+        length = math.prod(shape)
         for part in _in_cache(items, length):
-            rows = _moments(torch.stack([x for _, x in part]))
+            rows = _moments(torch.stack([x for _, x in part]).reshape(len(part), -1)[:, :SAMPLE])
             if full:
                 rows = torch.cat([rows, torch.stack([torch.stack([v.double() for v in _scan(tensors[i])])
                                                      if tensors[i].is_floating_point() else _NO_SCAN.to(rows.device)
@@ -682,7 +691,7 @@ def _own_random_stream(seed: int = 0) -> Iterator[None]:
     """The declared init draws from a stream of its own; every global random state is put back."""
     restore = saved_rng()
     try:
-        torch.manual_seed(seed)
+        seed_devices(seed)
         with torch.no_grad():
             yield
     finally:
@@ -693,7 +702,8 @@ class _Foreign(Exception):
     """The declared init wrote a tensor that is not the private copy's (:attr:`_Private.owned`)."""
 
 
-def _private_copy(root: nn.Module, unit: nn.Module, whole: bool, deep: bool = False) -> nn.Module:
+def _private_copy(root: nn.Module, unit: nn.Module, whole: bool, deep: bool = False,
+                  every: Optional[List[nn.Module]] = None) -> nn.Module:
     """A copy of ``unit`` (its subtree when ``whole``, else only its own tensors) that shares nothing
     with the model: modules outside the unit are not copied even when the unit refers to them.
 
@@ -703,7 +713,7 @@ def _private_copy(root: nn.Module, unit: nn.Module, whole: bool, deep: bool = Fa
     (``copy.deepcopy``). The init runs guarded: writing a tensor that it did not make and the copy does
     not own raises :class:`_Foreign` before the write (:func:`_on_copies` then tries a deep copy, and an
     init that still writes the model's tensors, through the original owner's attributes say, declares
-    nothing)."""
+    nothing). ``every``: ``root``'s modules, when the caller has listed them once for many units."""
     lazy = _Private()
     if not whole:
         shell = copy.copy(unit)
@@ -714,7 +724,7 @@ def _private_copy(root: nn.Module, unit: nn.Module, whole: bool, deep: bool = Fa
         private = shell.to_empty(device="cpu") if _on_meta(shell) else shell
     else:
         inside = {id(m) for m in unit.modules()}
-        memo: Dict[int, Any] = {id(m): m for m in root.modules() if id(m) not in inside}
+        memo: Dict[int, Any] = {id(m): m for m in (root.modules() if every is None else every) if id(m) not in inside}
         for p in unit.parameters():
             memo[id(p)] = lazy.parameter(p)
         deep = deep or any(_copies_itself(type(m)) for m in unit.modules())
@@ -1319,19 +1329,25 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
 
     params = _Params(params, never_written)
     owners = _applied_owners(model)
+    every = list(model.modules())  # listed once: each unit's private copy leaves the others alone
     # outside Hugging Face, `self.encoder.apply(self._init_weights)` may leave other modules at PyTorch's
     # default on purpose: an owner's "still at the default" verdicts count only when none of its other
     # parameters matched its declared init (a missing `self.apply` line leaves all at the default)
     matched: set = set()
     deferred: Dict[str, List[Verdict]] = {}
     if owners:
-        for path, unit, whole in _units(model, "", budget):
-            if any(id(m) in owners for m in unit.modules()) and _wanted(path, unit, whole, params, judged):
+        units = [(path, unit, whole) for path, unit, whole in _units(model, "", budget)
+                 if any(id(m) in owners for m in unit.modules())]
+        # what every such unit holds, drawn at once: one reduction per few samples and one transfer,
+        # not one of each per unit (a 32-layer Llama has 160 units)
+        actual.ensure(_join(path, n) for path, unit, whole in units for n, _ in unit.named_parameters(recurse=whole))
+        for path, unit, whole in units:
+            if _wanted(path, unit, whole, params, judged):
                 yield from _judge_applied(model, path, unit, whole, owners, params, actual, judged, empty, tol,
-                                          matched, deferred)
+                                          matched, deferred, every)
     for path, scope, method in _called_scopes(model, owners, budget):
         if _wanted(path, scope, True, params, judged):
-            yield from _judge_called(model, path, scope, method, params, actual, judged, empty, tol)
+            yield from _judge_called(model, path, scope, method, params, actual, judged, empty, tol, every)
     for owner_path, verdicts in deferred.items():
         if owner_path not in matched:
             yield from verdicts
@@ -1408,7 +1424,7 @@ def _called_scopes(model: nn.Module, owners: Dict[int, _Owner], budget: int) -> 
 def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, owners: Dict[int, _Owner],
                    params: "_Params", actual: Dict[str, Draw], judged: set,
                    empty: Dict[str, Verdict], tol: float, matched: set,
-                   deferred: Dict[str, List[Verdict]]) -> Iterator[Verdict]:
+                   deferred: Dict[str, List[Verdict]], every: Optional[List[nn.Module]] = None) -> Iterator[Verdict]:
     originals = [m for _, m in _post_order(unit, path)] if whole else [unit]
     actual.ensure(_join(path, n) for n, _ in unit.named_parameters(recurse=whole))  # type: ignore[attr-defined]
 
@@ -1416,7 +1432,7 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
         return name in params and name not in judged and not same(actual[name], declared, tol)
 
     try:
-        dec = _on_copies(lambda deep: _declare_applied(lambda: _private_copy(model, unit, whole, deep), path,
+        dec = _on_copies(lambda deep: _declare_applied(lambda: _private_copy(model, unit, whole, deep, every), path,
                                                        originals, owners, differs))
     except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
         return
@@ -1451,16 +1467,17 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
 
 
 def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, params: "_Params",
-                  actual: Dict[str, Draw], judged: set, empty: Dict[str, Verdict], tol: float) -> Iterator[Verdict]:
+                  actual: Dict[str, Draw], judged: set, empty: Dict[str, Verdict], tol: float,
+                  every: Optional[List[nn.Module]] = None) -> Iterator[Verdict]:
     actual.ensure(_join(path, n) for n, _ in scope.named_parameters())  # type: ignore[attr-defined]
 
     def declare(deep: bool) -> Tuple[Dict[str, Draw], Dict[str, List[Tuple[str, Draw]]]]:
-        private = _private_copy(model, scope, True, deep)
+        private = _private_copy(model, scope, True, deep, every)
         tensors = {_join(path, n): p for n, p in private.named_parameters()}
         full = _pass(tensors, [(path, private, getattr(private, method))], _lazy_of(private))
         default: Dict[str, List[Tuple[str, Draw]]] = {}
         if any(n in params and n not in judged and not same(actual[n], d, tol) for n, d in full.items()):
-            private = _private_copy(model, scope, True, deep)
+            private = _private_copy(model, scope, True, deep, every)
             tensors = {_join(path, n): p for n, p in private.named_parameters()}
             default = _defaults(tensors, _post_order(private, path), _lazy_of(private))
         return full, default

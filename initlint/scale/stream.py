@@ -40,6 +40,7 @@ from ..capture import Capture, RuntimeCapture, capture
 from ..capture.base import DropoutOff
 from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory, _out_of_memory_at_smallest
 from ..inputs.load import LoadError
+from ..probe.guard import saved_rng, seed_devices
 from ..probe.run import (GRAD_EXTREMES, ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible,
                          confirm_duplicates_now, confirm_extremes, primary_output, put_logits, summarise, used_params,
                          weight_units)
@@ -251,10 +252,10 @@ def _rng_set(state: Tuple[torch.Tensor, Optional[torch.Tensor]], device: torch.d
 
 
 def _rng_seeded(seed: int, device: torch.device) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
-    saved = _rng_get(device)
-    torch.manual_seed(seed)
+    restore = saved_rng()
+    seed_devices(seed)
     state = _rng_get(device)
-    _rng_set(saved, device)
+    restore()
     return state
 
 
@@ -449,15 +450,15 @@ class Materialiser:
         """Fill unset tensors with the module's own logic, keeping what the init wrote."""
         unset = {id(t) for _, _, t in tensors}
         saved = [(t, t.detach().clone()) for _, _, t in _direct(module) if id(t) not in unset and id(t) in self.live]
-        outer = _rng_get(self.device)
+        restore = saved_rng()
         try:
-            torch.manual_seed(self.seed + 1_000_003 * (salt + 1))  # reproducible, off the init's own stream
+            seed_devices(self.seed + 1_000_003 * (salt + 1))  # reproducible, off the init's own stream
             with torch.no_grad():
                 _default_init(self.plan, module)
                 for t, value in saved:
                     t.copy_(value)
         finally:
-            _rng_set(outer, self.device)
+            restore()
 
 
 class _Scratch:
@@ -904,14 +905,14 @@ def _attempt(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], notes:
 def _seeded(model: nn.Module, seed: int, device: torch.device) -> Iterator[None]:
     """The probe's random state and train mode, as :func:`initlint.probe.guard.guarded` sets them; the
     working copy is thrown away afterwards, so only the random state and grad mode are restored."""
-    saved = _rng_get(device)
+    restore = saved_rng()
     grad_mode = torch.is_grad_enabled()
     try:
-        torch.manual_seed(seed)
+        seed_devices(seed)
         model.train()
         yield
     finally:
-        _rng_set(saved, device)
+        restore()
         torch.set_grad_enabled(grad_mode)
 
 
