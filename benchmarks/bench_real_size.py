@@ -24,7 +24,9 @@ that the audit never allocated, and the largest models' figures moved by up to 3
 * ``audit``: ``initlint.audit(model, batch)`` with every rule.
 
 The table also gives ``audit - fwd+bwd`` in milliseconds: what the audit costs beyond the training
-step it stands for.
+step it stands for; and ``first audit``, the model's first audit in its process (once, before the
+rounds; see :func:`_first_audit`), against the median audit: what ``initlint check``, which audits
+once, pays on top for what initlint does only once per process (imports aside).
 
 ``--breakdown`` adds, per model, the median over the repeats of each stage of the audit
 as a fraction of fwd+bwd (see :class:`Stages`).
@@ -179,6 +181,7 @@ def _measure_here(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
     build = dict(zoo_models([name], opts.batch or zoo_real.BATCH, opts.image_size) if opts.model_set == "zoo"
                  else published_models([name]))[name]
     model, inputs = build()
+    first = _first_audit(model, inputs)
     report = initlint.audit(model, C.example(inputs))
     audit = (lambda: initlint.audit(model, C.example(inputs)))
     fns = {"fwd_bwd": (lambda: C.forward_backward(model, inputs)), "audit": audit}
@@ -189,8 +192,24 @@ def _measure_here(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
     t = C.interleaved_medians(fns, opts.repeats, settle=opts.settle)
     samples = samples[-opts.repeats:]  # the warm-up round's sample is dropped
     return {"capture": report.capture, "warnings": sum(1 for f in report.findings if f.severity != "info"),
-            "fwd_bwd": t["fwd_bwd"], "audit": t["audit"],
+            "fwd_bwd": t["fwd_bwd"], "audit": t["audit"], "first": first,
             "stages": {k: statistics.median(s[k] for s in samples) for k in STAGES} if samples else {}}
+
+
+def _first_audit(model: Any, inputs: C.Inputs) -> float:
+    """Seconds of the model's first audit in its process, as ``initlint check`` runs one: after an audit of a
+    two-layer MLP (so that initlint's modules are imported) and one forward+backward of the model (so
+    that torch's own first-call costs are not counted)."""
+    import torch
+
+    import initlint
+
+    initlint.audit(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()), torch.randn(4, 8))
+    C.forward_backward(model, inputs)
+    audit, example = initlint.audit, C.example(inputs)
+    start = time.perf_counter()
+    audit(model, example)
+    return time.perf_counter() - start
 
 
 def _in_own_process(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
@@ -260,15 +279,17 @@ def main() -> None:
         ratio = got["audit"] / got["fwd_bwd"]
         ratios.append(ratio)
         rows.append([name, got["capture"], got["warnings"], C.ms(got["fwd_bwd"]), C.ms(got["audit"]),
-                     C.ms(got["audit"] - got["fwd_bwd"]), f"{ratio:.2f}"])
+                     C.ms(got["audit"] - got["fwd_bwd"]), f"{ratio:.2f}", C.ms(got["first"]),
+                     f"{got['first'] / got['audit']:.2f}"])
         if opts.breakdown:
             parts.append([name] + [f"{got['stages'][k] / got['fwd_bwd']:.3f}" for k in STAGES])
         print(f"  {name}: fwd+bwd {C.ms(got['fwd_bwd'])} ms, audit {C.ms(got['audit'])} ms, {ratio:.2f}", flush=True)
-    rows.append(["**median**", "", "", "", "", "", f"**{statistics.median(ratios):.2f}**"])
+    rows.append(["**median**", "", "", "", "", "", f"**{statistics.median(ratios):.2f}**", "", ""])
     print()
     print(f"Median of {opts.repeats} runs after a warm-up, milliseconds.")
     print()
-    print(C.table(["model", "capture", "warnings", "fwd+bwd", "audit", "audit - fwd+bwd", "audit / fwd+bwd"], rows))
+    print(C.table(["model", "capture", "warnings", "fwd+bwd", "audit", "audit - fwd+bwd", "audit / fwd+bwd",
+                   "first audit", "first / audit"], rows))
     if parts:
         print()
         print("Stages of the audit, each as a fraction of fwd+bwd (median over the repeats):")
