@@ -204,9 +204,11 @@ def test_nothing_of_the_users_changes():
     torch.manual_seed(123)
     random.seed(5)
     state, py_state, grad = torch.get_rng_state(), random.getstate(), torch.is_grad_enabled()
+    queued = [c for c in torch.cuda._lazy_seed_tracker.get_calls() if c]  # the seed CUDA gets when first used
     initlint.sweep(mlp_fixed_std, width={"width": [8, 16]}, steps=1)
     assert torch.equal(torch.get_rng_state(), state) and random.getstate() == py_state
     assert torch.is_grad_enabled() == grad
+    assert [c for c in torch.cuda._lazy_seed_tracker.get_calls() if c] == queued
 
 
 # ----------------------------------------------------------------------------- failures
