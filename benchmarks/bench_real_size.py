@@ -253,9 +253,6 @@ def main() -> None:
         return
     import initlint
 
-    print(f"machine: {C.machine()}")
-    print(f"initlint from: {os.path.dirname(initlint.__file__)}")
-    print(f"code: {C.revision()}")
     names = [n for n in opts.models.split(",") if n]
     if opts.batch is not None and (opts.model_set != "zoo" or opts.batch < 1):
         parser.error("--batch takes a positive number of examples, and only with --set zoo")
@@ -269,6 +266,9 @@ def main() -> None:
     unknown = [n for n in names if n not in known]
     if unknown:
         parser.error(f"no model {', '.join(unknown)} in the {opts.model_set} set; it has {', '.join(known)}")
+    print(f"machine: {C.machine()}")
+    print(f"initlint from: {os.path.dirname(initlint.__file__)}")
+    print(f"code: {C.revision()}")
     if opts.model_set == "zoo":
         print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model"
               + (f", images {opts.image_size}x{opts.image_size}" if opts.image_size else ""))
