@@ -416,6 +416,29 @@ def test_a_small_fill_is_drawn_only_when_read_and_never_when_overwritten(monkeyp
     assert (drawn.std, drawn.kurt) != (0.02, 3.0)  # sampled from the values, not the exact draw
 
 
+def test_a_tiled_fill_overwritten_by_another_fill_is_never_drawn(monkeypatch):
+    """A large parameter's first fill stands as a tile not drawn yet; a second fill over the whole of it (a
+    Hugging Face conv's ``normal_`` then its ``kaiming_normal_``) replaces it without drawing it, and the
+    parameter keeps the second fill's exact draw. An op that reads the tile (``mul_``) draws it once."""
+    from initlint.rules import il014_init_not_applied as il
+
+    drawn_fills = []
+    real_draw = il._Fill.draw
+    monkeypatch.setattr(il._Fill, "draw", lambda self, into=None: drawn_fills.append(self) or real_draw(self, into))
+
+    def twice(t):
+        nn.init.normal_(t, std=0.02)
+        nn.init.kaiming_normal_(t, mode="fan_out", nonlinearity="relu")
+
+    drawn, lazy, private, original = _declared_on_private(twice, (1024, 768))
+    assert drawn_fills == [] and isinstance(lazy.tiled[il._storage(private)][1], il._Fill)
+    assert (drawn.std, drawn.mean, drawn.kurt, drawn.n) == ((2 / 1024) ** 0.5, 0.0, 3.0, il.SAMPLE)
+
+    drawn, lazy, private, original = _declared_on_private(lambda t: (nn.init.normal_(t), t.mul_(0.02)), (1024, 768))
+    assert len(drawn_fills) == 1 and isinstance(lazy.tiled[il._storage(private)][1], torch.Tensor)
+    assert abs(drawn.std / 0.02 - 1) < 0.05 and (drawn.std, drawn.kurt) != (0.02, 3.0)  # sampled from the tile
+
+
 def test_a_small_half_precision_fill_is_sampled_from_its_values():
     """Half precision has no exact draw (a small std rounds values to zero): the fill is written out and read."""
     from initlint.rules import il014_init_not_applied as il

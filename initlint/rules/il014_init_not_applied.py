@@ -1097,12 +1097,13 @@ class _Private(TorchDispatchMode):
             self.tiled[key] = (target, block)
         return block
 
-    def _tile_of(self, t: Any) -> Optional[torch.Tensor]:
+    def _tile_key(self, t: Any) -> Optional[int]:
+        """The storage of ``t`` when ``t`` is the whole of a tiled tensor (no patch over its tile), else None."""
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided or not t.numel():
             return None
         key = _storage(t)
         entry = self.tiled.get(key) if key not in self.patches else None
-        return self._block(key) if entry is not None and entry[0].shape == t.shape and _tileable(t) else None
+        return key if entry is not None and entry[0].shape == t.shape and _tileable(t) else None
 
     def draws(self, tensors: Sequence[torch.Tensor]) -> List[Draw]:
         """:func:`draws_of` for private tensors: a tensor that only a random fill wrote (its values never drawn,
@@ -1123,25 +1124,33 @@ class _Private(TorchDispatchMode):
         op whose tensors are tensors tiled alike and numbers (``trunc_normal_``'s ``erfinv_``, ``mul_``,
         ``clamp_``, its bounds' mask), a reduction of the whole tensor to its extremes or to whether
         any or all are true (a tiled tensor holds every value of its tile), and a copy of a whole tiled
-        tensor. :data:`_NOT_TILED` otherwise."""
+        tensor. :data:`_NOT_TILED` otherwise, before any tile is drawn: a fill that overwrites a tiled
+        tensor (``kaiming_normal_`` after the first ``normal_``) needs nothing of its old tile."""
         if not self.tiled:
             return _NOT_TILED
+        if func not in _WHOLE_REDUCTIONS and func is not torch.ops.aten.copy_.default \
+                and (torch.Tag.pointwise not in func.tags or "out" in kwargs):
+            return _NOT_TILED
         leaves = _leaves(args, kwargs)
-        tiles = [self._tile_of(t) for t in leaves]
-        if not any(tile is not None for tile in tiles):
+        keys = [self._tile_key(t) for t in leaves]
+        if all(key is None for key in keys):
             return _NOT_TILED
-        shape = next(t.shape for t, tile in zip(leaves, tiles) if tile is not None)
-        if func in _WHOLE_REDUCTIONS and len(leaves) == 1 and not kwargs and len(args) == 1:
-            return func(tiles[0])
-        if func is torch.ops.aten.copy_.default and len(args) == 2 and not kwargs and tiles[1] is not None \
-                and tiles[0] is None and args[0].shape == shape and args[0].dtype == tiles[1].dtype \
-                and _tileable(args[0]) and args[0].device == tiles[1].device:
-            key = _storage(args[0])
-            self._forget(key)
-            self.tiled[key] = (args[0], tiles[1].clone())
-            return args[0]
-        if torch.Tag.pointwise not in func.tags or "out" in kwargs:
+        shape = next(t.shape for t, key in zip(leaves, keys) if key is not None)
+        if func in _WHOLE_REDUCTIONS:
+            if len(leaves) == 1 and not kwargs and len(args) == 1:
+                return func(self._block(keys[0]))  # type: ignore[arg-type]
             return _NOT_TILED
+        if func is torch.ops.aten.copy_.default:
+            if len(args) == 2 and not kwargs and keys[1] is not None and keys[0] is None and args[0].shape == shape \
+                    and _tileable(args[0]):
+                source = self._block(keys[1])
+                if args[0].dtype == source.dtype and args[0].device == source.device:
+                    key = _storage(args[0])
+                    self._forget(key)
+                    self.tiled[key] = (args[0], source.clone())
+                    return args[0]
+            return _NOT_TILED
+        tiles = [self._block(key) if key is not None else None for key in keys]
         for t, tile in zip(leaves, tiles):
             if tile is None and (t.dim() or (t.numel() and self._stands_in(_storage(t)))):
                 return _NOT_TILED  # a full-size operand, or a lazy one
