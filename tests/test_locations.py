@@ -197,10 +197,26 @@ CLASSES = textwrap.dedent('''
 
 
     class Tower(nn.Module):
+        """A stack of blocks, for example::
+
+            self.norm = nn.LayerNorm(4)  # in a docstring: not where the norm is built
+        """
+
         def __init__(self):
             super().__init__()
+            note = "self.blocks = nn.ModuleList(...) in a string"
             self.blocks = nn.ModuleList([Block(), Block()])
-            self.norm = nn.LayerNorm(4)
+            self.first, self.norm = nn.Identity(), nn.LayerNorm(4)
+
+
+    def make_head():
+        class Head(nn.Module):
+            """self.out = nn.Linear(4, 2), as its docstring says."""
+
+            def __init__(self):
+                super().__init__()
+                self.out = nn.Linear(4, 2)
+        return Head()
 ''')
 
 
@@ -225,10 +241,14 @@ def test_locations_are_found_on_demand_and_agree_with_the_source(tmp_path, monke
     assert where["blocks.1.gate"] == (str(path), line("if flag: self.gate"))  # after an `if x:` on its line
     assert where["blocks.0.out-1"] == (str(path), line('add_module("out-1"'))
     assert where["blocks.0.spare"] == where["blocks.0.extra"] == (str(path), line("self.extra = nn.Identity(); self.spare"))
-    assert where["blocks.0"] == where["blocks"] == (str(path), line("self.blocks = nn.ModuleList"))
+    assert where["blocks.0"] == where["blocks"] == (str(path), line("self.blocks = nn.ModuleList([Block()"))
+    assert where["norm"] == where["first"] == (str(path), line("self.first, self.norm"))  # not the docstring's line
     assert where[""] == (str(path), line("class Tower"))
     assert "nowhere" not in where and where.get("blocks.0.nowhere") is None
     assert dict(where) == {p: where[p] for p, _ in module.Tower().named_modules()}  # every module of the tree
+    # a class defined inside a function: its source is indented
+    head = locate.ModuleLocations(module.make_head())
+    assert head["out"] == (str(path), line("self.out = nn.Linear(4, 2)", after=line("def __init__", after=line("class Head"))))
 
 
 def test_a_clean_audit_reads_no_class_source(monkeypatch):

@@ -40,16 +40,49 @@ _ASSIGNED = re.compile(r"(?=\bself\.(\w+)\s*(?::[^=]*)?=(?!=)|add_module\(\s*['\
 """An assignment of an attribute, found at every position (a lookahead), so one match never hides another
 on the same line (``if self.a: self.b = x`` names both)."""
 
+_ADDERS = ("add_module", "register_module")
+
 
 @lru_cache(maxsize=256)
 def _assignments(cls: type) -> Dict[str, int]:
     """Attribute -> the first line of ``cls``'s own source that assigns it (``self.attr = ...``,
-    ``self.attr: T = ...``, ``add_module("attr", ...)``; not a commented-out line): the class read once,
-    not once per module."""
+    ``self.attr: T = ...``, ``self.a, self.b = ...``, ``add_module("attr", ...)``), from the syntax
+    tree, so that neither a comment nor a docstring's example counts: the class read once, not once per
+    module. A source that does not parse on its own is searched line by line (:data:`_ASSIGNED`)."""
     src = _class_source(cls)
     if src is None:
         return {}
     _, start, lines = src
+    text = "".join(lines)
+    nested = text[:1].isspace()  # a class defined in a function or another class: parsed inside a block
+    try:
+        tree = ast.parse("if 1:\n" + text if nested else text)
+    except (SyntaxError, ValueError):
+        return _assignments_by_line(start, lines)
+    shift = start - (2 if nested else 1)
+    found: Dict[str, int] = {}
+    for node in ast.walk(tree):
+        for attr in _assigned_names(node):
+            found[attr] = min(found.get(attr, node.lineno + shift), node.lineno + shift)
+    return found
+
+
+def _assigned_names(node: ast.AST) -> Iterator[str]:
+    """Attributes of ``self`` that ``node`` assigns, and the names it registers with ``add_module``."""
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+            for part in ast.walk(target):
+                if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id == "self" \
+                        and isinstance(part.ctx, ast.Store):
+                    yield part.attr
+    elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)) and node.args \
+            and (node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id) in _ADDERS \
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        yield node.args[0].value
+
+
+def _assignments_by_line(start: int, lines: Tuple[str, ...]) -> Dict[str, int]:
+    """:func:`_assignments` from the text alone, line by line (a commented-out line skipped)."""
     found: Dict[str, int] = {}
     for offset, line in enumerate(lines):
         if "self." not in line and "add_module" not in line or line.lstrip().startswith("#"):
