@@ -5,14 +5,11 @@
 
 ``--set zoo`` (the default): every model of the real-size zoo (``tests/zoo_real.py``: GPT-2
 124M at its 12 layers, a 32-layer Llama, T5-small, Swin-T, ... at their real widths and
-vocabularies) on a probe batch of 16 examples (``initlint.inputs.load.DEFAULT_BATCH``: the batch
-``initlint check`` and ``initlint.audit(model)`` give a model when they are given no inputs) of the
-shapes the zoo's tests use (16 tokens, small images). ``--batch 2`` gives each zoo model the batch
-the tests audit it with: there a short vision model's training step is shorter than what the audit
-does once per model whatever the batch (ResNet-50 on two 64x64 images: an 85 ms step). ``--image-size
-224`` gives every zoo model that takes ``pixel_values`` square images of that side (the zoo's tests
-give ResNet-50 and ConvNeXt-T 64x64 and DINOv2 112x112 for speed; all six image models were
-published at 224x224). ``--set published``: GPT-2 124M, BERT-base and a Llama-style LM
+vocabularies) on its own probe batch (2 x 16 tokens, small images), the batch initlint's
+tests audit them with; ``--batch 16`` gives each zoo model 16 examples instead of 2 (the batch
+``initlint check`` infers by default); ``--image-size 224`` gives every zoo model that takes
+``pixel_values`` square images of that side (the zoo's tests give ResNet-50 and ConvNeXt-T 64x64 and
+DINOv2 112x112 for speed; all six image models were published at 224x224). ``--set published``: GPT-2 124M, BERT-base and a Llama-style LM
 (``_common.REAL_SIZE``) at their full depth on 8 x 64 tokens.
 
 Each model is measured in a fresh process of its own, with glibc malloc's thresholds fixed
@@ -179,7 +176,9 @@ def _measure_here(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
     """Build ``name``, audit it once, then time fwd+bwd and the audit in turns (and the stages)."""
     import initlint
 
-    build = dict(zoo_models([name], _zoo_batch(opts), opts.image_size) if opts.model_set == "zoo"
+    import zoo_real
+
+    build = dict(zoo_models([name], opts.batch or zoo_real.BATCH, opts.image_size) if opts.model_set == "zoo"
                  else published_models([name]))[name]
     model, inputs = build()
     first = _first_audit(model, inputs)
@@ -195,13 +194,6 @@ def _measure_here(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
     return {"capture": report.capture, "warnings": sum(1 for f in report.findings if f.severity != "info"),
             "fwd_bwd": t["fwd_bwd"], "audit": t["audit"], "first": first,
             "stages": {k: statistics.median(s[k] for s in samples) for k in STAGES} if samples else {}}
-
-
-def _zoo_batch(opts: argparse.Namespace) -> int:
-    """Examples per zoo model: ``--batch``, else the batch an audit infers when it is given no inputs."""
-    from initlint.inputs.load import DEFAULT_BATCH
-
-    return opts.batch or DEFAULT_BATCH
 
 
 def _first_audit(model: Any, inputs: C.Inputs) -> float:
@@ -243,8 +235,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--breakdown", action="store_true", help="also time the audit's stages")
     parser.add_argument("--batch", type=int, default=None,
-                        help="examples per zoo model's probe batch (default: 16, what an audit given no inputs "
-                             "infers; the zoo's tests use 2)")
+                        help="examples per zoo model's probe batch (default: the zoo's own, 2)")
     parser.add_argument("--image-size", type=int, default=None,
                         help="side of the square images of every zoo model that takes pixel_values "
                              "(default: the zoo's own, 224 or smaller)")
@@ -279,7 +270,7 @@ def main() -> None:
     print(f"initlint from: {os.path.dirname(initlint.__file__)}")
     print(f"code: {C.revision()}")
     if opts.model_set == "zoo":
-        print(f"probe batch: {_zoo_batch(opts)} examples per model"
+        print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model"
               + (f", images {opts.image_size}x{opts.image_size}" if opts.image_size else ""))
     print("each model in a process of its own, glibc malloc: " + ", ".join(f"{k}={v}" for k, v in ALLOCATOR.items()))
     rows, ratios, parts = [], [], []
