@@ -392,21 +392,31 @@ def test_a_sample_is_runs_spread_over_the_whole_tensor(n):
         assert torch.equal(_sampled(m.t()), _sampled(m.t().contiguous()))
 
 
+def _counted_fill_draws(monkeypatch):
+    """The list each random fill of a private tensor is appended to when its values are drawn."""
+    from initlint.rules import il014_init_not_applied as il
+
+    drawn_fills = []
+    real_draw = il._Fill.draw
+    monkeypatch.setattr(il._Fill, "draw", lambda self, into=None: drawn_fills.append(self) or real_draw(self, into))
+    return drawn_fills
+
+
+def _filled_twice(t):
+    """A Hugging Face conv's init: the base class's ``normal_``, then its own ``kaiming_normal_``."""
+    nn.init.normal_(t, std=0.02)
+    nn.init.kaiming_normal_(t, mode="fan_out", nonlinearity="relu")
+
+
 def test_a_small_fill_is_drawn_only_when_read_and_never_when_overwritten(monkeypatch):
     """A random fill of a tensor too small to tile waits: a second fill over it (``kaiming_normal_`` after
     ``normal_``) means the first is never drawn; a fill nothing reads has its distribution's exact draw;
     an op that reads it (``mul_``) first writes the fill out in full."""
     from initlint.rules import il014_init_not_applied as il
 
-    drawn_fills = []
-    real_draw = il._Fill.draw
-    monkeypatch.setattr(il._Fill, "draw", lambda self, into=None: drawn_fills.append(self) or real_draw(self, into))
+    drawn_fills = _counted_fill_draws(monkeypatch)
 
-    def twice(t):
-        nn.init.normal_(t, std=0.02)
-        nn.init.kaiming_normal_(t, mode="fan_out", nonlinearity="relu")
-
-    drawn, lazy, private, original = _declared_on_private(twice, (256, 64))
+    drawn, lazy, private, original = _declared_on_private(_filled_twice, (256, 64))
     assert drawn_fills == [] and isinstance(lazy.pending[il._storage(private)][1], il._Fill)
     assert (drawn.std, drawn.mean, drawn.kurt, drawn.n) == ((2 / 256) ** 0.5, 0.0, 3.0, 256 * 64)
 
@@ -422,15 +432,9 @@ def test_a_tiled_fill_overwritten_by_another_fill_is_never_drawn(monkeypatch):
     parameter keeps the second fill's exact draw. An op that reads the tile (``mul_``) draws it once."""
     from initlint.rules import il014_init_not_applied as il
 
-    drawn_fills = []
-    real_draw = il._Fill.draw
-    monkeypatch.setattr(il._Fill, "draw", lambda self, into=None: drawn_fills.append(self) or real_draw(self, into))
+    drawn_fills = _counted_fill_draws(monkeypatch)
 
-    def twice(t):
-        nn.init.normal_(t, std=0.02)
-        nn.init.kaiming_normal_(t, mode="fan_out", nonlinearity="relu")
-
-    drawn, lazy, private, original = _declared_on_private(twice, (1024, 768))
+    drawn, lazy, private, original = _declared_on_private(_filled_twice, (1024, 768))
     assert drawn_fills == [] and isinstance(lazy.tiled[il._storage(private)][1], il._Fill)
     assert (drawn.std, drawn.mean, drawn.kurt, drawn.n) == ((2 / 1024) ** 0.5, 0.0, 3.0, il.SAMPLE)
 
