@@ -204,9 +204,11 @@ CLASSES = textwrap.dedent('''
 
         def __init__(self):
             super().__init__()
+            self.head: nn.Module  # declared, built below
             note = "self.blocks = nn.ModuleList(...) in a string"
             self.blocks = nn.ModuleList([Block(), Block()])
             self.first, self.norm = nn.Identity(), nn.LayerNorm(4)
+            self.head = nn.Linear(4, 2)
 
 
     def make_head():
@@ -243,6 +245,7 @@ def test_locations_are_found_on_demand_and_agree_with_the_source(tmp_path, monke
     assert where["blocks.0.spare"] == where["blocks.0.extra"] == (str(path), line("self.extra = nn.Identity(); self.spare"))
     assert where["blocks.0"] == where["blocks"] == (str(path), line("self.blocks = nn.ModuleList([Block()"))
     assert where["norm"] == where["first"] == (str(path), line("self.first, self.norm"))  # not the docstring's line
+    assert where["head"] == (str(path), line("self.head = nn.Linear"))  # not its bare annotation
     assert where[""] == (str(path), line("class Tower"))
     assert "nowhere" not in where and where.get("blocks.0.nowhere") is None
     assert dict(where) == {p: where[p] for p, _ in module.Tower().named_modules()}  # every module of the tree

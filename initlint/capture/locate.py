@@ -69,7 +69,7 @@ def _assignments(cls: type) -> Dict[str, int]:
 
 def _assigned_names(node: ast.AST) -> Iterator[str]:
     """Attributes of ``self`` that ``node`` assigns, and the names it registers with ``add_module``."""
-    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+    if isinstance(node, ast.Assign) or isinstance(node, ast.AnnAssign) and node.value is not None:
         for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
             for part in ast.walk(target):
                 if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id == "self" \
