@@ -1,16 +1,18 @@
 """Audit time against a plain forward+backward on published models at full width and vocabulary.
 
     python benchmarks/bench_real_size.py [--set zoo|published] [--repeats 3] [--threads 1] [--models gpt2,t5]
-                                         [--breakdown] [--batch N] [--image-size S]
+                                         [--breakdown] [--batch N] [--image-size S|zoo] [--processes N]
 
 ``--set zoo`` (the default): every model of the real-size zoo (``tests/zoo_real.py``: GPT-2
 124M at its 12 layers, a 32-layer Llama, T5-small, Swin-T, ... at their real widths and
-vocabularies) on its own probe batch (2 x 16 tokens, small images), the batch initlint's
-tests audit them with; ``--batch 16`` gives each zoo model 16 examples instead of 2 (the batch
-``initlint check`` infers by default); ``--image-size 224`` gives every zoo model that takes
-``pixel_values`` square images of that side (the zoo's tests give ResNet-50 and ConvNeXt-T 64x64 and
-DINOv2 112x112 for speed; all six image models were published at 224x224). ``--set published``: GPT-2 124M, BERT-base and a Llama-style LM
-(``_common.REAL_SIZE``) at their full depth on 8 x 64 tokens.
+vocabularies) on its own probe batch (2 x 16 tokens, ...), the batch initlint's tests audit them
+with, and the six image models that take ``pixel_values`` (ResNet-50, ConvNeXt-T, DINOv2, Swin-T,
+ViT, CLIP) on images of :data:`PUBLISHED_IMAGE_SIZE` (224 x 224, the side all six were published and
+evaluated at on ImageNet). ``--image-size zoo`` gives them the zoo tests' own images instead
+(ResNet-50 and ConvNeXt-T 64 x 64, DINOv2 112 x 112, cut for the tests' speed; the others 224);
+``--image-size S`` squares of side S. ``--batch 16`` gives each zoo model 16 examples instead of 2
+(the batch ``initlint check`` infers by default). ``--set published``: GPT-2 124M, BERT-base and a
+Llama-style LM (``_common.REAL_SIZE``) at their full depth on 8 x 64 tokens.
 
 Each model is measured in a fresh process of its own, with glibc malloc's thresholds fixed
 (:data:`ALLOCATOR`), so that its timings do not depend on the models measured before it. That
@@ -22,6 +24,12 @@ that the audit never allocated, and the largest models' figures moved by up to 3
 * ``fwd+bwd``: a training-mode forward and ``torch.autograd.grad`` of a random cotangent at
   the main output with respect to every parameter (``_common.forward_backward``);
 * ``audit``: ``initlint.audit(model, batch)`` with every rule.
+
+``--processes N`` measures each model in N such processes, taken in turns over the set (the first
+process of every model, then the second, ...), and gives the median of the N processes' ratios: one
+process's ratio moves by 10-25% with how fast that process happens to run (the same model's
+fwd+bwd and audit move together within a process, but not by the same factor), so a single process
+cannot tell 1.25 from 1.35.
 
 The table also gives ``audit - fwd+bwd`` in milliseconds: what the audit costs beyond the training
 step it stands for; and ``first audit``, the model's first audit in its process (once, before the
@@ -54,6 +62,10 @@ import _common as C  # noqa: E402
 
 GOAL_MEDIAN = 1.1
 GOAL_MAX = 1.3
+
+PUBLISHED_IMAGE_SIZE = 224
+"""Side of the square images the zoo's ``pixel_values`` models get by default: ResNet-50, ConvNeXt-T, DINOv2,
+Swin-T, ViT and CLIP were all published with ImageNet results at 224 x 224."""
 
 STAGES = ("guard", "forward", "op stats", "backward", "grad stats", "weight stats", "duplicates", "rules", "other")
 
@@ -219,12 +231,25 @@ def _in_own_process(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
             "--repeats", str(opts.repeats), "--threads", str(opts.threads), "--settle", str(opts.settle)]
     argv += ["--breakdown"] if opts.breakdown else []
     argv += ["--batch", str(opts.batch)] if opts.batch is not None else []
-    argv += ["--image-size", str(opts.image_size)] if opts.image_size is not None else []
+    if opts.model_set == "zoo":
+        argv += ["--image-size", str(opts.image_size) if opts.image_size is not None else "zoo"]
     env = dict(os.environ, **ALLOCATOR, INITLINT_NO_PROGRESS="1")
     done = subprocess.run(argv, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"measuring {name} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _image_size(given: Optional[str], model_set: str) -> Optional[int]:
+    """The side of the zoo's images from ``--image-size``: None for the zoo tests' own; raises ValueError."""
+    if model_set != "zoo" or given == "zoo":
+        return None
+    if given is None:
+        return PUBLISHED_IMAGE_SIZE
+    side = int(given)
+    if side < 1:
+        raise ValueError(given)
+    return side
 
 
 def main() -> None:
@@ -236,15 +261,23 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="also time the audit's stages")
     parser.add_argument("--batch", type=int, default=None,
                         help="examples per zoo model's probe batch (default: the zoo's own, 2)")
-    parser.add_argument("--image-size", type=int, default=None,
-                        help="side of the square images of every zoo model that takes pixel_values "
-                             "(default: the zoo's own, 224 or smaller)")
+    parser.add_argument("--image-size", default=None,
+                        help="side of the square images of every zoo model that takes pixel_values, or 'zoo' "
+                             f"for the zoo tests' own (default: {PUBLISHED_IMAGE_SIZE}, the published size)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="processes per model, taken in turns over the set; the ratio is their median "
+                             "(default 1)")
     parser.add_argument("--settle", type=int, default=1,
                         help="untimed calls of each workload right before each timed one (default 1; see "
                              "_common.interleaved_medians)")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one model, in this process; prints JSON
     opts = parser.parse_args()
     C.set_threads(opts.threads)
+    given_image_size = opts.image_size is not None
+    try:
+        opts.image_size = _image_size(opts.image_size, opts.model_set)
+    except ValueError:
+        parser.error(f"--image-size takes a positive number of pixels or 'zoo', not {opts.image_size!r}")
     import transformers
 
     transformers.logging.set_verbosity_error()
@@ -258,8 +291,10 @@ def main() -> None:
         parser.error("--batch takes a positive number of examples, and only with --set zoo")
     if opts.settle < 0:
         parser.error("--settle takes a number of calls, 0 or more")
-    if opts.image_size is not None and (opts.model_set != "zoo" or opts.image_size < 1):
-        parser.error("--image-size takes a positive number of pixels, and only with --set zoo")
+    if given_image_size and opts.model_set != "zoo":
+        parser.error("--image-size applies only with --set zoo")
+    if opts.processes < 1:
+        parser.error("--processes takes a positive number of processes per model")
     import zoo_real
 
     known = list(zoo_real.ZOO) if opts.model_set == "zoo" else list(C.REAL_SIZE)
@@ -270,29 +305,44 @@ def main() -> None:
     print(f"initlint from: {os.path.dirname(initlint.__file__)}")
     print(f"code: {C.revision()}")
     if opts.model_set == "zoo":
-        print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model"
-              + (f", images {opts.image_size}x{opts.image_size}" if opts.image_size else ""))
-    print("each model in a process of its own, glibc malloc: " + ", ".join(f"{k}={v}" for k, v in ALLOCATOR.items()))
+        print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model, "
+              + (f"images {opts.image_size}x{opts.image_size}" if opts.image_size else "the zoo tests' own images"))
+    print(f"each model in {opts.processes} process(es) of its own"
+          + (", taken in turns over the set" if opts.processes > 1 else "")
+          + ", glibc malloc: " + ", ".join(f"{k}={v}" for k, v in ALLOCATOR.items()))
+    runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name in (names or known)}
+    for turn in range(opts.processes):
+        for name, got in runs.items():
+            one = _in_own_process(name, opts)
+            got.append(one)
+            print(f"  {name}{f' (process {turn + 1})' if opts.processes > 1 else ''}: fwd+bwd {C.ms(one['fwd_bwd'])} ms, "
+                  f"audit {C.ms(one['audit'])} ms, {one['audit'] / one['fwd_bwd']:.2f}", flush=True)
     rows, ratios, parts = [], [], []
-    for name in (names or known):
-        got = _in_own_process(name, opts)
-        ratio = got["audit"] / got["fwd_bwd"]
+    for name, got in runs.items():
+        each = [g["audit"] / g["fwd_bwd"] for g in got]
+        ratio = statistics.median(each)
         ratios.append(ratio)
-        rows.append([name, got["capture"], got["warnings"], C.ms(got["fwd_bwd"]), C.ms(got["audit"]),
-                     C.ms(got["audit"] - got["fwd_bwd"]), f"{ratio:.2f}", C.ms(got["first"]),
-                     f"{got['first'] / got['audit']:.2f}"])
+        mid = {k: statistics.median(g[k] for g in got) for k in ("fwd_bwd", "audit", "first")}
+        first = statistics.median(g["first"] / g["audit"] for g in got)
+        row = [name, got[0]["capture"], got[0]["warnings"], C.ms(mid["fwd_bwd"]), C.ms(mid["audit"]),
+               C.ms(mid["audit"] - mid["fwd_bwd"]), f"{ratio:.2f}", C.ms(mid["first"]), f"{first:.2f}"]
+        rows.append(row + ([" ".join(f"{r:.2f}" for r in each)] if opts.processes > 1 else []))
         if opts.breakdown:
-            parts.append([name] + [f"{got['stages'][k] / got['fwd_bwd']:.3f}" for k in STAGES])
-        print(f"  {name}: fwd+bwd {C.ms(got['fwd_bwd'])} ms, audit {C.ms(got['audit'])} ms, {ratio:.2f}", flush=True)
-    rows.append(["**median**", "", "", "", "", "", f"**{statistics.median(ratios):.2f}**", "", ""])
+            parts.append([name] + [f"{statistics.median(g['stages'][k] / g['fwd_bwd'] for g in got):.3f}"
+                                   for k in STAGES])
+    rows.append(["**median**", "", "", "", "", "", f"**{statistics.median(ratios):.2f}**", "", ""]
+                + ([""] if opts.processes > 1 else []))
     print()
-    print(f"Median of {opts.repeats} runs after a warm-up, milliseconds.")
+    print(f"Median of {opts.repeats} runs after a warm-up, milliseconds"
+          + (f"; each figure the median over {opts.processes} processes, and the audit / fwd+bwd the median of "
+             "the processes' own ratios (listed last)." if opts.processes > 1 else "."))
     print()
     print(C.table(["model", "capture", "warnings", "fwd+bwd", "audit", "audit - fwd+bwd", "audit / fwd+bwd",
-                   "first audit", "first / audit"], rows))
+                   "first audit", "first / audit"] + (["per process"] if opts.processes > 1 else []), rows))
     if parts:
         print()
-        print("Stages of the audit, each as a fraction of fwd+bwd (median over the repeats):")
+        print("Stages of the audit, each as a fraction of fwd+bwd (median over the repeats"
+              + (" and the processes):" if opts.processes > 1 else "):"))
         print()
         print(C.table(["model"] + list(STAGES), parts))
     print()
