@@ -783,9 +783,21 @@ def _module_copies(unit: nn.Module, memo: Dict[int, Any], lazy: "_Private") -> n
             elif type(value) in _SHALLOW:
                 state[key] = value.copy()
             else:
+                _seed_flat_dicts(value, memo)
                 state[key] = copy.deepcopy(value, memo)
         memo[id(m)].__setstate__(state)  # as copy.deepcopy ends (an RNN relinks its flat weights)
     return memo[id(unit)]
+
+
+def _seed_flat_dicts(value: Any, memo: Dict[int, Any]) -> None:
+    """Put in ``memo`` a copy of each dict among ``value``'s attributes whose keys and values are all atomic
+    (a deep copy of such a dict is its shallow copy): ``copy.deepcopy`` then takes it from there instead of
+    copying it entry by entry (an ImageNet config's ``id2label`` and ``label2id`` hold 1000 labels each)."""
+    for item in getattr(value, "__dict__", {}).values():
+        if type(item) is dict and id(item) not in memo and len(item) > 16 \
+                and all(isinstance(k, _ATOMIC) and isinstance(v, _ATOMIC) for k, v in item.items()):
+            memo[id(item)] = item.copy()
+            memo.setdefault(id(memo), []).append(item)  # kept alive as copy.deepcopy keeps what it memoised
 
 
 def _on_copies(run: Callable[[bool], Any]) -> Any:
