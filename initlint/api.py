@@ -8,6 +8,7 @@ import torch
 import torch.nn as nn
 
 from .capture import BACKENDS, CaptureError, capture
+from .capture.fx import untraceable
 from .errors import LoadError, UsageError
 from .rules.link import link_findings
 from .inputs.load import DEFAULT_BATCH, check_finite, infer_inputs, move_inputs, normalise_inputs, shaped_inputs
@@ -353,6 +354,10 @@ def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str
     run = dict(logits=options["logits"], backward="gradients" in needs or step is not None, report=report, step=step)
     reasons: List[str] = []
     attempts = [("fx", True), ("runtime", True)]  # (backend, copy-on-write stand-ins for the parameters)
+    known = untraceable(model)
+    if known is not None:  # no trace to try, and no state guard around it
+        reasons.append(f"fx: {known}")
+        attempts.pop(0)
     while attempts:
         backend, lazy = attempts.pop(0)
         try:

@@ -15,6 +15,43 @@ def test_fx_is_used_when_it_traces_and_runtime_otherwise():
     assert report.capture == "runtime"
 
 
+def test_a_transformers_model_goes_to_the_runtime_capture_without_a_trace_attempt(monkeypatch):
+    """fx cannot trace a ``PreTrainedModel`` (``**kwargs: Unpack[...]``, shape branches): no trace is tried, and
+    no state guard is taken for one; a plain module and a module holding a transformers model still try fx."""
+    from transformers import BertConfig, BertModel
+
+    from initlint.capture import fx as fx_capture
+    from initlint.probe import guard
+
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                vocab_size=50))
+    traced, guards = [], []
+    real_trace, real_enter = fx_capture._Tracer.trace, guard._Saved.__init__
+    monkeypatch.setattr(fx_capture._Tracer, "trace", lambda self, root, *a, **k: traced.append(root) or real_trace(
+        self, root, *a, **k))
+    monkeypatch.setattr(guard._Saved, "__init__", lambda self, *a, **k: guards.append(1) or real_enter(self, *a, **k))
+    ids = torch.randint(0, 50, (2, 8))
+    report = initlint.audit(bert, {"input_ids": ids})
+    assert report.capture == "runtime" and traced == [] and len(guards) == 1
+    assert "PreTrainedModel" in fx_capture.untraceable(bert)
+    with pytest.raises(initlint.capture.CaptureError, match="PreTrainedModel"):
+        FxCapture(bert)
+
+    class Wrapper(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, input_ids):
+            return self.bert(input_ids).last_hidden_state
+
+    assert fx_capture.untraceable(Wrapper()) is None and fx_capture.untraceable(mlp(2)) is None
+    traced.clear()
+    assert initlint.audit(Wrapper(), ids).capture == "runtime" and len(traced) == 1  # tried, and failed
+    assert initlint.audit(mlp(2)).capture == "fx"
+
+
 def test_both_backends_give_the_same_kinds_for_a_traceable_model():
     torch.manual_seed(0)
     model = FunctionalNet()

@@ -14,6 +14,18 @@ from .base import (AttentionSpy, Capture, CaptureError, DropoutOff, Observer, at
 
 
 
+def untraceable(model: nn.Module) -> Optional[str]:
+    """Why ``torch.fx`` cannot trace ``model``, known without trying; None when only a trace can tell.
+
+    A Hugging Face ``transformers`` model (a ``PreTrainedModel``): its forward takes ``**kwargs: Unpack[...]``,
+    which fx cannot bind, or branches on its inputs' shapes (every one of the real-size zoo's 23 failed,
+    after 2-13 ms and a state guard); transformers ships a tracer of its own for that reason."""
+    if any(cls.__name__ == "PreTrainedModel" and cls.__module__.startswith("transformers.")
+           for cls in type(model).__mro__):
+        return "a Hugging Face transformers model (PreTrainedModel) is not symbolically traceable"
+    return None
+
+
 class FxCapture(Capture):
     """Symbolic trace converted op by op; the probe runs through an ``fx.Interpreter``."""
 
@@ -21,6 +33,9 @@ class FxCapture(Capture):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__(model)
+        known = untraceable(model)
+        if known is not None:
+            raise CaptureError(known)
         tracer = _Tracer()
         try:
             self.fx_graph = tracer.trace(model)
