@@ -80,3 +80,34 @@ def test_counts_stay_exact_next_to_half_precision_values():
     c.finish(result)
     assert result.ops[0]["count"] == 70001  # float16 would round it to 70016
     assert result.ops[0]["high"] == 3.0
+
+
+def test_token_similarity_is_the_mean_cosine_of_the_sampled_token_pairs():
+    """IL013's statistic from two sums over the tokens equals the mean off-diagonal cosine of their Gram matrix."""
+    from initlint.probe.run import TOKEN_COUNT, TOKEN_SEQUENCES, _row_positions, put_token_cosine
+
+    def direct(y: torch.Tensor) -> float:
+        seqs = y[:TOKEN_SEQUENCES].double()
+        count, step = _row_positions(seqs.shape[1], TOKEN_COUNT)
+        v = seqs[:, ::step][:, :count]
+        v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+        gram = v @ v.transpose(1, 2)
+        return float((gram.sum() - gram.diagonal(dim1=1, dim2=2).sum()) / (v.shape[0] * count * (count - 1)))
+
+    torch.manual_seed(0)
+    shared = torch.randn(1, 1, 768)
+    cases = {
+        "independent": torch.randn(4, 200, 768),
+        "near one direction": shared + 1e-3 * torch.randn(4, 200, 768),
+        "identical": torch.full((2, 50, 64), 3.0),
+        "shifted": torch.randn(2, 100, 512) + 2.0,
+        "with zero tokens": torch.cat([torch.zeros(2, 10, 32), torch.randn(2, 10, 32)], dim=1),
+        "half precision": (torch.randn(2, 64, 256) + 0.5).half(),
+    }
+    for name, y in cases.items():
+        c = _Collector()
+        put_token_cosine(c, 0, y, batch_first=True)
+        assert abs(float(c.values[-1]) - direct(y)) < 1e-6, name
+    c = _Collector()
+    put_token_cosine(c, 0, cases["identical"], batch_first=True)
+    assert abs(float(c.values[-1]) - 1.0) < 1e-6
