@@ -26,10 +26,9 @@ that the audit never allocated, and the largest models' figures moved by up to 3
 * ``audit``: ``initlint.audit(model, batch)`` with every rule.
 
 ``--processes N`` measures each model in N such processes, taken in turns over the set (the first
-process of every model, then the second, ...), and gives the median of the N processes' ratios: one
-process's ratio moves by 10-25% with how fast that process happens to run (the same model's
-fwd+bwd and audit move together within a process, but not by the same factor), so a single process
-cannot tell 1.25 from 1.35.
+process of every model, then the second, ...), and gives the median of the N processes' ratios: on
+this shared machine one process's ratio moves by 0.1-0.3 from the next one's (ResNet-50 at 224 x 224:
+1.02, 1.28 and 1.31 in three processes of one run), so a single process cannot tell 1.25 from 1.35.
 
 The table also gives ``audit - fwd+bwd`` in milliseconds: what the audit costs beyond the training
 step it stands for; and ``first audit``, the model's first audit in its process (once, before the
