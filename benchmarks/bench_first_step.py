@@ -275,8 +275,12 @@ def _limit_tables(runs: List[dict], cases: List[str], picked: Optional[float], f
     return lines
 
 
-def report(runs: List[dict], steps: int) -> str:
+def report(every: List[dict], steps: int) -> str:
+    """The table; a run's figure is update-scale's: the weights that feed a BatchNorm are left out, as the
+    rule leaves them out (``every`` has the figure over every weight tensor, kept as a variant)."""
+    runs = without_norm_fed(every)
     best = mark_trouble(runs)
+    mark_trouble(every)
     limit, why = pick_limit(runs)
     seeds = sorted({r["seed"] for r in runs})
     cases = [c for c in CASES if any(r["case"] == c for r in runs)]
@@ -289,7 +293,8 @@ def report(runs: List[dict], steps: int) -> str:
         "(nice'd processes on a shared 2-core machine).",
         "",
         "Figure at init: one optimizer step from the init on a copy of the model, max over weight tensors "
-        "(ndim >= 2) of rms(step) / rms(weight) (a zero tensor: 1/sqrt(fan_in)). Trouble: diverged (non-finite "
+        "(ndim >= 2) of rms(step) / rms(weight) (a zero tensor: 1/sqrt(fan_in)), leaving out the weights whose "
+        "output goes straight into a BatchNorm, as update-scale does (the conv weights of `cnn`). Trouble: diverged (non-finite "
         f"loss), ended above its start (mean of the last {TAIL} steps above the first step's loss), or an lr above "
         f"the best one (marked *) ending >= {WORSE:g}x the best lr's final loss. Final loss: mean of the last {TAIL} "
         "training steps, over seeds that stayed finite.",
@@ -298,7 +303,7 @@ def report(runs: List[dict], steps: int) -> str:
         "",
     ]
     lines += [f"- `{c}`: {CASES[c].label}" for c in cases]
-    lines += [""] + summary(runs, cases)
+    lines += [""] + summary(every, cases)
     lines += ["", "## Runs", "",
               "| case | optimizer | lr | first-step max ratio (mean) | largest at | trouble | final loss |",
               "|---|---|---|---|---|---|---|"]
@@ -332,7 +337,7 @@ def report(runs: List[dict], steps: int) -> str:
     lines += ["", f"Troubled runs no finding at {limit:g} precedes ({len(missed)}):", ""] + _grouped(missed, "max")
     false = [r for r in runs if not r["trouble"] and r["ratio"] > limit]
     lines += ["", f"Flagged runs that trained well at {limit:g} ({len(false)}):", ""] + _grouped(false, "min")
-    lines += [""] + sensitivity(runs, cases)
+    lines += [""] + sensitivity(every, cases)
     return "\n".join(lines) + "\n"
 
 
@@ -358,15 +363,17 @@ def variants(runs: List[dict], cases: List[str]) -> List[Tuple[str, List[dict]]]
     """The runs as defined, and copies under the sensitivity variations (trouble re-marked on the copies)."""
     floors = task_floors(cases)
     no_bn = without_norm_fed(runs)
+    mark_trouble(no_bn)
     above = [dict(r) for r in runs]
     mark_trouble(above, floors)
     both = without_norm_fed(runs)
     mark_trouble(both, floors)
     adam = [r for r in both if r["opt"] != "SGD"]
     no_bn_case = [r for r in adam if not CASES[r["case"]].feeds_norm]
-    return [("as defined", runs), ("without BN-fed weights", no_bn), ("trouble above the floor", above),
-            ("both", both), ("both, Adam and AdamW only", adam),
-            ("both, Adam and AdamW, models without BatchNorm", no_bn_case)]
+    return [("as the rule judges (BN-fed weights left out)", no_bn), ("every weight, BN-fed included", runs),
+            ("BN-fed left out, trouble above the floor", both), ("every weight, trouble above the floor", above),
+            ("BN-fed left out, trouble above the floor, Adam and AdamW only", adam),
+            ("the same, models without BatchNorm", no_bn_case)]
 
 
 def summary(runs: List[dict], cases: List[str]) -> List[str]:
@@ -395,13 +402,13 @@ def summary(runs: List[dict], cases: List[str]) -> List[str]:
 
 
 def sensitivity(runs: List[dict], cases: List[str]) -> List[str]:
-    """The same limits under two variations: the figure without BatchNorm-fed weights, and trouble judged
-    on the loss above the task's floor."""
-    lines = ["## Excluding weights that feed a BatchNorm", "",
-             "The same figure, max over the weight tensors whose output does not go straight into a BatchNorm "
-             "(the conv weights of `cnn`; the loss does not depend on their scale, so a large relative step "
-             "there is harmless). The other cases have no such weight.", ""]
-    lines += _limit_tables(without_norm_fed(runs), cases, None, families=False)
+    """The same limits under two variations: the figure over every weight, BatchNorm-fed ones included (as
+    update-scale judged before it left them out), and trouble judged on the loss above the task's floor."""
+    lines = ["## Including weights that feed a BatchNorm", "",
+             "The figure over every weight tensor, the conv weights of `cnn` that go straight into a BatchNorm "
+             "included (the loss does not depend on their scale; update-scale judged them before it left them "
+             "out). The other cases have no such weight.", ""]
+    lines += _limit_tables(runs, cases, None)
     floors = task_floors(cases)
     above = [dict(r) for r in runs]
     mark_trouble(above, floors)

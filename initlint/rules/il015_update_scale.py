@@ -11,6 +11,7 @@ from ..capture import ops as O
 from ..probe.step import ParamStep
 from ..report.findings import Finding
 from .base import AuditContext, Example, Rule, fmt, py_path
+from .il002_bias_before_norm import cancelling_norm, frozen_norms
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -45,6 +46,23 @@ def zero_initialised_head_trained_with_adam_at_1e_3():
     return model, torch.randn(16, 256)
 
 
+def conv_bn_net():
+    def block(cin: int, cout: int):
+        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU()]
+
+    return nn.Sequential(*block(3, 16), nn.MaxPool2d(2), *block(16, 32), nn.MaxPool2d(2), *block(32, 32),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+
+
+def adam_at_2e_2(model: nn.Module) -> torch.optim.Optimizer:
+    return torch.optim.Adam(model.parameters(), lr=2e-2)
+
+
+def conv_bn_net_trained_with_adam_at_2e_2():
+    # each conv moves by about 0.6 of its rms, but feeds a BatchNorm: this is the net's best lr
+    return conv_bn_net(), torch.randn(32, 3, 16, 16)
+
+
 class UpdateScale(Rule):
     """## What it does
     Takes one real step of the optimizer the model will train with (``initlint.audit(model, x,
@@ -54,7 +72,10 @@ class UpdateScale(Rule):
     ``rms(first update) / rms(weight)``. A weight initialised to zero (a deliberate head, a
     residual branch's last layer) is judged against the scale a sound init gives it,
     ``1 / sqrt(fan_in)``, not against 0. It reports the weights whose ratio is above ``limit``,
-    with the param group's lr.
+    with the param group's lr. A weight whose output goes straight into a BatchNorm or
+    InstanceNorm in training mode (through views and elementwise ops, as IL002 follows a bias) is
+    not judged: the norm divides each channel by its batch statistics, so the loss does not
+    depend on the weight's scale.
 
     ## Why is this bad?
     The first steps of Adam move every entry by about ``lr`` whatever the gradient's size
@@ -64,6 +85,17 @@ class UpdateScale(Rule):
     usual Adam lr 1e-3 gives a ratio near 0.14 on its output projections and is the best lr on a
     small task, while 1e-2 (ratio 0.5) ends 2.3x worse. For SGD the ratio is ``lr * rms(grad) /
     rms(weight)``, and the same limit holds.
+
+    A weight that feeds a BatchNorm is another matter. Its scale cannot change the loss, and its
+    gradient is orthogonal to it, so a large step only grows its norm, which shrinks the next
+    steps relative to it: the step size corrects itself. In ``benchmarks/bench_first_step.py``
+    the conv-BatchNorm CNN trains best at Adam lr 2e-2, where its convs move by 0.59 of their
+    rms, and still trains at lr 0.1 (2.9); counting those convs cost 20 false alarms out of 160
+    findings and caught no troubled run that the other weights did not. ResNet-50's stem conv
+    moves by 2.2 of its rms in the first step of He et al.'s SGD (lr 0.1, momentum 0.9), a
+    recipe that trains. Judged without them, the calibration's limit 0.5 has precision 67% and
+    recall 100% for Adam (40 of 40 troubled runs flagged), 63% and 100% for AdamW, 95% and 46%
+    for SGD (its trouble builds up with momentum after the first step).
 
     ## Fix
     Lower the param group's lr to the value the finding names (the first step is proportional
@@ -84,7 +116,8 @@ class UpdateScale(Rule):
     option_ranges = {"limit": (0.0, None)}
     bad = (Example(gpt_init_mlp_trained_with_adam_at_3e_2, expect={"0", "2"}, options={"optimizer": adam_at_3e_2}),)
     good = (Example(gpt_init_mlp_trained_with_adam_at_1e_3, options={"optimizer": adam_at_1e_3}),
-            Example(zero_initialised_head_trained_with_adam_at_1e_3, options={"optimizer": adam_at_1e_3}))
+            Example(zero_initialised_head_trained_with_adam_at_1e_3, options={"optimizer": adam_at_1e_3}),
+            Example(conv_bn_net_trained_with_adam_at_2e_2, options={"optimizer": adam_at_2e_2}))
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
         step = audit.step
@@ -92,8 +125,11 @@ class UpdateScale(Rule):
             return
         limit = float(self.opts["limit"])
         fans = _fan_ins(audit)
+        invariant = scale_invariant(audit)
         ratios: Dict[str, float] = {}
         for name, s in step.params.items():
+            if name in invariant:  # the norm after it undoes its scale: the step's size tells nothing of harm
+                continue
             ratio = judged_ratio(s, fans.get(name))
             if ratio is not None:
                 ratios[name] = ratio
@@ -131,6 +167,23 @@ def _fix(s: ParamStep, limit: float, worst: float, name: str) -> str:
         return (f"param group {s.group}: lr = {fmt(s.lr * limit / worst)} (brings its worst weight to the limit), "
                 f"or warm up from there; or initialise {py_path(name)} larger if its scale is the odd one out")
     return f"scale param group {s.group}'s step size by {fmt(limit / worst) if worst else 'less than 1'}"
+
+
+def scale_invariant(audit: AuditContext) -> Dict[str, str]:
+    """Weights whose layer's output goes straight into a BatchNorm or InstanceNorm in training mode
+    (through views and elementwise ops on a single path, as IL002 follows a bias): weight name -> the
+    norm's module. The norm divides each channel by its batch statistics, so the loss does not depend
+    on the weight's scale."""
+    out: Dict[str, str] = {}
+    frozen = frozen_norms(audit)
+    for op in audit.graph:
+        name = op.params.get("weight")
+        if op.kind not in O.WEIGHT_KINDS or not name or name in out:
+            continue
+        norm = cancelling_norm(audit, op)
+        if norm is not None and norm.module not in frozen:
+            out[name] = norm.module or norm.target
+    return out
 
 
 def _fan_ins(audit: AuditContext) -> Dict[str, int]:
