@@ -170,3 +170,54 @@ def test_without_zero_branch_ends_the_branch_end_gets_the_depth_aware_scale():
     assert not result.after.findings
     assert {c.name: c.after_std for c in result.changes} == pytest.approx(
         {f"blocks.{i}.fc2.weight": 1 / math.sqrt(512 * 4) for i in (1, 2, 3)}, rel=0.05)
+
+
+# ----------------------------------------------------------------------------- length of the probe
+def _small_llama():
+    config = tf.LlamaConfig(hidden_size=512, intermediate_size=1408, num_hidden_layers=2, num_attention_heads=8,
+                            num_key_value_heads=8, vocab_size=1000, max_position_embeddings=2048)
+    torch.manual_seed(0)
+    return tf.LlamaForCausalLM(config)
+
+
+def _il012_values(report):
+    return {f.module: f.value for f in report.findings if f.code == "IL012"}
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_a_causal_model_gets_the_same_residual_verdict_at_16_and_2048_tokens(scale):
+    """Causal attention averages over the tokens before each query, so its branch shrinks with the sequence;
+    IL012 compares the scales over the first 16 positions, which do not depend on what comes after them."""
+    model = _small_llama()
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight.mul_(scale)
+    long = ids(1000, 1, 2048)
+    short = initlint.audit(model, {"input_ids": long[:, :16]}, select=["IL012"])
+    whole = initlint.audit(model, {"input_ids": long}, select=["IL012"])
+    assert short.codes() == whole.codes()
+    assert bool(short.codes()) == (scale > 1)
+    for module, value in _il012_values(short).items():
+        assert _il012_values(whole)[module] == pytest.approx(value, rel=1e-4)
+
+
+def test_the_leading_positions_scale_is_measured_on_flattened_tokens():
+    """A block that flattens its tokens to ``(batch * tokens, features)`` (OPT's MLP) is measured over the
+    same leading positions of each sequence as a 3-D output."""
+    from initlint.probe.run import LEAD_TOKENS
+
+    config = tf.OPTConfig(hidden_size=256, ffn_dim=1024, num_hidden_layers=1, num_attention_heads=4, vocab_size=1000,
+                          word_embed_proj_dim=256, max_position_embeddings=512, dropout=0.0, attention_dropout=0.0,
+                          activation_dropout=0.0, layerdrop=0.0)
+    torch.manual_seed(0)
+    model = tf.OPTForCausalLM(config)
+    report = initlint.audit(model, {"input_ids": ids(1000, 2, 64)}, select=["IL012"])
+    fc2 = next(op for op in report.graph if op.module == "model.decoder.layers.0.fc2")
+    captured = {}
+    handle = model.model.decoder.layers[0].fc2.register_forward_hook(lambda m, i, o: captured.setdefault("y", o))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids(1000, 2, 64))
+    finally:
+        handle.remove()
+    lead = captured["y"].reshape(2, 64, -1)[:, :LEAD_TOKENS]
+    assert report.probe.ops[fc2.id].lead_rms == pytest.approx(lead.pow(2).mean().sqrt().item(), rel=1e-4)

@@ -258,6 +258,8 @@ class StatsObserver:
             self._saturated(op, y, act.bounds)
         if op.kind in ("softmax", "log_softmax"):
             put_softmax(self.c, "ops", op.id, y, op.attrs.get("dim", -1), log=op.kind == "log_softmax")
+        if y.dim() in (2, 3):
+            self._lead(op, y)
         if y.dim() == 3 and op.kind in TOKEN_KINDS and y.shape[-1] >= 16:
             self._tokens(op, y)
 
@@ -279,14 +281,35 @@ class StatsObserver:
         """Called by the capture with the inputs of an attention op (after the op itself)."""
         put_attention(self.c, op.id, call)
 
-    def _tokens(self, op: Op, y: torch.Tensor) -> None:
-        """Token similarity of a ``(batch, tokens, features)`` output; the batch axis is the one whose
-        size is the probe batch's (axis 0 when both are)."""
+    def _first_input(self) -> Optional[Tuple[int, ...]]:
         graph = self.graph_of()
-        first = self.c.shapes.get(graph.inputs[0]) if graph.inputs else None
+        return self.c.shapes.get(graph.inputs[0]) if graph.inputs else None
+
+    def _batch_first(self, y: torch.Tensor) -> bool:
+        """Whether a 3-D output is ``(batch, tokens, features)``: the batch axis is the one whose size is
+        the probe batch's (axis 0 when both are)."""
+        first = self._first_input()
         batch = first[0] if first else None
-        batch_first = not (y.shape[1] == batch and y.shape[0] != batch)
-        put_token_cosine(self.c, op.id, y, batch_first)
+        return not (y.shape[1] == batch and y.shape[0] != batch)
+
+    def _tokens(self, op: Op, y: torch.Tensor) -> None:
+        """Token similarity of a ``(batch, tokens, features)`` output."""
+        put_token_cosine(self.c, op.id, y, self._batch_first(y))
+
+    def _lead(self, op: Op, y: torch.Tensor) -> None:
+        """The norm over the first :data:`LEAD_TOKENS` positions of a sequence longer than that: a 3-D
+        output, or a 2-D one whose rows are the ``batch x tokens`` positions of a ``(batch, tokens)``
+        input in order (a block that flattens its tokens, as OPT's MLP does)."""
+        if y.dim() == 2:
+            first = self._first_input()
+            if first is None or len(first) != 2 or y.shape[0] != first[0] * first[1] or first[1] <= LEAD_TOKENS:
+                return
+            y = y.view(first[0], first[1], -1) if y.is_contiguous() else y.reshape(first[0], first[1], -1)
+        axis = 1 if self._batch_first(y) else 0
+        if y.shape[axis] > LEAD_TOKENS:
+            lead = y.narrow(axis, 0, LEAD_TOKENS)
+            self.c.put("ops", op.id, "lead_norm", torch.linalg.vector_norm(lead, dtype=_acc(y)))
+            self.c.const("ops", op.id, "lead_numel", float(lead.numel()))
 
     def _dead(self, op: Op, y: torch.Tensor) -> torch.Tensor:
         """ReLU-family outputs are >= 0: a unit is dead when its largest output over the batch is 0.
@@ -599,6 +622,8 @@ def _derive(stats: Dict[str, float]) -> None:
     numel = max(stats.get("numel", 1.0), 1.0)
     if "norm" in stats:
         stats["rms"] = stats.pop("norm") / math.sqrt(numel)
+    if "lead_norm" in stats:
+        stats["lead_rms"] = stats.pop("lead_norm") / math.sqrt(max(stats.pop("lead_numel", 1.0), 1.0))
     if "alive" in stats:
         stats["dead"] = stats["units"] - stats.pop("alive")
     if "saturated_count" in stats:
@@ -1272,6 +1297,9 @@ def _prime_at_most(n: int) -> int:
 
 TOKEN_SEQUENCES = 2
 """Sequences of the probe batch whose token vectors IL013 compares."""
+LEAD_TOKENS = 16
+"""Leading positions of a sequence whose scale IL012 compares (``lead_rms``): position ``t`` of a causal
+model sees only the tokens up to ``t``, so these statistics do not depend on the sequence's length."""
 TOKEN_COUNT = 64
 """Tokens per sequence compared pairwise (``64 * 63 / 2 = 2016`` pairs per sequence): the mean
 cosine has a standard error below 0.01 even when the tokens are independent."""

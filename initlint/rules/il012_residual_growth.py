@@ -12,6 +12,7 @@ import torch.nn as nn
 
 from ..capture import ops as O
 from ..capture.graph import Op
+from ..probe.stats import OpStats
 from ..report.findings import Finding
 from .base import (AuditContext, Example, RepairPlan, Residual, Rule, activation_after, downstream, fmt, measured,
                    output_weight, py_path, residuals_of, shrink_branch, zeroable_end)
@@ -46,6 +47,19 @@ class ResidualGrowth(Rule):
     their own limit: post-norm ones (``LN(x + f(x))`` on a normalised stream: BERT, the
     original Transformer), the first branch added to an embedding or to the model input, and
     all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals).
+
+    On sequences longer than 16 tokens, both scales are taken over each sequence's first 16
+    positions. Causal attention at init spreads each query evenly over the tokens before it, so
+    what it adds at position ``t`` shrinks as ``1 / sqrt(t)``: over a whole sequence of 512
+    tokens, Llama's first attention branch adds 0.12 to an embedding of 0.02, over 16 tokens
+    0.44, and the MLP branch after it (0.72 at any length) would be judged 5.7x the stream at
+    512 tokens and 1.6x at 16. Training sharpens the attention within a few steps, so the
+    averaged scale says nothing of the weights. Position ``t`` of a causal model sees only the
+    tokens up to ``t``, so the first 16 positions give the same ratio at 16, 512 or 2048
+    tokens. Bidirectional attention averages over the whole sequence at every position; there
+    the attention branches shrink with the length at all positions, and what follows them is
+    compared with a smaller stream (ModernBERT and x-transformers' ``Encoder`` audit clean at
+    16, 512 and 2048 tokens, BERT at 16 and 512).
 
     ## Why is this bad?
     After ``x_{l+1} = x_l + f_l(x_l)`` with a branch independent of the stream,
@@ -140,7 +154,7 @@ class ResidualGrowth(Rule):
             stream_op, branch_op = measured(audit, res.stream), measured(audit, res.branch)
             if stream_op is None or branch_op is None:
                 continue
-            stream, branch = audit.op_stats(stream_op)["rms"], audit.op_stats(branch_op)["rms"]
+            stream, branch = _scales(audit.op_stats(stream_op), audit.op_stats(branch_op))
             if not (_finite(stream) and _finite(branch)) or stream <= 0:
                 continue  # non-finite values are IL009's finding
             place = _placement(audit, res, streams)
@@ -354,6 +368,14 @@ def _from_embedding(audit: AuditContext, res: Residual, streams: Set[int], limit
         if op.kind in O.PASS_KINDS or op.kind in ("add", "mul", "other", "conv", "linear"):
             frontier.extend(audit.graph[i] for i in op.inputs)
     return reached
+
+
+def _scales(stream: OpStats, branch: OpStats) -> Tuple[Optional[float], Optional[float]]:
+    """The rms of the stream and of the branch over the sequences' first ``LEAD_TOKENS`` positions
+    when both were measured there (sequences longer than that), else over the whole outputs."""
+    if stream.lead_rms is not None and branch.lead_rms is not None:
+        return stream.lead_rms, branch.lead_rms
+    return stream.rms, branch.rms
 
 
 def _finite(x: Optional[float]) -> bool:
