@@ -408,6 +408,122 @@ ZOO: Dict[str, Entry] = {
 }
 
 
+# ----------------------------------------------------------------------------- training-size batches
+TRAINING_TOKENS = 512
+"""Tokens per sequence of a training-size batch (one sequence: what a long-context run feeds per device)."""
+LONG_TOKENS = 2048
+"""The longer sequence, for the models whose positions allow it and whose depth keeps the probe small."""
+TRAINING_IMAGES = 8
+"""Images per training-size batch, at 224 x 224 (the published resolution of every image model here)."""
+
+
+def _ids(vocab: int, batch: int, length: int, offset: int = 0) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, length), generator=_gen()) + offset
+
+
+def _images(batch: int, size: int, channels: int = 3) -> torch.Tensor:
+    return torch.randn(batch, channels, size, size, generator=_gen())
+
+
+def training_batch(name: str, model: nn.Module, tokens: int = TRAINING_TOKENS) -> Any:
+    """The probe batch a user's first training step would feed ``ZOO[name]``'s model: one sequence of
+    ``tokens`` tokens (capped at what its positions allow), ``TRAINING_IMAGES`` images at 224 x 224,
+    5 s of audio; DDPM's UNet and DiT at their own resolution, ``TRAINING_IMAGES`` examples; Stable
+    Diffusion's autoencoder on one 256 x 256 crop (what it trains on)."""
+    config = getattr(model, "config", None)
+    positions = getattr(config, "max_position_embeddings", None) or tokens
+    length = min(tokens, positions)
+    vocab = getattr(config, "vocab_size", None)
+    n = TRAINING_IMAGES
+    if name in ("roberta",):
+        return {"input_ids": _ids(vocab, 1, min(length, 512), offset=2)}
+    if name in ("t5", "bart"):
+        length = min(tokens, 1024 if name == "bart" else tokens)
+        return {"input_ids": _ids(vocab, 1, length), "decoder_input_ids": _ids(vocab, 1, length)}
+    if name == "whisper":
+        return {"input_features": torch.randn(1, 80, 3000, generator=_gen()),
+                "decoder_input_ids": _ids(vocab, 1, min(tokens, config.max_target_positions))}
+    if name == "clip":
+        text = config.text_config
+        return {"input_ids": _ids(text.vocab_size, n, text.max_position_embeddings),
+                "pixel_values": _images(n, 224)}
+    if name in ("vit", "swin", "convnext", "dinov2", "resnet50"):
+        return {"pixel_values": _images(n, 224)}
+    if name == "wav2vec2":
+        return {"input_values": torch.randn(1, 80000, generator=_gen())}
+    if name == "ddpm_unet":
+        return {"sample": _images(n, 32), "timestep": torch.randint(0, 1000, (n,), generator=_gen())}
+    if name == "sd_vae":
+        return {"sample": _images(1, 256)}
+    if name == "dit":
+        return {"hidden_states": torch.randn(n, 4, 32, 32, generator=_gen()),
+                "timestep": torch.randint(0, 1000, (n,), generator=_gen()),
+                "class_labels": torch.randint(0, 1000, (n,), generator=_gen())}
+    if name == "x_decoder":
+        return _ids(50257, 1, min(tokens, 1024))
+    if name == "torch_transformer":
+        return (torch.randn(1, tokens, 512, generator=_gen()),
+                torch.randn(1, tokens, 512, generator=torch.Generator().manual_seed(1)))
+    if name == "lstm_lm":
+        return _ids(33278, 1, tokens)
+    return {"input_ids": _ids(vocab, 1, length)}
+
+
+# ----------------------------------------------------------------------------- published recipes
+def _adamw(lr: float, betas: Tuple[float, float] = (0.9, 0.999), wd: float = 0.01, eps: float = 1e-8) -> Any:
+    return lambda m: torch.optim.AdamW(m.parameters(), lr=lr, betas=betas, weight_decay=wd, eps=eps)
+
+
+def _adam(lr: float, betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> Any:
+    return lambda m: torch.optim.Adam(m.parameters(), lr=lr, betas=betas, eps=eps)
+
+
+def _sgd(lr: float, momentum: float = 0.9, wd: float = 0.0) -> Any:
+    return lambda m: torch.optim.SGD(m.parameters(), lr=lr, momentum=momentum, weight_decay=wd)
+
+
+def _adafactor(lr: float) -> Any:
+    return lambda m: torch.optim.Adafactor(m.parameters(), lr=lr)
+
+
+RECIPES: Dict[str, Tuple[str, Any]] = {
+    "gpt2": ("GPT-2/nanoGPT: AdamW 6e-4, betas (0.9, 0.95), wd 0.1", _adamw(6e-4, (0.9, 0.95), 0.1)),
+    "llama32": ("Llama: AdamW 3e-4, betas (0.9, 0.95), wd 0.1", _adamw(3e-4, (0.9, 0.95), 0.1)),
+    "tinyllama": ("TinyLlama: AdamW 4e-4, betas (0.9, 0.95), wd 0.1", _adamw(4e-4, (0.9, 0.95), 0.1)),
+    "qwen3": ("AdamW 3e-4, betas (0.9, 0.95), wd 0.1", _adamw(3e-4, (0.9, 0.95), 0.1)),
+    "gemma3": ("AdamW 3e-4, betas (0.9, 0.95), wd 0.1", _adamw(3e-4, (0.9, 0.95), 0.1)),
+    "mixtral": ("AdamW 3e-4, betas (0.9, 0.95), wd 0.1", _adamw(3e-4, (0.9, 0.95), 0.1)),
+    "opt": ("OPT-125m: AdamW 6e-4, betas (0.9, 0.95), wd 0.1", _adamw(6e-4, (0.9, 0.95), 0.1)),
+    "pythia": ("Pythia-160m: AdamW 6e-4, betas (0.9, 0.95), wd 0.01", _adamw(6e-4, (0.9, 0.95), 0.01)),
+    "mamba": ("Mamba-130m: AdamW 3e-3 (GPT-3's recipe x5), betas (0.9, 0.95), wd 0.1", _adamw(3e-3, (0.9, 0.95), 0.1)),
+    "bert": ("BERT: Adam 1e-4, wd 0.01", _adamw(1e-4, (0.9, 0.999), 0.01)),
+    "roberta": ("RoBERTa-base: AdamW 6e-4, betas (0.9, 0.98), eps 1e-6, wd 0.01", _adamw(6e-4, (0.9, 0.98), 0.01, 1e-6)),
+    "distilbert": ("DistilBERT: AdamW 5e-4, wd 0.01", _adamw(5e-4, (0.9, 0.98), 0.01, 1e-6)),
+    "albert": ("ALBERT: LAMB 1.76e-3, here AdamW at the same lr", _adamw(1.76e-3, (0.9, 0.999), 0.01, 1e-6)),
+    "clip": ("CLIP: AdamW 5e-4, betas (0.9, 0.98), eps 1e-6, wd 0.2", _adamw(5e-4, (0.9, 0.98), 0.2, 1e-6)),
+    "t5": ("T5: Adafactor 1e-2", _adafactor(1e-2)),
+    "bart": ("BART: AdamW 4e-4 (RoBERTa's large batch), betas (0.9, 0.98), eps 1e-6, wd 0.01",
+             _adamw(4e-4, (0.9, 0.98), 0.01, 1e-6)),
+    "whisper": ("Whisper-tiny: AdamW 1.5e-3, betas (0.9, 0.98), eps 1e-6, wd 0.1", _adamw(1.5e-3, (0.9, 0.98), 0.1, 1e-6)),
+    "vit": ("ViT (DeiT): AdamW 1e-3, wd 0.05", _adamw(1e-3, (0.9, 0.999), 0.05)),
+    "swin": ("Swin-T: AdamW 1e-3, wd 0.05", _adamw(1e-3, (0.9, 0.999), 0.05)),
+    "convnext": ("ConvNeXt-T: AdamW 4e-3, wd 0.05", _adamw(4e-3, (0.9, 0.999), 0.05)),
+    "dinov2": ("DINOv2 ViT-B/14: AdamW 1e-3, wd 0.04", _adamw(1e-3, (0.9, 0.999), 0.04)),
+    "resnet50": ("ResNet-50 (He et al. 2016): SGD 0.1, momentum 0.9, wd 1e-4", _sgd(0.1, 0.9, 1e-4)),
+    "wav2vec2": ("wav2vec 2.0 base: Adam 5e-4", _adam(5e-4, (0.9, 0.98), 1e-6)),
+    "ddpm_unet": ("DDPM CIFAR-10: Adam 2e-4", _adam(2e-4)),
+    "sd_vae": ("Stable Diffusion's autoencoder: Adam 4.5e-6 x its batch of 96 = 4.3e-4, betas (0.5, 0.9)",
+               _adam(4.3e-4, (0.5, 0.9))),
+    "dit": ("DiT: AdamW 1e-4, no weight decay", _adamw(1e-4, (0.9, 0.999), 0.0)),
+    "x_decoder": ("AdamW 3e-4, betas (0.9, 0.95), wd 0.1", _adamw(3e-4, (0.9, 0.95), 0.1)),
+    "torch_transformer": ("Attention is all you need: Adam, betas (0.9, 0.98), eps 1e-9, at its peak 7e-4",
+                          _adam(7e-4, (0.9, 0.98), 1e-9)),
+}
+"""The optimizer each zoo model was published with, at its peak learning rate, for ``optimizer=``. The
+LSTM language model is left out: PyTorch's example trains it with plain SGD at lr 20 and clips the
+gradient to 0.25, a step that no first-step judgement without the clipping could call sound."""
+
+
 def audit(model: nn.Module, inputs: Any, **settings: Any) -> Any:
     """``initlint.audit`` as the zoo runs it: inferred probe batches are ``BATCH`` examples too."""
     import initlint

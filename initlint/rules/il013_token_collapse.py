@@ -88,6 +88,14 @@ class TokenCollapse(Rule):
     similarity is measured on 2 sequences of the probe batch, 64 tokens each (2016 pairs per
     sequence), cheap next to the layer itself.
 
+    How it depends on the sequence's length: the 64 tokens are spread evenly over the
+    sequence. Uniform attention over more tokens gives each token an average of more values,
+    and those averages of independent values are smaller, so in a model with residual paths
+    they move each token less and the similarity falls as the sequence grows: GPT-2 124M at
+    default init ends at 0.55 on 64 tokens, 0.46 on 512 and 0.44 on 1024. A stack without
+    residual paths collapses at any length. The real-size zoo audits clean at 16 and 512 tokens
+    and, for the models whose positions and depth allow it, at 2048.
+
     ## Fix
     Keep a residual path around every attention layer (and normalise the branch input):
     ```python
