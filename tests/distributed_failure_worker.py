@@ -5,6 +5,7 @@ MASTER_PORT set; the process group's timeout is PG_TIMEOUT seconds (180 unless s
 builds an FSDP2-sharded model and audits it, as a training script would:
 
 - ``forward_raises``: the failing rank's forward raises (as an out-of-memory error on one device would);
+- ``trace_differs``: the same, but it raises while fx traces it too, so fx traces the model on the other ranks only;
 - ``wrong_width``: the failing rank's batch has 63 features where the others have 64;
 - ``nan_batch``: the failing rank's batch holds a NaN;
 - ``dynamic_padding``: token batches that differ only in length (2 x 32 tokens, 2 x 40 on the failing rank).
@@ -21,6 +22,7 @@ import json
 import os
 import sys
 import time
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -41,13 +43,21 @@ def fail_here(x: torch.Tensor) -> torch.Tensor:
 torch.fx.wrap("fail_here")
 
 
+def fail_even_traced(x: torch.Tensor) -> torch.Tensor:
+    """Raises on the failing rank whenever it runs, fx's symbolic trace included."""
+    if os.environ.get("FAILING_RANK") == str(dist.get_rank()):
+        raise RuntimeError(FAIL_MESSAGE)
+    return x
+
+
 class FlakyMLP(nn.Module):
     """A ReLU MLP whose second block raises on the failing rank. With ``checked``, its forward checks
     its input's rank first, which fx cannot trace: every rank runs the runtime capture only."""
 
-    def __init__(self, checked: bool) -> None:
+    def __init__(self, checked: bool, fail: Callable[[torch.Tensor], torch.Tensor] = fail_here) -> None:
         super().__init__()
         self.checked = checked
+        self.fail = fail
         widths = (FEATURES, 96, 48, 32)  # blocks of different sizes: gathers out of step cannot pair up unnoticed
         self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(a, b), nn.ReLU()) for a, b in zip(widths, widths[1:])])
         self.head = nn.Linear(widths[-1], 8)
@@ -56,7 +66,7 @@ class FlakyMLP(nn.Module):
         if self.checked and x.dim() != 2:
             raise ValueError(f"expected a batch of feature vectors, got {x.dim()} dimensions")
         x = self.blocks[0](x)
-        x = fail_here(self.blocks[1](x))
+        x = self.fail(self.blocks[1](x))
         return self.head(self.blocks[2](x))
 
 
@@ -83,7 +93,10 @@ def build(case: str, rank: int, failing: int, mesh) -> tuple:
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
-    model = TokenMLP() if case == "dynamic_padding" else FlakyMLP(checked=case == "forward_raises")
+    if case == "dynamic_padding":
+        model = TokenMLP()
+    else:
+        model = FlakyMLP(checked=case == "forward_raises", fail=fail_even_traced if case == "trace_differs" else fail_here)
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -101,7 +114,7 @@ def build(case: str, rank: int, failing: int, mesh) -> tuple:
 def main() -> None:
     case, failing = sys.argv[1], int(sys.argv[2])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if case == "forward_raises":
+    if case in ("forward_raises", "trace_differs"):
         os.environ["FAILING_RANK"] = str(failing)
     timeout = datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", "180")))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)

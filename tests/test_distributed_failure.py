@@ -51,6 +51,8 @@ def run_ranks(case: str, world: int, failing: int) -> list:
 FAILURES = {
     "forward_raises": ("the forward probe", "the model's forward raised RuntimeError: CUDA out of memory. Tried to "
                                             "allocate 20.00 GiB (simulated on this rank)"),
+    "trace_differs": ("the forward probe", "the model's forward raised RuntimeError: CUDA out of memory. Tried to "
+                                           "allocate 20.00 GiB (simulated on this rank)"),
     "wrong_width": ("the forward probe", "the model's forward raised RuntimeError: mat1 and mat2 shapes cannot be "
                                          "multiplied (8x63 and 64x96)"),
     "nan_batch": ("preparing its probe batch", "the example inputs contain NaN or Inf"),

@@ -211,6 +211,7 @@ class _DPCollector(_Collector):
 
     def _reduce(self) -> None:
         self.dependent = batch_dependent(self.graph_of(), self.batch, self.shapes)
+        self.agreement.check()  # one for the reductions below: between them runs initlint's own work on small tensors
         self._check_same_keys()
         chosen = [i for i, (scope, key, _) in enumerate(self.keys)
                   if scope == "logits" or (scope == "ops" and key in self.dependent)]
@@ -252,7 +253,6 @@ class _DPCollector(_Collector):
         op = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN,
               "max": dist.ReduceOp.MAX}[kind]
         t = t.contiguous()
-        self.agreement.check()
         for group in self.groups:
             dist.all_reduce(t, op=op, group=group)
         return t / self.ranks if kind == "mean" else t
