@@ -6,6 +6,7 @@ builds an FSDP2-sharded model and audits it, as a training script would:
 
 - ``forward_raises``: the failing rank's forward raises (as an out-of-memory error on one device would);
 - ``trace_differs``: the same, but it raises while fx traces it too, so fx traces the model on the other ranks only;
+- ``backward_raises``: the failing rank's backward raises (its forward does not);
 - ``wrong_width``: the failing rank's batch has 63 features where the others have 64;
 - ``nan_batch``: the failing rank's batch holds a NaN;
 - ``dynamic_padding``: token batches that differ only in length (2 x 32 tokens, 2 x 40 on the failing rank).
@@ -31,11 +32,17 @@ import torch.nn as nn
 
 FEATURES = 64
 FAIL_MESSAGE = "CUDA out of memory. Tried to allocate 20.00 GiB (simulated on this rank)"
+FAILS = {"forward": -1, "backward": -1}
+"""The rank whose forward, or backward, raises (set by main)."""
+
+
+def _fails(where: str) -> bool:
+    return FAILS[where] == dist.get_rank()
 
 
 def fail_here(x: torch.Tensor) -> torch.Tensor:
     """Raises on the failing rank while the probe runs (opaque to fx: traced as one call, run for real)."""
-    if os.environ.get("FAILING_RANK") == str(dist.get_rank()):
+    if _fails("forward"):
         raise RuntimeError(FAIL_MESSAGE)
     return x
 
@@ -43,9 +50,36 @@ def fail_here(x: torch.Tensor) -> torch.Tensor:
 torch.fx.wrap("fail_here")
 
 
+class _FailBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: object, x: torch.Tensor) -> torch.Tensor:
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: object, grad: torch.Tensor) -> torch.Tensor:
+        if _fails("backward"):
+            raise RuntimeError(FAIL_MESSAGE)
+        return grad
+
+
+def fail_in_backward(x: torch.Tensor) -> torch.Tensor:
+    """Raises on the failing rank when the gradient flows back through it."""
+    return _FailBackward.apply(x)
+
+
+torch.fx.wrap("fail_in_backward")
+
+
+class FailInBackward(nn.Module):
+    """Inside a block, so the probe's recomputation of that block takes its gradient."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fail_in_backward(x)
+
+
 def fail_even_traced(x: torch.Tensor) -> torch.Tensor:
     """Raises on the failing rank whenever it runs, fx's symbolic trace included."""
-    if os.environ.get("FAILING_RANK") == str(dist.get_rank()):
+    if _fails("forward"):
         raise RuntimeError(FAIL_MESSAGE)
     return x
 
@@ -96,7 +130,11 @@ def build(case: str, rank: int, failing: int, mesh) -> tuple:
     if case == "dynamic_padding":
         model = TokenMLP()
     else:
-        model = FlakyMLP(checked=case == "forward_raises", fail=fail_even_traced if case == "trace_differs" else fail_here)
+        fail = fail_even_traced if case == "trace_differs" else fail_here
+        model = FlakyMLP(checked=case == "forward_raises", fail=fail)
+        if case == "backward_raises":
+            model.blocks[1].append(FailInBackward())
+
     for block in model.blocks:
         fully_shard(block, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -114,8 +152,8 @@ def build(case: str, rank: int, failing: int, mesh) -> tuple:
 def main() -> None:
     case, failing = sys.argv[1], int(sys.argv[2])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if case in ("forward_raises", "trace_differs"):
-        os.environ["FAILING_RANK"] = str(failing)
+    if case in ("forward_raises", "trace_differs", "backward_raises"):
+        FAILS["backward" if case == "backward_raises" else "forward"] = failing
     timeout = datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", "180")))
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
     from torch.distributed.device_mesh import init_device_mesh

@@ -406,7 +406,11 @@ def _settled(agreement: Agreement, exc: Exception, model: nn.Module, args: Tuple
     if isinstance(exc, LoadError):
         return agreement.fail(str(exc), str(exc), final=True)
     failed = ForwardFailed(exc, backend)
-    return agreement.fail(failed.reason, str(failed.as_load_error(model, args, kwargs)), final=False)
+    if failed.ours or agreement.stage == "the forward probe":
+        message = str(failed.as_load_error(model, args, kwargs))
+    else:  # the backward's recomputation, say: not "the model's forward raised"
+        message = f"{failed.reason}{failed.where}"
+    return agreement.fail(failed.reason, message, final=False)
 
 
 def _local_batch(tensors: List[torch.Tensor], groups: List[Any], device: torch.device, agreement: Agreement) -> int:
