@@ -175,10 +175,16 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
                             "only its inputs and outputs; audit the nn.Module before torch.jit.script")
     is_meta = model_device(work).type == "meta" and not streamed
     args, kwargs = _probe_inputs(work, example_inputs, options["input_shapes"], options, is_meta)
+    bad_batch = None
     if not is_meta:
         args, kwargs = _real_inputs((args, kwargs), int(options["seed"]), report)
         args, kwargs = move_inputs(args, dev), move_inputs(kwargs, dev)
-        check_finite(args, kwargs)
+        try:
+            check_finite(args, kwargs)
+        except LoadError as exc:
+            if not sharded:
+                raise
+            bad_batch = exc  # one rank's batch: every rank raises it, from the sharded probe's first collective
     needs = set().union(*(r.needs for r in rules)) if rules else set()
     if step is not None and (streamed or sharded or is_meta):
         report.notes.append("the first step of the optimizer is taken only for a model audited whole on a real "
@@ -195,7 +201,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
 
         cap, probe = sharded_probe(work, args, kwargs, device=dev, seed=int(options["seed"]),
                                    logits=options["logits"], backward="gradients" in needs, notes=report.notes,
-                                   progress=progress)
+                                   progress=progress, failed=bad_batch)
     else:
         cap, probe = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report, step)
     work = cap.model  # the streamed and sharded audits ran on a plain copy: the user's classes, global shapes

@@ -17,6 +17,10 @@ alive on some rank (per-unit maxima), softmax means are averaged. Weight gradien
 summed across the data-parallel groups before they are summarised, and the backward
 probe's random output direction is the slice of the global batch's direction that belongs
 to the rank. Every rank ends with the same statistics, findings and report.
+
+When one rank's probe fails (an out-of-memory error on one device, a local batch the model
+refuses), every rank stops at its next collective with the same error naming that rank
+(:mod:`initlint.scale.agreement`); no rank waits out the process group's timeout.
 """
 from __future__ import annotations
 
@@ -29,13 +33,15 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from ..attempts import ForwardFailed
 from ..capture import nested
-from ..capture import Capture
+from ..capture import Capture, RuntimeCapture, capture
 from ..capture.graph import Graph
 from ..inputs.load import LoadError
 from ..probe.run import ProbeResult, StatsObserver, _Collector
+from .agreement import Agreement, RanksFailed
 from .stream import (BlockProgress, Materialiser, Plan, StreamError, StreamProbe, _fx_called, _seeded, _swap,
-                     _terminal_progress, fx_then_runtime)
+                     _terminal_progress)
 
 _SUMMED = frozenset({"norm", "saturated_count"})
 _LOWEST = frozenset({"low"})
@@ -121,20 +127,39 @@ def _data_parallel_groups(model: nn.Module) -> List[Any]:
     return list(groups.values())
 
 
+def _mesh_groups(model: nn.Module) -> List[Any]:
+    """The process groups of every mesh the model's DTensors live on (one per mesh dimension):
+    together they reach every rank that takes part in the gathers and reductions."""
+    dtensor = _dtensor_type()
+    meshes: Dict[int, Any] = OrderedDict()
+    for t in list(model.parameters()) + list(model.buffers()):
+        if dtensor is not None and isinstance(t, dtensor):
+            meshes.setdefault(id(t.device_mesh), t.device_mesh)
+    groups: Dict[int, Any] = OrderedDict()
+    for mesh in meshes.values():
+        for dim in range(mesh.ndim):
+            group = mesh.get_group(dim)
+            groups.setdefault(id(group), group)
+    return list(groups.values())
+
+
 # ----------------------------------------------------------------------------- gathering
 class _Gathered(Materialiser):
     """Blocks get the unsharded values of the user's tensors (``full_tensor()`` of a DTensor)."""
 
-    def __init__(self, plan: Plan, device: torch.device, sources: Dict[int, torch.Tensor]) -> None:
+    def __init__(self, plan: Plan, device: torch.device, sources: Dict[int, torch.Tensor],
+                 agreement: Agreement) -> None:
         super().__init__(plan, device, None, 0)
         self.sources = sources
         self.dtensor = _dtensor_type()
+        self.agreement = agreement
 
     def _skip_to(self, step: int) -> None:
         return  # values come from the shards, not from a random stream
 
     def _materialise(self, group: Any) -> None:
         self.spares.clear()  # the gathers bring their own storage
+        self.agreement.check()
         with torch.no_grad():
             for t in group.tensors:  # the same order on every rank: the gathers are collectives
                 if id(t) in self.live:
@@ -166,9 +191,10 @@ def batch_dependent(graph: Graph, batch: int, shapes: Dict[int, Tuple[int, ...]]
 class _DPCollector(_Collector):
     """Reduces the batch-dependent forward statistics over the data-parallel groups before the host transfer."""
 
-    def __init__(self, groups: List[Any], graph_of: Callable[[], Graph], batch: int) -> None:
+    def __init__(self, groups: List[Any], graph_of: Callable[[], Graph], batch: int, agreement: Agreement) -> None:
         super().__init__()
         self.groups = groups
+        self.agreement = agreement
         self.graph_of = graph_of
         self.batch = batch
         self.peaks: Dict[int, torch.Tensor] = {}
@@ -185,6 +211,7 @@ class _DPCollector(_Collector):
 
     def _reduce(self) -> None:
         self.dependent = batch_dependent(self.graph_of(), self.batch, self.shapes)
+        self.agreement.check()  # one for the reductions below: between them runs initlint's own work on small tensors
         self._check_same_keys()
         chosen = [i for i, (scope, key, _) in enumerate(self.keys)
                   if scope == "logits" or (scope == "ops" and key in self.dependent)]
@@ -231,8 +258,10 @@ class _DPCollector(_Collector):
         return t / self.ranks if kind == "mean" else t
 
     def _check_same_keys(self) -> None:
-        """Every rank must have measured the same ops in the same order (the reductions pair them up)."""
-        text = repr([(s, k, n) for s, k, n in self.keys] + sorted(self.peaks)).encode()
+        """Every rank must have measured the same ops in the same order, and ReLUs of the same widths
+        (the reductions pair them up; a collective whose sizes differ aborts the process under gloo)."""
+        widths = sorted((op_id, peaks.numel()) for op_id, peaks in self.peaks.items())
+        text = repr([(s, k, n) for s, k, n in self.keys] + widths).encode()
         digest = torch.tensor([zlib.crc32(text)], dtype=torch.float64, device=self.device or "cpu")
         low, high = self._all_reduce(digest.clone(), "min"), self._all_reduce(digest.clone(), "max")
         if not torch.equal(low, high):
@@ -253,11 +282,13 @@ class ShardedProbe(StreamProbe):
     """The streamed probe with gathered weights and data-parallel reductions."""
 
     def __init__(self, cap: Capture, plan: Plan, mat: Materialiser, device: torch.device, backward: bool,
-                 progress: Optional[Callable[[BlockProgress], None]], groups: List[Any], batch: int) -> None:
+                 progress: Optional[Callable[[BlockProgress], None]], groups: List[Any], batch: int,
+                 agreement: Agreement) -> None:
         super().__init__(cap, plan, mat, device, backward, progress)
         self.groups = groups
         self.batch = batch
-        self.c = _DPCollector(groups, lambda: self.cap.graph, batch)
+        self.agreement = agreement
+        self.c = _DPCollector(groups, lambda: self.cap.graph, batch, agreement)
 
     def _observer(self) -> StatsObserver:
         return _DPObserver(lambda: self.cap.graph, self.c)
@@ -277,11 +308,18 @@ class ShardedProbe(StreamProbe):
 
     def _summarise_grad(self, name: str, g: torch.Tensor) -> None:
         g = g.contiguous()
+        if self.groups:
+            self.agreement.check()
         for group in self.groups:  # the global batch's gradient is the sum of the ranks'
             dist.all_reduce(g, op=dist.ReduceOp.SUM, group=group)
         super()._summarise_grad(name, g)
 
+    def _backward(self, main: Optional[torch.Tensor], result: ProbeResult) -> None:
+        self.agreement.stage = "the backward probe"
+        super()._backward(main, result)
+
     def _finish(self, result: ProbeResult) -> None:
+        self.agreement.stage = "the reduction of the statistics"
         super()._finish(result)
         for op_id, shape in result.shapes.items():  # shapes of the global batch
             if op_id in self.c.dependent and shape:
@@ -291,38 +329,66 @@ class ShardedProbe(StreamProbe):
 # ----------------------------------------------------------------------------- entry point
 def sharded_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, device: torch.device,
                   seed: int, logits: bool, backward: bool, notes: List[str],
-                  progress: Optional[Callable[[BlockProgress], None]] = None) -> Tuple[Capture, ProbeResult]:
+                  progress: Optional[Callable[[BlockProgress], None]] = None,
+                  failed: Optional[LoadError] = None) -> Tuple[Capture, ProbeResult]:
     """Probe a sharded model on this rank (every rank must call it, with local batches of one shape).
 
-    Returns the capture of a plain meta copy of the model and statistics equal on every rank.
+    ``failed`` is this rank's error in preparing its probe batch, if any: every rank then raises it,
+    naming this rank. Returns the capture of a plain meta copy of the model and statistics equal on
+    every rank; when some rank's probe fails, every rank raises the same :class:`LoadError`.
     """
     if not dist.is_available() or not dist.is_initialized():
         raise LoadError("the model has DTensor parameters but torch.distributed is not initialised; "
                         "call initlint.audit inside the distributed job, on every rank")
-    groups = _data_parallel_groups(model)
-    batch = _local_batch(nested.tensors((args, kwargs)), groups, device)
-    work, sources = skeleton(model)
+    agreement = Agreement(_mesh_groups(model), device)
+    try:
+        if failed is not None:
+            raise failed
+        groups = _data_parallel_groups(model)
+        batch = _local_batch(nested.tensors((args, kwargs)), groups, device, agreement)
+        agreement.stage = "the capture of the model's graph"
+        work, sources = skeleton(model)
+        cap = capture(work)
+        if agreement.any(cap.name != "fx") and cap.name == "fx":
+            cap = RuntimeCapture(work)  # fx cannot trace it on some rank: every rank must run the same graph
+    except Exception as exc:
+        raise LoadError(_settled(agreement, exc, model, args, kwargs, "").sentence) from None
     if dist.get_rank() != 0:
         progress = None
     elif progress is None:
         progress = _terminal_progress()
     run = dict(device=device, seed=seed, logits=logits, backward=backward, progress=progress, groups=groups,
-               batch=batch, sources=sources)
-    return fx_then_runtime(model, work, lambda cap: _attempt(cap, args, kwargs, notes, **run), args, kwargs, notes)
+               batch=batch, sources=sources, agreement=agreement)
+    while True:
+        try:
+            return cap, _attempt(cap, args, kwargs, notes, **run)
+        except RanksFailed as exc:  # on every rank at once: they fall back together
+            if exc.final or cap.name != "fx":
+                raise LoadError(exc.sentence) from None
+            notes.append(f"the fx-traced graph failed to run ({exc.reason}); used the runtime capture")
+        agreement.reset()
+        cap = RuntimeCapture(work)
 
 
 def _attempt(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], notes: List[str], *,
              device: torch.device, seed: int, logits: bool, backward: bool,
              progress: Optional[Callable[[BlockProgress], None]], groups: List[Any], batch: int,
-             sources: Dict[int, torch.Tensor]) -> ProbeResult:
-    plan = Plan(cap.model, _fx_called(cap), init=None)
-    mat = _Gathered(plan, device, sources)
-    probe = ShardedProbe(cap, plan, mat, device, backward, progress, groups, batch)
+             sources: Dict[int, torch.Tensor], agreement: Agreement) -> ProbeResult:
+    """One probe of ``cap``; every rank either returns or raises the same :class:`RanksFailed`."""
+    agreement.stage = "the forward probe"
     try:
-        with _seeded(cap.model, seed, device):
-            result = probe.run(args, kwargs, logits)
-    finally:
-        mat.release_all()
+        plan = Plan(cap.model, _fx_called(cap), init=None)
+        mat = _Gathered(plan, device, sources, agreement)
+        probe = ShardedProbe(cap, plan, mat, device, backward, progress, groups, batch, agreement)
+        try:
+            with _seeded(cap.model, seed, device):
+                result = probe.run(args, kwargs, logits)
+        finally:
+            mat.release_all()
+        agreement.stage = "the end of its probe"
+        agreement.check()  # the last collective: a rank that failed after the others' last one says so here
+    except Exception as exc:
+        raise _settled(agreement, exc, cap.model, args, kwargs, cap.name) from None
     ranks = probe.c.ranks
     notes.append(f"the model is sharded over {dist.get_world_size()} processes: audited block by block, each "
                  f"block's weights gathered from their shards; activation statistics reduced over the "
@@ -332,9 +398,25 @@ def _attempt(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], notes:
     return result
 
 
-def _local_batch(tensors: List[torch.Tensor], groups: List[Any], device: torch.device) -> int:
+def _settled(agreement: Agreement, exc: Exception, model: nn.Module, args: Tuple[Any, ...],
+             kwargs: Dict[str, Any], backend: str) -> RanksFailed:
+    """The failure every rank agrees on: this rank's own, told to the others, unless they told it first."""
+    if agreement.failure is not None or isinstance(exc, RanksFailed):
+        return agreement.failure or exc  # type: ignore[return-value]
+    if isinstance(exc, LoadError):
+        return agreement.fail(str(exc), str(exc), final=True)
+    failed = ForwardFailed(exc, backend)
+    if failed.ours or agreement.stage == "the forward probe":
+        message = str(failed.as_load_error(model, args, kwargs))
+    else:  # the backward's recomputation, say: not "the model's forward raised"
+        message = f"{failed.reason}{failed.where}"
+    return agreement.fail(failed.reason, message, final=False)
+
+
+def _local_batch(tensors: List[torch.Tensor], groups: List[Any], device: torch.device, agreement: Agreement) -> int:
     """The local batch size, the same on every data-parallel rank (the reductions pair ranks' ops up)."""
     batch = int(tensors[0].shape[0]) if tensors and tensors[0].dim() else 1
+    agreement.check()
     if groups:
         sizes = torch.tensor([float(batch)], dtype=torch.float64, device=device)
         low, high = sizes.clone(), sizes.clone()
