@@ -273,8 +273,8 @@ def main() -> None:
                               "audit": aud.get("killed") or aud.get("audit_error") or "ok"}), flush=True)
         return
     if args.types:
-        keep = set(args.types.split(","))
-        types = [t for t in types if t[0] in keep]
+        named = dict(types)
+        types = [(t, named[t]) for t in args.types.split(",") if t in named]  # in the order given
     types = types[args.start:]
     if args.first:
         types = types[:args.first]
