@@ -164,3 +164,33 @@ def test_a_speech_encoder_decoder_gets_its_encoders_waveform():
     assert set(kwargs) == {"input_values", "decoder_input_ids"}
     assert kwargs["input_values"].dim() == 2 and kwargs["decoder_input_ids"][:, 0].tolist() == [0, 0]
     assert initlint.audit(model, batch_size=2).error is None
+
+
+# ---------------------------------------------------------------- inputs a forward needs in training mode
+def test_fastspeech2_gets_the_targets_it_needs_in_training_mode():
+    torch.manual_seed(0)
+    config = tf.FastSpeech2ConformerConfig(hidden_size=32, encoder_layers=1, decoder_layers=1, encoder_linear_units=64,
+                                           decoder_linear_units=64, num_mel_bins=20, speech_decoder_postnet_units=32,
+                                           duration_predictor_channels=32, energy_predictor_channels=32,
+                                           pitch_predictor_channels=32, speech_decoder_postnet_layers=2)
+    model = tf.FastSpeech2ConformerModel(config)
+    assert config.is_encoder_decoder  # but its forward takes no decoder_input_ids
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_ids", "duration_labels", "pitch_labels", "energy_labels", "spectrogram_labels"}
+    assert kwargs["spectrogram_labels"].shape == (2, int(kwargs["duration_labels"].sum(dim=1)[0]), 20)
+    report = initlint.audit(model, batch_size=2)
+    assert report.error is None and report.probe.backward_ran
+
+
+def test_molmo2_gets_its_token_types():
+    torch.manual_seed(0)
+    config = tf.Molmo2Config()
+    text = config.get_text_config()
+    for key, value in dict(hidden_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                           num_hidden_layers=1, intermediate_size=64, vocab_size=200).items():
+        setattr(text, key, value)
+    model = tf.Molmo2Model(config)
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_ids", "mm_token_type_ids"}
+    assert int(kwargs["mm_token_type_ids"].sum()) == 0 and int(kwargs["input_ids"].max()) < 200  # text only
+    assert initlint.audit(model, batch_size=2).error is None

@@ -60,7 +60,8 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
             inputs[name] = made
     if "input_ids" in inputs:
         inputs["input_ids"] = _with_placeholders(model, config, inputs, gen)
-    if getattr(config, "is_encoder_decoder", False):
+        inputs.update(_training_inputs(config, accepts, inputs["input_ids"], gen, dtype))
+    if getattr(config, "is_encoder_decoder", False) and (not accepts or "decoder_input_ids" in accepts):
         decoder = decoder_input_ids(model, config, batch, gen)
         if decoder is None:
             raise LoadError(f"{type(model).__name__} is an encoder-decoder model and its config names no decoder start, "
@@ -84,11 +85,11 @@ def _subs(config: Any, keys: Tuple[str, ...]) -> List[Any]:
 
 
 def text_config(config: Any) -> Any:
-    """The config that sizes the token ids: the text model's of a multimodal model, the encoder's of a
-    composite encoder-decoder, else the config itself."""
-    encoder = getattr(config, "encoder", None)
-    if encoder is not None and not isinstance(encoder, (dict, str)) and vocab(encoder) > 0:
-        return encoder
+    """The config that sizes the token ids: the encoder's of a composite encoder-decoder, the text model's
+    of a multimodal model or a model and vocoder pair, else the config itself."""
+    for sub in _subs(config, ("encoder", "model_config")):  # a composite: its encoder, or its text model
+        if vocab(sub) > 0:
+            return sub
     if vocab(config) > 0:
         return config
     get = getattr(config, "get_text_config", None)
@@ -232,6 +233,32 @@ def _feature_tensors(out: Any) -> List[torch.Tensor]:
     if isinstance(out, (list, tuple)) and out:
         return _feature_tensors(out[0])
     return []
+
+
+# ------------------------------------------------------------------ what a forward needs in training mode
+SPEECH_LABELS = ("spectrogram_labels", "duration_labels", "pitch_labels", "energy_labels")
+FRAMES_PER_TOKEN = 2
+"""Spectrogram frames each token lasts in a text-to-speech model's duration targets."""
+
+
+def _training_inputs(config: Any, accepts: set, ids: torch.Tensor, gen: torch.Generator,
+                     dtype: torch.dtype) -> Dict[str, Any]:
+    """Inputs a forward refuses to run without in training mode (the probe runs in training mode):
+    ``mm_token_type_ids`` (1 at a placeholder token, 0 at text), and a FastSpeech 2 model's
+    variance-adaptor targets: each token lasts ``FRAMES_PER_TOKEN`` frames of the spectrogram."""
+    out: Dict[str, Any] = {}
+    if "mm_token_type_ids" in accepts:
+        placeholders = [t for k in SPECIAL_KEYS if (t := _token(config, (k,))) is not None]
+        out["mm_token_type_ids"] = torch.isin(ids, torch.tensor(placeholders, dtype=ids.dtype)).long()
+    bins = next((b for c in [config] + _subs(config, ("model_config",))
+                 if isinstance(b := getattr(c, "num_mel_bins", None), int)), None)
+    if set(SPEECH_LABELS) <= accepts and bins is not None:
+        batch, tokens = ids.shape
+        out["duration_labels"] = torch.full((batch, tokens), FRAMES_PER_TOKEN, dtype=torch.long)
+        out["pitch_labels"] = torch.randn(batch, tokens, 1, generator=gen, dtype=dtype)
+        out["energy_labels"] = torch.randn(batch, tokens, 1, generator=gen, dtype=dtype)
+        out["spectrogram_labels"] = torch.randn(batch, tokens * FRAMES_PER_TOKEN, bins, generator=gen, dtype=dtype)
+    return out
 
 
 # ------------------------------------------------------------------ decoder
