@@ -44,6 +44,7 @@ FFN = ("intermediate_size", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim", "ffn_d
 HEAD_DIMS = ("head_dim", "d_kv", "d_head", "attention_head_dim")
 TARGETS = ([(k, 64) for k in WIDTHS] + [(k, 2) for k in LAYERS] + [(k, 4) for k in HEADS]
            + [(k, 128) for k in FFN] + [(k, 16) for k in HEAD_DIMS])
+LIST_TARGETS = [("depths", 2), ("num_heads", 4), ("num_attention_heads", 4)]
 
 
 # ------------------------------------------------------------------ the model types
@@ -72,6 +73,13 @@ def shrink(config: Any, seen: Optional[set] = None) -> None:
     if id(config) in seen:
         return
     seen.add(id(config))
+    for key, target in LIST_TARGETS:  # per-stage sizes (Swin's depths and heads)
+        value = getattr(config, key, None)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
+            try:
+                setattr(config, key, type(value)(min(v, target) for v in value))
+            except Exception:  # noqa: BLE001
+                pass
     for key, target in TARGETS:
         value = getattr(config, key, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > target:

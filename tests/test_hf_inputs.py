@@ -194,3 +194,13 @@ def test_molmo2_gets_its_token_types():
     assert set(kwargs) == {"input_ids", "mm_token_type_ids"}
     assert int(kwargs["mm_token_type_ids"].sum()) == 0 and int(kwargs["input_ids"].max()) < 200  # text only
     assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_a_perceiver_without_a_preprocessor_gets_inputs_of_its_width():
+    torch.manual_seed(0)
+    model = tf.PerceiverModel(tf.PerceiverConfig(num_latents=8, d_latents=32, d_model=24, num_blocks=1,
+                                                 num_self_attends_per_block=1, num_self_attention_heads=2,
+                                                 num_cross_attention_heads=2))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"inputs"} and kwargs["inputs"].shape == (2, 16, 24)
+    assert initlint.audit(model, batch_size=2).error is None

@@ -138,6 +138,8 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
         height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
         channels = getattr(vis, "num_channels", None) or getattr(config, "num_channels", None) or 3
         return torch.randn(batch, int(channels), height, width, generator=gen, dtype=dtype)
+    if name == "inputs" and isinstance(getattr(config, "d_model", None), int):  # a Perceiver without a preprocessor
+        return torch.randn(batch, HF_TOKENS, config.d_model, generator=gen, dtype=dtype)
     if name == "input_values":
         return torch.randn(batch, AUDIO_SAMPLES, generator=gen, dtype=dtype)
     if name == "input_features":
