@@ -204,3 +204,11 @@ def test_a_perceiver_without_a_preprocessor_gets_inputs_of_its_width():
     _, kwargs = infer_inputs(model, 2, 0)
     assert set(kwargs) == {"inputs"} and kwargs["inputs"].shape == (2, 16, 24)
     assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_an_audio_spectrogram_transformer_gets_frames_by_mel_bins():
+    torch.manual_seed(0)
+    model = tf.ASTModel(tf.ASTConfig(**small(max_length=64, num_mel_bins=32)))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_values"} and kwargs["input_values"].shape == (2, 64, 32)
+    assert initlint.audit(model, batch_size=2).error is None

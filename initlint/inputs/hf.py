@@ -141,6 +141,9 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
     if name == "inputs" and isinstance(getattr(config, "d_model", None), int):  # a Perceiver without a preprocessor
         return torch.randn(batch, HF_TOKENS, config.d_model, generator=gen, dtype=dtype)
     if name == "input_values":
+        frames, bins = getattr(config, "max_length", None), getattr(config, "num_mel_bins", None)
+        if isinstance(frames, int) and isinstance(bins, int):  # a spectrogram transformer (AST): frames x mel bins
+            return torch.randn(batch, frames, bins, generator=gen, dtype=dtype)
         return torch.randn(batch, AUDIO_SAMPLES, generator=gen, dtype=dtype)
     if name == "input_features":
         shape = _feature_shape(audio_config(config))
@@ -150,13 +153,16 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
 
 def _feature_shape(config: Any) -> Optional[Tuple[int, int]]:
     """Per-example shape of ``input_features``: Whisper's log-mel spectrogram (mel bins x frames, the
-    encoder takes exactly ``2 * max_source_positions`` frames), or Speech2Text's frames x features."""
+    encoder takes exactly ``2 * max_source_positions`` frames), else frames x features (Speech2Text,
+    Parakeet): 64 frames."""
     bins, positions = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
     if isinstance(bins, int) and isinstance(positions, int):
         return bins, 2 * positions
     per_channel = getattr(config, "input_feat_per_channel", None)
     if isinstance(per_channel, int):
         return 64, per_channel * int(getattr(config, "input_channels", 1) or 1)
+    if isinstance(bins, int):  # frames x mel bins, as a feature extractor pads them (Parakeet, Canary)
+        return 64, bins
     return None
 
 
@@ -268,8 +274,7 @@ def decoder_input_ids(model: nn.Module, config: Any, batch: int, gen: torch.Gene
     """The decoder start token followed by random tokens, as a shifted-right target sequence: the start
     token is the config's ``decoder_start_token_id``, else the generation config's, else pad, else bos
     (the composite config's first, then its decoder's)."""
-    decoder = getattr(config, "decoder", None)
-    decoder = decoder if decoder is not None and not isinstance(decoder, (dict, str)) else None
+    decoder = next(iter(_subs(config, ("decoder", "decoder_config"))), None)
     n = vocab(decoder if decoder is not None else text_config(config))
     generation = getattr(model, "generation_config", None)
     candidates = [getattr(config, "decoder_start_token_id", None), getattr(generation, "decoder_start_token_id", None),
