@@ -90,3 +90,125 @@ def test_the_command_line_audits_an_encoder_decoder_without_inputs(tmp_path):
     out = run_initlint(["check", f"{source}:build", "--batch-size", "2", "--format", "concise"])
     assert out.returncode in (0, 1), out.stderr
     assert "decoder" not in out.stderr and "Traceback" not in out.stderr
+
+
+# ---------------------------------------------------------------- sizes from sub-configs
+def small(**extra):
+    return dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, **extra)
+
+
+def clip():
+    return tf.CLIPModel(tf.CLIPConfig(text_config=small(vocab_size=99, max_position_embeddings=32),
+                                      vision_config=small(image_size=48, patch_size=16), projection_dim=16))
+
+
+def llava(image_token=110):
+    text = tf.LlamaConfig(**small(num_key_value_heads=2, vocab_size=120))
+    vision = tf.CLIPVisionConfig(**small(image_size=32, patch_size=8))
+    return tf.LlavaModel(tf.LlavaConfig(text_config=text, vision_config=vision, image_token_index=image_token,
+                                        vision_feature_layer=-1))
+
+
+def test_clip_gets_token_ids_and_images_at_its_vision_towers_size():
+    torch.manual_seed(0)
+    model = clip()
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_ids", "pixel_values"}
+    assert kwargs["pixel_values"].shape == (2, 3, 48, 48)
+    assert int(kwargs["input_ids"].max()) < 99
+    report = initlint.audit(model, batch_size=2)
+    assert report.error is None and report.probe.forward_ran and report.probe.backward_ran
+
+
+def test_llava_gets_one_image_token_per_image_feature():
+    torch.manual_seed(0)
+    model = llava()
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_ids", "pixel_values"}
+    assert kwargs["pixel_values"].shape == (2, 3, 32, 32)
+    # (32 / 8)^2 = 16 patches, the class token dropped ("default" feature strategy): 16 features per image
+    assert (kwargs["input_ids"] == 110).sum(dim=1).tolist() == [16, 16]
+    assert kwargs["input_ids"].shape == (2, 16 + 16)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    report = initlint.audit(model, batch_size=2)
+    assert report.error is None and report.probe.forward_ran
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert model.training  # counting the features ran in eval mode, and the mode came back
+
+
+def test_llava_whose_image_token_is_outside_its_vocabulary_runs_on_text():
+    model = llava(image_token=120)  # the embedding has rows 0..119: the placeholder cannot be embedded
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_ids"}
+    assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_a_composite_encoder_decoder_starts_from_its_decoders_pad_token():
+    torch.manual_seed(0)
+    bert = tf.BertConfig(**small(vocab_size=90))
+    model = tf.EncoderDecoderModel(tf.EncoderDecoderConfig.from_encoder_decoder_configs(bert, bert))
+    assert model.config.decoder_start_token_id is None and model.config.decoder.pad_token_id == 0
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_ids", "decoder_input_ids"}
+    assert kwargs["decoder_input_ids"][:, 0].tolist() == [0, 0]
+    assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_a_speech_encoder_decoder_gets_its_encoders_waveform():
+    torch.manual_seed(0)
+    encoder = tf.Wav2Vec2Config(**small(conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 4),
+                                        num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2))
+    decoder = tf.BertConfig(**small(vocab_size=90))
+    model = tf.SpeechEncoderDecoderModel(tf.SpeechEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_values", "decoder_input_ids"}
+    assert kwargs["input_values"].dim() == 2 and kwargs["decoder_input_ids"][:, 0].tolist() == [0, 0]
+    assert initlint.audit(model, batch_size=2).error is None
+
+
+# ---------------------------------------------------------------- inputs a forward needs in training mode
+def test_fastspeech2_gets_the_targets_it_needs_in_training_mode():
+    torch.manual_seed(0)
+    config = tf.FastSpeech2ConformerConfig(hidden_size=32, encoder_layers=1, decoder_layers=1, encoder_linear_units=64,
+                                           decoder_linear_units=64, num_mel_bins=20, speech_decoder_postnet_units=32,
+                                           duration_predictor_channels=32, energy_predictor_channels=32,
+                                           pitch_predictor_channels=32, speech_decoder_postnet_layers=2)
+    model = tf.FastSpeech2ConformerModel(config)
+    assert config.is_encoder_decoder  # but its forward takes no decoder_input_ids
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_ids", "duration_labels", "pitch_labels", "energy_labels", "spectrogram_labels"}
+    assert kwargs["spectrogram_labels"].shape == (2, int(kwargs["duration_labels"].sum(dim=1)[0]), 20)
+    report = initlint.audit(model, batch_size=2)
+    assert report.error is None and report.probe.backward_ran
+
+
+def test_molmo2_gets_its_token_types():
+    torch.manual_seed(0)
+    config = tf.Molmo2Config()
+    text = config.get_text_config()
+    for key, value in dict(hidden_size=32, num_attention_heads=2, num_key_value_heads=2, head_dim=16,
+                           num_hidden_layers=1, intermediate_size=64, vocab_size=200).items():
+        setattr(text, key, value)
+    model = tf.Molmo2Model(config)
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_ids", "mm_token_type_ids"}
+    assert int(kwargs["mm_token_type_ids"].sum()) == 0 and int(kwargs["input_ids"].max()) < 200  # text only
+    assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_a_perceiver_without_a_preprocessor_gets_inputs_of_its_width():
+    torch.manual_seed(0)
+    model = tf.PerceiverModel(tf.PerceiverConfig(num_latents=8, d_latents=32, d_model=24, num_blocks=1,
+                                                 num_self_attends_per_block=1, num_self_attention_heads=2,
+                                                 num_cross_attention_heads=2))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"inputs"} and kwargs["inputs"].shape == (2, 16, 24)
+    assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_an_audio_spectrogram_transformer_gets_frames_by_mel_bins():
+    torch.manual_seed(0)
+    model = tf.ASTModel(tf.ASTConfig(**small(max_length=64, num_mel_bins=32)))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_values"} and kwargs["input_values"].shape == (2, 64, 32)
+    assert initlint.audit(model, batch_size=2).error is None

@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from ..capture import nested
 from ..errors import LoadError, NoModelsError, NoProbeInputError
+from .hf import transformers_inputs
 from .usercode import TimedOut, time_limit, user_code, user_frame
 
 DEFAULT_BATCH = 16
@@ -248,7 +249,7 @@ def infer_inputs(model: nn.Module, batch: int, seed: int) -> Tuple[Tuple[Any, ..
     """Build a probe batch from the first layer that consumes the input, or raise LoadError."""
     gen = torch.Generator().manual_seed(seed)
     dtype = _float_dtype(model)
-    hf = _transformers_inputs(model, batch, gen, dtype)
+    hf = transformers_inputs(model, batch, gen, dtype)
     if hf is not None:
         return (), hf
     first = first_consumer(model)
@@ -293,81 +294,3 @@ def _float_dtype(model: nn.Module) -> torch.dtype:
         if p.is_floating_point():
             return p.dtype
     return torch.get_default_dtype()
-
-
-def _transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator, dtype: torch.dtype) -> Optional[Dict[str, Any]]:
-    """Inputs for a Hugging Face model from its config and ``main_input_name``; an encoder-decoder
-    model also gets ``decoder_input_ids`` (its start token, then random tokens)."""
-    config = getattr(model, "config", None)
-    main = getattr(model, "main_input_name", None)
-    if config is None or not isinstance(main, str):
-        return None
-    inputs = _hf_main_input(config, main, batch, gen, dtype)
-    if inputs is None or not getattr(config, "is_encoder_decoder", False):
-        return inputs
-    decoder = _hf_decoder_input_ids(model, config, batch, gen)
-    if decoder is None:
-        raise LoadError(f"{type(model).__name__} is an encoder-decoder model and its config names no decoder start, "
-                        f"pad or bos token (nor a vocabulary size); pass "
-                        f"example_inputs={{'{main}': ..., 'decoder_input_ids': ...}}")
-    inputs["decoder_input_ids"] = decoder
-    return inputs
-
-
-HF_TOKENS = 16
-"""Sequence length of the token ids built for a Hugging Face model."""
-
-
-def _hf_main_input(config: Any, main: str, batch: int, gen: torch.Generator,
-                   dtype: torch.dtype) -> Optional[Dict[str, Any]]:
-    """The main input named by ``main_input_name``, shaped from the config."""
-    if main == "input_ids":
-        vocab = _hf_vocab(getattr(config, "encoder", None) or config)
-        if vocab <= 0:
-            return None
-        return {"input_ids": torch.randint(0, vocab, (batch, HF_TOKENS), generator=gen)}
-    if main == "pixel_values":
-        size = getattr(config, "image_size", 32)
-        size = size if isinstance(size, int) else size[0]
-        channels = getattr(config, "num_channels", 3)
-        return {"pixel_values": torch.randn(batch, channels, size, size, generator=gen, dtype=dtype)}
-    if main == "input_values":
-        return {"input_values": torch.randn(batch, 4000, generator=gen, dtype=dtype)}
-    if main == "input_features":
-        shape = _hf_feature_shape(config)
-        if shape is None:
-            return None
-        return {"input_features": torch.randn(batch, *shape, generator=gen, dtype=dtype)}
-    return None
-
-
-def _hf_feature_shape(config: Any) -> Optional[Tuple[int, int]]:
-    """Per-example shape of ``input_features``: Whisper's log-mel spectrogram (mel bins x frames, the
-    encoder takes exactly ``2 * max_source_positions`` frames), or Speech2Text's frames x features."""
-    bins, positions = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
-    if isinstance(bins, int) and isinstance(positions, int):
-        return bins, 2 * positions
-    per_channel = getattr(config, "input_feat_per_channel", None)
-    if isinstance(per_channel, int):
-        return 64, per_channel * int(getattr(config, "input_channels", 1) or 1)
-    return None
-
-
-def _hf_vocab(config: Any) -> int:
-    return int(getattr(config, "vocab_size", 0) or 0)
-
-
-def _hf_decoder_input_ids(model: nn.Module, config: Any, batch: int, gen: torch.Generator) -> Optional[torch.Tensor]:
-    """The decoder start token followed by random tokens, as a shifted-right target sequence: the start
-    token is the config's ``decoder_start_token_id``, else the generation config's, else pad, else bos."""
-    vocab = _hf_vocab(getattr(config, "decoder", None) or config)
-    generation = getattr(model, "generation_config", None)
-    candidates = [getattr(config, "decoder_start_token_id", None), getattr(generation, "decoder_start_token_id", None),
-                  getattr(config, "pad_token_id", None), getattr(config, "bos_token_id", None)]
-    start = next((c for c in candidates if isinstance(c, int) and not isinstance(c, bool) and 0 <= c < vocab), None)
-    if start is None or vocab <= 0:
-        return None
-    length = min(HF_TOKENS, int(getattr(config, "max_target_positions", HF_TOKENS) or HF_TOKENS))
-    ids = torch.randint(0, vocab, (batch, length), generator=gen)
-    ids[:, 0] = start
-    return ids

@@ -849,7 +849,7 @@ def _declare_applied(make_copy: Callable[[], nn.Module], path: str, originals: L
     modules = _post_order(private, path)
     by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
     tensors = {_join(path, n): p for n, p in private.named_parameters()}
-    result.full = _pass(tensors, [(p, m, _owner_step(owners, by_copy[id(m)], m)) for p, m in modules],
+    result.full = _pass(tensors, [(p, m, _owner_step(owners, by_copy[id(m)], m, p)) for p, m in modules],
                         _lazy_of(private), result.writer)
     if not any(differs(n, d) for n, d in result.full.items()):
         return result  # an intact model costs one pass
@@ -859,7 +859,7 @@ def _declare_applied(make_copy: Callable[[], nn.Module], path: str, originals: L
     by_copy = {id(c): o for (_, c), o in zip(modules, originals)}
     tensors = {_join(path, n): p for n, p in private.named_parameters()}
     result.default = _defaults(tensors, modules, _lazy_of(private))
-    own_steps = [(p, m, _owner_step(owners, by_copy[id(m)], m)) for p, m in modules
+    own_steps = [(p, m, _owner_step(owners, by_copy[id(m)], m, p)) for p, m in modules
                  if any(True for _ in m.parameters(recurse=False))]
     result.own = _pass(tensors, own_steps, _lazy_of(private))
     return result
@@ -871,9 +871,35 @@ def _torch_reset(m: nn.Module) -> Optional[Callable[[], Any]]:
     return getattr(m, "reset_parameters", None)
 
 
-def _owner_step(owners: Dict[int, _Owner], original: nn.Module, m: nn.Module) -> Optional[Callable[[], Any]]:
+def _owner_step(owners: Dict[int, _Owner], original: nn.Module, m: nn.Module,
+                path: str = "") -> Optional[Callable[[], Any]]:
     owner = owners.get(id(original))
-    return None if owner is None else (lambda: owner.module._init_weights(m))
+    if owner is None:
+        return None
+    targets = _tie_targets(owner, m, path)
+    if not targets:
+        return lambda: owner.module._init_weights(m)
+    return lambda: _untied(m, targets, lambda: owner.module._init_weights(m))
+
+
+def _tie_targets(owner: _Owner, m: nn.Module, path: str) -> List[str]:
+    """The parameters ``m`` holds as the target of a Hugging Face tie: ``init_weights`` draws them
+    untied and then ties them to their source, so the source's draw is the one they keep."""
+    ties = getattr(owner.module, "all_tied_weights_keys", None) if owner.hf else None
+    if not isinstance(ties, dict) or not ties:
+        return []
+    local = path[len(owner.path) + 1:] if owner.path else path
+    return [n for n, p in m._parameters.items() if p is not None and _join(local, n) in ties]
+
+
+def _untied(m: nn.Module, names: List[str], step: Callable[[], Any]) -> None:
+    held = {n: m._parameters[n] for n in names}
+    try:
+        for n, p in held.items():
+            m._parameters[n] = nn.Parameter(torch.empty_like(p), requires_grad=p.requires_grad)
+        step()
+    finally:
+        m._parameters.update(held)
 
 
 def _defaults(tensors: Dict[str, torch.Tensor], modules: List[Tuple[str, nn.Module]],

@@ -1,0 +1,290 @@
+"""Probe inputs for a Hugging Face model, from its config, its sub-configs and its forward's signature.
+
+A multimodal model's sizes live in sub-configs (``text_config``, ``vision_config``,
+``audio_config``, ``encoder``/``decoder``), so each modality is read from the config that
+describes it. The model gets every modality its forward takes and its config sizes: token ids
+and images for CLIP or LLaVA, ids and spectrograms for a speech LLM. Where the ids must hold one
+placeholder token per image (or audio) feature (``image_token_id``), the number of features is
+counted by running the model's own ``get_image_features`` on one example, without gradients, with
+the RNG and the training flags restored.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn as nn
+
+from ..errors import LoadError
+
+HF_TOKENS = 16
+"""Sequence length of the token ids built for a Hugging Face model (text tokens, placeholders excluded)."""
+AUDIO_SAMPLES = 4000
+"""Length of a raw waveform (``input_values``)."""
+
+# Modalities that fill placeholder tokens in the ids: the pixel or feature input, the config keys of
+# the placeholder token, the sub-config keys that size the input, and the method that encodes it.
+PLACEHOLDERS = (
+    ("pixel_values", ("image_token_id", "image_token_index"), "get_image_features"),
+    ("input_features", ("audio_token_id", "audio_token_index"), "get_audio_features"),
+)
+VISION_KEYS = ("vision_config", "vision_tower_config", "visual", "image_config", "encoder")
+AUDIO_KEYS = ("audio_config", "encoder_config", "audio_encoder_config", "speech_config", "encoder")
+SPECIAL_KEYS = ("image_token_id", "image_token_index", "video_token_id", "video_token_index", "audio_token_id",
+                "audio_token_index", "boi_token_id", "eoi_token_id", "boi_token_index", "eoi_token_index",
+                "image_start_token_id", "image_end_token_id", "vision_start_token_id", "vision_end_token_id",
+                "audio_start_token_id", "audio_end_token_id")
+
+
+def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
+                        dtype: torch.dtype) -> Optional[Dict[str, Any]]:
+    """Keyword inputs for a Hugging Face model (None for a model that is not one, or whose main input
+    cannot be shaped from its config); an encoder-decoder model also gets ``decoder_input_ids``."""
+    config = getattr(model, "config", None)
+    main = getattr(model, "main_input_name", None)
+    if config is None or not isinstance(main, str):
+        return None
+    accepts = forward_parameters(model)
+    encoder = getattr(getattr(model, "encoder", None), "main_input_name", None)
+    if main == "inputs" and isinstance(encoder, str):  # a speech encoder-decoder: its encoder's input, by name
+        main = encoder
+    inputs: Dict[str, Any] = {}
+    for name in [main] + [n for n in ("input_ids", "pixel_values", "input_features") if n != main]:
+        if name != main and (name not in accepts or not _describes(config, name)):
+            continue
+        made = _one_input(config, name, batch, gen, dtype)
+        if made is None and name == main:
+            return None
+        if made is not None:
+            inputs[name] = made
+    if "input_ids" in inputs:
+        inputs["input_ids"] = _with_placeholders(model, config, inputs, gen)
+        inputs.update(_training_inputs(config, accepts, inputs["input_ids"], gen, dtype))
+    if getattr(config, "is_encoder_decoder", False) and (not accepts or "decoder_input_ids" in accepts):
+        decoder = decoder_input_ids(model, config, batch, gen)
+        if decoder is None:
+            raise LoadError(f"{type(model).__name__} is an encoder-decoder model and its config names no decoder start, "
+                            f"pad or bos token (nor a vocabulary size); pass "
+                            f"example_inputs={{'{main}': ..., 'decoder_input_ids': ...}}")
+        inputs["decoder_input_ids"] = decoder
+    return inputs
+
+
+def forward_parameters(model: nn.Module) -> set:
+    """The names the model's forward takes (empty when its signature cannot be read)."""
+    try:
+        return set(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+# ------------------------------------------------------------------ sub-configs
+def _subs(config: Any, keys: Tuple[str, ...]) -> List[Any]:
+    return [s for k in keys if (s := getattr(config, k, None)) is not None and not isinstance(s, (dict, str))]
+
+
+def text_config(config: Any) -> Any:
+    """The config that sizes the token ids: the encoder's of a composite encoder-decoder, the text model's
+    of a multimodal model or a model and vocoder pair, else the config itself."""
+    for sub in _subs(config, ("encoder", "model_config")):  # a composite: its encoder, or its text model
+        if vocab(sub) > 0:
+            return sub
+    if vocab(config) > 0:
+        return config
+    get = getattr(config, "get_text_config", None)
+    try:
+        text = get() if callable(get) else None
+    except (AttributeError, ValueError, TypeError):
+        text = None
+    return text if text is not None else config
+
+
+def vision_config(config: Any) -> Any:
+    """The config that sizes the images: the vision tower's, else the config itself."""
+    subs = [s for s in _subs(config, VISION_KEYS) if getattr(s, "image_size", None) is not None]
+    return subs[0] if subs else config
+
+
+def audio_config(config: Any) -> Any:
+    subs = [s for s in _subs(config, AUDIO_KEYS) if _feature_shape(s) is not None]
+    return subs[0] if subs else config
+
+
+def vocab(config: Any) -> int:
+    value = getattr(config, "vocab_size", 0)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _describes(config: Any, name: str) -> bool:
+    """Whether the config sizes an optional input: a text vocabulary, a vision tower, a spectrogram."""
+    if name == "input_ids":
+        return vocab(text_config(config)) > 0
+    if name == "pixel_values":
+        return getattr(vision_config(config), "image_size", None) is not None
+    if name == "input_features":
+        return _feature_shape(audio_config(config)) is not None
+    return False
+
+
+# ------------------------------------------------------------------ one input
+def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: torch.dtype) -> Optional[torch.Tensor]:
+    if name == "input_ids":
+        n = vocab(text_config(config))
+        return torch.randint(0, n, (batch, HF_TOKENS), generator=gen) if n > 0 else None
+    if name == "pixel_values":
+        vis = vision_config(config)
+        size = getattr(vis, "image_size", None) or 32
+        height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
+        channels = getattr(vis, "num_channels", None) or getattr(config, "num_channels", None) or 3
+        return torch.randn(batch, int(channels), height, width, generator=gen, dtype=dtype)
+    if name == "inputs" and isinstance(getattr(config, "d_model", None), int):  # a Perceiver without a preprocessor
+        return torch.randn(batch, HF_TOKENS, config.d_model, generator=gen, dtype=dtype)
+    if name == "input_values":
+        frames, bins = getattr(config, "max_length", None), getattr(config, "num_mel_bins", None)
+        if isinstance(frames, int) and isinstance(bins, int):  # a spectrogram transformer (AST): frames x mel bins
+            return torch.randn(batch, frames, bins, generator=gen, dtype=dtype)
+        return torch.randn(batch, AUDIO_SAMPLES, generator=gen, dtype=dtype)
+    if name == "input_features":
+        shape = _feature_shape(audio_config(config))
+        return None if shape is None else torch.randn(batch, *shape, generator=gen, dtype=dtype)
+    return None
+
+
+def _feature_shape(config: Any) -> Optional[Tuple[int, int]]:
+    """Per-example shape of ``input_features``: Whisper's log-mel spectrogram (mel bins x frames, the
+    encoder takes exactly ``2 * max_source_positions`` frames), else frames x features (Speech2Text,
+    Parakeet): 64 frames."""
+    bins, positions = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
+    if isinstance(bins, int) and isinstance(positions, int):
+        return bins, 2 * positions
+    per_channel = getattr(config, "input_feat_per_channel", None)
+    if isinstance(per_channel, int):
+        return 64, per_channel * int(getattr(config, "input_channels", 1) or 1)
+    if isinstance(bins, int):  # frames x mel bins, as a feature extractor pads them (Parakeet, Canary)
+        return 64, bins
+    return None
+
+
+# ------------------------------------------------------------------ placeholder tokens
+def _token(config: Any, keys: Tuple[str, ...]) -> Optional[int]:
+    for key in keys:
+        for cfg in (config, text_config(config)):
+            value = getattr(cfg, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                return value
+    return None
+
+
+def _with_placeholders(model: nn.Module, config: Any, inputs: Dict[str, Any], gen: torch.Generator) -> torch.Tensor:
+    """The random ids with no special token drawn by chance, and, for each modality given that fills
+    placeholders, one placeholder per feature of its example after the text tokens."""
+    ids = inputs["input_ids"]
+    n = vocab(text_config(config))
+    special = {t for k in SPECIAL_KEYS if (t := _token(config, (k,))) is not None}
+    for token in special:  # a drawn special token would ask for a feature that is not there
+        ids = torch.where(ids == token, (ids + 1) % n, ids)
+        ids = torch.where(ids == token, (ids + 1) % n, ids)  # token + 1 may be special too
+    parts = [ids]
+    for name, keys, method in PLACEHOLDERS:
+        token = _token(config, keys)
+        if name not in inputs or token is None or not callable(getattr(model, method, None)):
+            continue
+        count = None
+        if token < n:  # a placeholder outside the vocabulary cannot be embedded
+            for form in _forms(inputs[name]):  # one image per example, or a list of images per example
+                count = count_features(model, config, method, {name: form[:1]})
+                if count is not None:
+                    inputs[name] = form
+                    break
+        if count is None:
+            del inputs[name]  # the forward runs on the text alone
+            continue
+        parts.append(torch.full((ids.shape[0], count), token, dtype=ids.dtype))
+    return torch.cat(parts, dim=1)
+
+
+def _forms(x: torch.Tensor) -> List[torch.Tensor]:
+    return [x, x.unsqueeze(1)] if x.dim() == 4 else [x]
+
+
+def count_features(model: nn.Module, config: Any, method: str, kwargs: Dict[str, Any]) -> Optional[int]:
+    """How many placeholder tokens one example's features fill: the encoder's output elements over the
+    text model's width (None where that is not a whole number, or the encoder refuses the input)."""
+    width = getattr(text_config(config), "hidden_size", None)
+    if not isinstance(width, int) or width <= 0:
+        return None
+    flags = [(m, m.training) for m in model.modules()]
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            model.eval()
+            out = getattr(model, method)(**kwargs)
+    except (RuntimeError, ValueError, TypeError, AttributeError, IndexError, KeyError, NotImplementedError):
+        return None
+    finally:
+        for m, training in flags:
+            m.training = training
+    total = sum(t.numel() for t in _feature_tensors(out))
+    return total // width if total and total % width == 0 else None
+
+
+def _feature_tensors(out: Any) -> List[torch.Tensor]:
+    """The projected features in what ``get_image_features`` returns: a tensor, a list of them, or an
+    output whose ``pooler_output`` holds them."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    pooled = getattr(out, "pooler_output", None)
+    if pooled is not None:
+        return _feature_tensors(pooled)
+    if isinstance(out, (list, tuple)) and all(isinstance(t, torch.Tensor) for t in out):
+        return list(out)
+    if isinstance(out, (list, tuple)) and out:
+        return _feature_tensors(out[0])
+    return []
+
+
+# ------------------------------------------------------------------ what a forward needs in training mode
+SPEECH_LABELS = ("spectrogram_labels", "duration_labels", "pitch_labels", "energy_labels")
+FRAMES_PER_TOKEN = 2
+"""Spectrogram frames each token lasts in a text-to-speech model's duration targets."""
+
+
+def _training_inputs(config: Any, accepts: set, ids: torch.Tensor, gen: torch.Generator,
+                     dtype: torch.dtype) -> Dict[str, Any]:
+    """Inputs a forward refuses to run without in training mode (the probe runs in training mode):
+    ``mm_token_type_ids`` (1 at a placeholder token, 0 at text), and a FastSpeech 2 model's
+    variance-adaptor targets: each token lasts ``FRAMES_PER_TOKEN`` frames of the spectrogram."""
+    out: Dict[str, Any] = {}
+    if "mm_token_type_ids" in accepts:
+        placeholders = [t for k in SPECIAL_KEYS if (t := _token(config, (k,))) is not None]
+        out["mm_token_type_ids"] = torch.isin(ids, torch.tensor(placeholders, dtype=ids.dtype)).long()
+    bins = next((b for c in [config] + _subs(config, ("model_config",))
+                 if isinstance(b := getattr(c, "num_mel_bins", None), int)), None)
+    if set(SPEECH_LABELS) <= accepts and bins is not None:
+        batch, tokens = ids.shape
+        out["duration_labels"] = torch.full((batch, tokens), FRAMES_PER_TOKEN, dtype=torch.long)
+        out["pitch_labels"] = torch.randn(batch, tokens, 1, generator=gen, dtype=dtype)
+        out["energy_labels"] = torch.randn(batch, tokens, 1, generator=gen, dtype=dtype)
+        out["spectrogram_labels"] = torch.randn(batch, tokens * FRAMES_PER_TOKEN, bins, generator=gen, dtype=dtype)
+    return out
+
+
+# ------------------------------------------------------------------ decoder
+def decoder_input_ids(model: nn.Module, config: Any, batch: int, gen: torch.Generator) -> Optional[torch.Tensor]:
+    """The decoder start token followed by random tokens, as a shifted-right target sequence: the start
+    token is the config's ``decoder_start_token_id``, else the generation config's, else pad, else bos
+    (the composite config's first, then its decoder's)."""
+    decoder = next(iter(_subs(config, ("decoder", "decoder_config"))), None)
+    n = vocab(decoder if decoder is not None else text_config(config))
+    generation = getattr(model, "generation_config", None)
+    candidates = [getattr(config, "decoder_start_token_id", None), getattr(generation, "decoder_start_token_id", None),
+                  getattr(config, "pad_token_id", None), getattr(config, "bos_token_id", None)]
+    for cfg in (decoder, text_config(config)):
+        candidates += [getattr(cfg, k, None) for k in ("decoder_start_token_id", "pad_token_id", "bos_token_id")]
+    start = next((c for c in candidates if isinstance(c, int) and not isinstance(c, bool) and 0 <= c < n), None)
+    if start is None or n <= 0:
+        return None
+    length = min(HF_TOKENS, int(getattr(config, "max_target_positions", HF_TOKENS) or HF_TOKENS))
+    ids = torch.randint(0, n, (batch, length), generator=gen)
+    ids[:, 0] = start
+    return ids

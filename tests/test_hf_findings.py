@@ -1,0 +1,71 @@
+"""Findings on transformers models at their default init, checked against the init code that causes them
+(transformers 5.24), and a tied weight's declared init read as ``init_weights`` draws it."""
+import logging
+
+import torch
+import transformers as tf
+
+import initlint
+
+tf.logging.set_verbosity_error()
+logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def loud(model, **options):
+    report = initlint.audit(model, batch_size=2, **options)
+    assert report.error is None
+    return {(f.code, m) for f in report.findings if f.severity != "info" for m in f.members or [f.module]}
+
+
+def mt5(width=512):
+    return tf.MT5ForConditionalGeneration(tf.MT5Config(vocab_size=1000, d_model=width, d_ff=128, num_layers=1,
+                                                       num_decoder_layers=1, num_heads=4, d_kv=16))
+
+
+def test_mt5_ties_an_n01_lm_head_without_t5s_rescale_and_its_logits_are_one_hot():
+    # MT5Config forces tie_word_embeddings=True; MT5PreTrainedModel._init_weights draws shared.weight from
+    # N(0, factor * 1.0), and MT5 has no T5's scale_decoder_outputs (d_model ** -0.5 before lm_head).
+    torch.manual_seed(0)
+    model = mt5()
+    assert model.lm_head.weight is model.shared.weight and abs(float(model.shared.weight.detach().std()) - 1) < 0.01
+    assert ("IL004", "lm_head") in loud(model)
+    # the same model with the tied weight drawn at d_model ** -0.5: no IL004
+    torch.manual_seed(0)
+    twin = mt5()
+    with torch.no_grad():
+        twin.shared.weight.normal_(0, 512 ** -0.5)
+    assert ("IL004", "lm_head") not in loud(twin)
+
+
+def test_blip_vision_default_initializer_range_1e_10_is_a_vanishing_qkv():
+    # BlipVisionConfig's initializer_range defaults to 1e-10; BlipPreTrainedModel._init_weights draws the
+    # Linear weights (qkv among them) from N(0, initializer_range).
+    torch.manual_seed(0)
+    config = tf.BlipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                 image_size=32, patch_size=8)
+    assert config.initializer_range == 1e-10
+    assert ("IL001", "encoder.layers.0.self_attn.qkv") in loud(tf.BlipVisionModel(config))
+    torch.manual_seed(0)
+    config.initializer_range = 0.02
+    assert ("IL001", "encoder.layers.0.self_attn.qkv") not in loud(tf.BlipVisionModel(config))
+
+
+def funnel_mlm():
+    return tf.FunnelForMaskedLM(tf.FunnelConfig(vocab_size=300, d_model=32, n_head=2, d_head=16, d_inner=64,
+                                                block_sizes=[1, 1], max_position_embeddings=64))
+
+
+def test_funnels_tied_word_embeddings_keep_the_embedding_branchs_draw():
+    # FunnelPreTrainedModel._init_weights draws word_embeddings from N(0, 1) (initializer_std None) and an
+    # nn.Linear from N(0, 1 / (fan_in + fan_out)); init_weights draws lm_head untied, then ties it to
+    # word_embeddings, so the tied weight keeps the embedding's draw.
+    torch.manual_seed(0)
+    model = funnel_mlm()
+    assert model.lm_head.weight is model.funnel.embeddings.word_embeddings.weight
+    assert abs(float(model.lm_head.weight.detach().std()) - 1) < 0.02
+    assert not {f for f in loud(model, select=["IL014"])}
+    # a Linear put back at PyTorch's default after the init is still flagged
+    torch.manual_seed(0)
+    twin = funnel_mlm()
+    twin.funnel.encoder.blocks[0][0].ffn.linear_1.reset_parameters()
+    assert loud(twin, select=["IL014"]) == {("IL014", "funnel.encoder.blocks.0.0.ffn.linear_1")}
