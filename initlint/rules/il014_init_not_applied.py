@@ -17,6 +17,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..capture import ops as O
+from ..compat import is_inplace
 from ..probe.guard import saved_rng, seed_devices
 from ..report.findings import Finding
 from .base import AuditContext, Example, RepairPlan, Rule, enclosing_paths, fmt, py_path, to_host
@@ -706,6 +707,20 @@ class _Foreign(Exception):
     """The declared init wrote a tensor that is not the private copy's (:attr:`_Private.owned`)."""
 
 
+class _Undeclared(Exception):
+    """The declared init cannot run on a private copy: it raised, or the unit cannot be copied. It declares
+    nothing to compare. An error of the replay itself (:attr:`_Private.failure`) is never this: it
+    reaches the audit, which reports the rule's error."""
+
+
+def _users(what: str, run: Callable[..., Any], *args: Any) -> Any:
+    """``run(*args)``, code of the user's model (copying its attributes): its failure is :class:`_Undeclared`."""
+    try:
+        return run(*args)
+    except Exception as exc:  # noqa: BLE001 - any error of the user's code; the replay's own are not in here
+        raise _Undeclared(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
 def _private_copy(root: nn.Module, unit: nn.Module, whole: bool, deep: bool = False,
                   every: Optional[List[nn.Module]] = None) -> nn.Module:
     """A copy of ``unit`` (its subtree when ``whole``, else only its own tensors) that shares nothing
@@ -733,7 +748,7 @@ def _private_copy(root: nn.Module, unit: nn.Module, whole: bool, deep: bool = Fa
             memo[id(p)] = lazy.parameter(p)
         deep = deep or any(_copies_itself(type(m)) for m in unit.modules())
         if deep:
-            private = copy.deepcopy(unit, memo)
+            private = _users("copying the unit", copy.deepcopy, unit, memo)
             lazy.owned.update(_storage(t) for t in memo.values()
                               if isinstance(t, torch.Tensor) and t.layout == torch.strided)
         else:
@@ -788,8 +803,8 @@ def _module_copies(unit: nn.Module, memo: Dict[int, Any], lazy: "_Private") -> n
                 state[key] = value.copy()
             else:
                 _seed_flat_dicts(value, memo)
-                state[key] = copy.deepcopy(value, memo)
-        memo[id(m)].__setstate__(state)  # as copy.deepcopy ends (an RNN relinks its flat weights)
+                state[key] = _users(f"copying {key}", copy.deepcopy, value, memo)
+        _users("restoring the copy", memo[id(m)].__setstate__, state)  # as copy.deepcopy ends (an RNN relinks its flat weights)
     return memo[id(unit)]
 
 
@@ -886,10 +901,10 @@ def _defaults(tensors: Dict[str, torch.Tensor], modules: List[Tuple[str, nn.Modu
         if reset is None:
             continue
         with lazy.drawing(tensors.values()):
-            reset()
+            _init_step(reset, lazy)
         for p in module.parameters(recurse=False):
             if id(p) in names:
-                found.setdefault(names[id(p)], []).append((type(module).__name__, lazy.draws([p])[0]))
+                found.setdefault(names[id(p)], []).append((type(module).__name__, _drawn(lazy, [p])[0]))
     return found
 
 
@@ -955,6 +970,27 @@ class _Private(TorchDispatchMode):
         self.wrote: set = set()
         """Storages an op of the declared init wrote (since :func:`_pass` last cleared it)."""
         self._positions: Dict[Tuple[int, int, torch.device], torch.Tensor] = {}
+        self.failure: Optional[Exception] = None
+        """An error of the replay itself (not of an op the init asked for), kept even if the init catches it."""
+        self._op_failure: Optional[Exception] = None
+
+    def run(self, func: Any, *args: Any, **kwargs: Any) -> Any:
+        """An op the declared init asked for, or a random fill it deferred: its error is the init's."""
+        try:
+            return func(*args, **kwargs)
+        except Exception as exc:
+            self._op_failure = exc
+            raise
+
+    def op_failed(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the error of an op the declared init asked for (:meth:`run`)."""
+        return exc is self._op_failure
+
+    def raise_failure(self) -> None:
+        """Raise the replay's own error, if one happened since the last call."""
+        failure, self.failure = self.failure, None
+        if failure is not None:
+            raise failure
 
     def own(self, private: nn.Module) -> None:
         self.owned.update(_storage(t) for t in list(private.parameters()) + list(private.buffers())
@@ -1020,7 +1056,7 @@ class _Private(TorchDispatchMode):
         elif key in self.pending:
             fresh, fill = self.pending.pop(key)
             with torch.no_grad():
-                fill.draw(_alias(fresh))
+                self.run(fill.draw, _alias(fresh))
         elif key in self.tiled:
             block = self._block(key)
             fresh, _ = self.tiled.pop(key)
@@ -1034,7 +1070,16 @@ class _Private(TorchDispatchMode):
                     flat[written] = value
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
+        try:
+            return self._guarded(func, args, kwargs or {})
+        except _Foreign:
+            raise
+        except Exception as exc:
+            if not self.op_failed(exc) and self.failure is None:
+                self.failure = exc
+            raise
+
+    def _guarded(self, func: Any, args: Any, kwargs: Any) -> Any:
         for t in _written_args(func, args, kwargs):
             if isinstance(t, torch.Tensor) and t.layout == torch.strided and t.numel():
                 key = _storage(t)
@@ -1049,12 +1094,12 @@ class _Private(TorchDispatchMode):
 
     def _dispatch(self, func: Any, args: Any, kwargs: Any) -> Any:
         if func in _NO_READ:
-            out = func(*args, **kwargs)
+            out = self.run(func, *args, **kwargs)
             if isinstance(out, torch.Tensor) and out.numel() >= 4 * TILE:
                 self.large.add(_storage(out))  # a fresh tensor a random fill may draw as a tile
             return out
         if not (self.original or self.tiled or self.pending) or func.is_view:
-            return func(*args, **kwargs)
+            return self.run(func, *args, **kwargs)
         tiled = self._on_tiles(func, args, kwargs)
         if tiled is not _NOT_TILED:
             return tiled
@@ -1067,7 +1112,7 @@ class _Private(TorchDispatchMode):
             if t.layout == torch.strided and t.numel() and not (i == 0 and whole):
                 self._materialise(_storage(t))
         if not whole:
-            return func(*args, **kwargs)
+            return self.run(func, *args, **kwargs)
         self._forget(tkey)
         if func in _RANDOM_FILLS:
             fill = _Fill(func, tuple(args[1:]), dict(kwargs), target.dtype, target.device)
@@ -1076,7 +1121,7 @@ class _Private(TorchDispatchMode):
             else:
                 self.pending[tkey] = (target, fill)
             return target
-        return func(*args, **kwargs)
+        return self.run(func, *args, **kwargs)
 
     def _patch(self, func: Any, view: torch.Tensor, args: Any, kwargs: Any) -> bool:
         """A constant written over part of a tiled tensor (``zero_``, ``fill_`` of a few rows), kept beside
@@ -1109,7 +1154,7 @@ class _Private(TorchDispatchMode):
         """The tile of ``key``'s tensor, drawn now if its fill has not drawn it yet."""
         target, block = self.tiled[key]
         if isinstance(block, _Fill):
-            block = block.draw()
+            block = self.run(block.draw)
             self.tiled[key] = (target, block)
         return block
 
@@ -1154,7 +1199,7 @@ class _Private(TorchDispatchMode):
         shape = next(t.shape for t, key in zip(leaves, keys) if key is not None)
         if func in _WHOLE_REDUCTIONS:
             if len(leaves) == 1 and not kwargs and len(args) == 1:
-                return func(self._block(keys[0]))  # type: ignore[arg-type]
+                return self.run(func, self._block(keys[0]))  # type: ignore[arg-type]
             return _NOT_TILED
         if func is torch.ops.aten.copy_.default:
             if len(args) == 2 and not kwargs and keys[1] is not None and keys[0] is None and args[0].shape == shape \
@@ -1174,10 +1219,10 @@ class _Private(TorchDispatchMode):
                 return _NOT_TILED
         swap = {id(t): tile for t, tile in zip(leaves, tiles) if tile is not None}
         on_tiles = pytree.tree_map(lambda x: swap.get(id(x), x) if isinstance(x, torch.Tensor) else x, (args, kwargs))
-        inplace = torch.Tag.inplace in func.tags
+        inplace = is_inplace(func)
         if inplace and (not leaves or swap.get(id(args[0])) is None):
             return _NOT_TILED
-        result = func(*on_tiles[0], **on_tiles[1])
+        result = self.run(func, *on_tiles[0], **on_tiles[1])
         if inplace:
             return args[0]
         if not isinstance(result, torch.Tensor) or result.shape != (TILE,):
@@ -1277,13 +1322,36 @@ def _pass(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Op
     before = {name: t._version for name, t in tensors.items()}
     lazy.wrote = set()
     with lazy.drawing(tensors.values()):
-        _run_steps(tensors, steps, writer)
+        _run_steps(tensors, steps, writer, lazy)
     written = list(_written(before, tensors, lazy))
-    return dict(zip(written, lazy.draws([tensors[n] for n in written])))
+    return dict(zip(written, _drawn(lazy, [tensors[n] for n in written])))
+
+
+def _init_step(step: Callable[[], Any], lazy: "_Private") -> None:
+    """One call of the declared init on the private copy. Its error means the init cannot run there
+    (:class:`_Undeclared`); an error of the replay is raised as it is, also when the init caught it."""
+    try:
+        step()
+    except _Foreign:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's init code; the replay's own error is lazy.failure
+        lazy.raise_failure()
+        raise _Undeclared(f"{type(exc).__name__}: {exc}") from exc
+    lazy.raise_failure()
+
+
+def _drawn(lazy: "_Private", tensors: Sequence[torch.Tensor]) -> List[Draw]:
+    """:meth:`_Private.draws`; a random fill the init deferred fails here when its arguments were bad."""
+    try:
+        return lazy.draws(tensors)
+    except Exception as exc:
+        if lazy.op_failed(exc):
+            raise _Undeclared(f"{type(exc).__name__}: {exc}") from exc
+        raise
 
 
 def _run_steps(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Module, Optional[Callable[[], Any]]]],
-               writer: Optional[Dict[str, str]]) -> None:
+               writer: Optional[Dict[str, str]], lazy: "_Private") -> None:
     under: Dict[str, List[str]] = {}  # module path -> the tensors at or below it
     if writer is not None:
         for n in tensors:
@@ -1293,10 +1361,10 @@ def _run_steps(tensors: Dict[str, torch.Tensor], steps: List[Tuple[str, nn.Modul
         if step is None:
             continue
         if writer is None:
-            step()
+            _init_step(step, lazy)
             continue
         versions = {n: tensors[n]._version for n in under.get(path, [])}
-        step()
+        _init_step(step, lazy)
         for n, version in versions.items():
             if tensors[n]._version != version:
                 writer[n] = path
@@ -1459,7 +1527,7 @@ def _judge_applied(model: nn.Module, path: str, unit: nn.Module, whole: bool, ow
     try:
         dec = _on_copies(lambda deep: _declare_applied(lambda: _private_copy(model, unit, whole, deep, every), path,
                                                        originals, owners, differs))
-    except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
+    except (_Undeclared, _Foreign):  # an init that cannot run on a copy declares nothing we can compare
         return
     modules = dict(unit.named_modules(prefix=path)) if whole else {path: unit}
     for name, full in dec.full.items():
@@ -1509,7 +1577,7 @@ def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, pa
 
     try:
         full, default = _on_copies(declare)
-    except Exception:  # noqa: BLE001 - an init that cannot run on a copy declares nothing we can compare
+    except (_Undeclared, _Foreign):  # an init that cannot run on a copy declares nothing we can compare
         return
     modules = dict(scope.named_modules(prefix=path))
     fix = DeclaredCall(path, None, method)
