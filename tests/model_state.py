@@ -17,11 +17,11 @@ def bits(t: Optional[torch.Tensor]) -> Any:
         return (t.dtype, t.layout, [bits(part) for part in t.detach().unbind()])
     if t.layout != torch.strided:  # sparse: compare the dense values
         return (t.dtype, t.layout, tuple(t.shape), bits(t.detach().to_dense()))
-    # a copy: numpy() on the tensor's own storage would make it non-resizable (QAT observers resize theirs)
+    # a copy: a view of the tensor's own storage would make it non-resizable (QAT observers resize theirs)
     flat = (t.detach().int_repr() if t.is_quantized else t.detach()).reshape(-1).cpu().clone()
     if flat.is_complex():
         flat = torch.view_as_real(flat)
-    return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), bytes(flat.view(torch.uint8).numpy()))
+    return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), bytes(flat.view(torch.uint8).tolist()))
 
 
 def version(t: torch.Tensor) -> Optional[int]:
@@ -55,10 +55,13 @@ def process_state() -> Dict[str, Any]:
     """Process-wide state a forward can change."""
     import random
 
-    import numpy
     from torch.nn.utils import parametrize
 
-    np_state = numpy.random.get_state()
+    try:
+        import numpy
+        np_state = numpy.random.get_state()
+    except ImportError:  # not a dependency: without NumPy there is no NumPy generator to change
+        np_state = (None, bytearray())
     return {
         "torch_rng": bits(torch.get_rng_state()),
         "python_rng": random.getstate(),

@@ -18,6 +18,7 @@ def test_fx_is_used_when_it_traces_and_runtime_otherwise():
 def test_a_transformers_model_goes_to_the_runtime_capture_without_a_trace_attempt(monkeypatch):
     """fx cannot trace a ``PreTrainedModel`` (``**kwargs: Unpack[...]``, shape branches): no trace is tried, and
     no state guard is taken for one; a plain module and a module holding a transformers model still try fx."""
+    pytest.importorskip("transformers")
     from transformers import BertConfig, BertModel
 
     from initlint.capture import fx as fx_capture

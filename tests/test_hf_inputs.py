@@ -5,12 +5,14 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
-import transformers as tf
 from cli_server import run_initlint
 
 import initlint
 from initlint.inputs.load import LoadError, infer_inputs
+
+tf = pytest.importorskip("transformers")
 
 tf.logging.set_verbosity_error()
 logging.getLogger("transformers").setLevel(logging.ERROR)
@@ -81,6 +83,7 @@ def test_an_encoder_decoder_without_any_start_token_says_what_to_pass():
 def test_the_command_line_audits_an_encoder_decoder_without_inputs(tmp_path):
     source = tmp_path / "seq2seq.py"
     source.write_text(textwrap.dedent("""
+        pytest.importorskip("transformers")
         import transformers as tf
 
         def build():

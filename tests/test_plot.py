@@ -33,6 +33,7 @@ def default_report():
 
 
 def test_plot_writes_a_png_with_one_point_per_measured_layer(default_report, tmp_path):
+    pytest.importorskip("matplotlib")
     path = tmp_path / "signal.png"
     series = default_report.plot(str(path))
     assert path.read_bytes().startswith(PNG) and path.stat().st_size > 10_000
@@ -98,6 +99,7 @@ class Deep(nn.Module):
 
 
 def test_cli_plot_option(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "deep.py").write_text(MODEL)
     result = CliRunner().invoke(main, ["check", "deep.py", "--plot", "signal.png"])
