@@ -53,12 +53,14 @@ def _aten_overloads():
 
 
 def _named_in_place(op) -> bool:
-    """torch.Tag.inplace where torch has it (2.13), else the name: an in-place variant ends with ``_``
-    (``__lshift__`` and the other dunder names are out of place)."""
+    """torch.Tag.inplace where torch has it (2.13), else the name: an in-place variant ends with ``_``, or is
+    a dunder name starting ``__i``."""
     if hasattr(torch.Tag, "inplace"):
         return torch.Tag.inplace in op.tags
     name = op._schema.name.split("::")[1]
-    return name.endswith("_") and not name.endswith("__")
+    if name.startswith("__") and name.endswith("__"):
+        return name.startswith("__i")  # __ilshift__, __ixor__: in place; __lshift__, __xor__: not
+    return name.endswith("_")
 
 
 def test_the_schema_tells_in_place_ops_as_torch_does_on_every_pointwise_op():
