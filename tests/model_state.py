@@ -21,7 +21,7 @@ def bits(t: Optional[torch.Tensor]) -> Any:
     flat = (t.detach().int_repr() if t.is_quantized else t.detach()).reshape(-1).cpu().clone()
     if flat.is_complex():
         flat = torch.view_as_real(flat)
-    return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), bytes(flat.view(torch.uint8).tolist()))
+    return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), bytes(flat.view(torch.uint8).reshape(-1).tolist()))
 
 
 def version(t: torch.Tensor) -> Optional[int]:
@@ -60,12 +60,13 @@ def process_state() -> Dict[str, Any]:
     try:
         import numpy
         np_state = numpy.random.get_state()
+        numpy_rng: Any = (np_state[0], np_state[1].tobytes()) + tuple(np_state[2:])
     except ImportError:  # not a dependency: without NumPy there is no NumPy generator to change
-        np_state = (None, bytearray())
+        numpy_rng = None
     return {
         "torch_rng": bits(torch.get_rng_state()),
         "python_rng": random.getstate(),
-        "numpy_rng": (np_state[0], np_state[1].tobytes()) + tuple(np_state[2:]),
+        "numpy_rng": numpy_rng,
         "grad_mode": torch.is_grad_enabled(),
         "inference_mode": torch.is_inference_mode_enabled(),
         "default_dtype": torch.get_default_dtype(),

@@ -167,6 +167,7 @@ class ThreeRngs(nn.Module):
 
 def test_the_same_command_gives_the_same_numbers(tmp_path):
     """Every RNG is seeded before the import and the build: two processes print the same report."""
+    pytest.importorskip("numpy")  # the model draws from NumPy's generator too
     model = tmp_path / "rngs.py"
     model.write_text(RNG_MODEL)
     command = ("check", "examples/naive_mlp.py", str(model), "--format", "json")

@@ -64,7 +64,6 @@ def test_text_output_uses_path_line_col(tmp_path):
 # ----------------------------------------------------------------------------- models built inside a library
 GPT2 = textwrap.dedent('''
     import torch.nn as nn
-    pytest.importorskip("transformers")
     from transformers import GPT2Config, GPT2LMHeadModel
 
 
@@ -93,6 +92,7 @@ def gpt2_line(text):
 
 @pytest.fixture()
 def gpt2_file(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "gpt.py").write_text(GPT2)
     return tmp_path / "gpt.py"

@@ -80,6 +80,7 @@ def test_missing_matplotlib_is_a_plot_error(default_report, tmp_path, monkeypatc
 
 
 def test_nothing_to_plot_without_a_probe(tmp_path):
+    pytest.importorskip("matplotlib")
     with pytest.raises(PlotError, match="nothing to plot"):
         Report(model="M").plot(str(tmp_path / "x.png"))
 
@@ -130,6 +131,7 @@ class FunctionalRelu(nn.Module):
 
 
 def test_a_functional_call_is_named_by_its_source_line_not_model():
+    pytest.importorskip("matplotlib")
     import inspect
 
     from initlint.report.plot import depth_labels, signal_figure
