@@ -546,25 +546,33 @@ def test_a_transformers_model_is_left_as_it_was_and_keeps_its_graph(make, mode):
 _QUEUED_SEED = """
 import torch
 import initlint
-from initlint.rules.il014_init_not_applied import model_whose_declared_init_ran
-
+{prelude}
 assert not torch.cuda.is_initialized()  # a fresh process: CUDA, where there is one, is not in use yet
 tracker = torch.cuda._lazy_seed_tracker
-model, x = model_whose_declared_init_ran()  # the declared init is run again, on a copy, in a stream of its own
 torch.manual_seed(1234)  # queues the seed for CUDA, applied when it is first used
 queued = [c for c in tracker.get_calls() if c]
 assert queued
-initlint.audit(model, x, device="cpu")
+{audit}
 assert [c for c in tracker.get_calls() if c] == queued
 assert not torch.cuda.is_initialized()
 print("ok")
 """
 
 
-def test_a_seed_queued_for_an_accelerator_not_in_use_yet_survives_the_audit():
-    """In a process of its own: in this one CUDA may be in use already (on a machine with a GPU), and then
-    torch applies a seed at once instead of queueing it."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", _QUEUED_SEED], capture_output=True, text=True, env=env, timeout=300)
+def assert_a_queued_seed_survives(prelude: str, audit: str) -> None:
+    """Run ``prelude`` (it builds the model), queue a seed for CUDA, run ``audit`` (on the CPU) and check that
+    the seed is still queued, in a process of its own: in this one CUDA may be in use already (on a machine
+    with a GPU), and then torch applies a seed at once instead of queueing it."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    path = [os.path.dirname(tests), tests, os.environ.get("PYTHONPATH", "")]
+    code = _QUEUED_SEED.format(prelude=prelude, audit=audit)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(path)})
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_a_seed_queued_for_an_accelerator_not_in_use_yet_survives_the_audit():
+    assert_a_queued_seed_survives(
+        "from initlint.rules.il014_init_not_applied import model_whose_declared_init_ran\n"
+        "model, x = model_whose_declared_init_ran()  # its declared init is run again, on a copy, in a stream of its own",
+        'initlint.audit(model, x, device="cpu")')

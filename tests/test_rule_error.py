@@ -127,13 +127,13 @@ def _tag_missing(op):
 
 
 def test_an_attribute_error_inside_a_rule_gives_il000_not_a_clean_result(monkeypatch):
-    import initlint.rules.il014_init_not_applied as il014
+    import initlint.probe.declared as declared
 
     torch.manual_seed(0)
     model = _TruncatedNormalInit()
     clean = initlint.audit(model, torch.randn(4, 1024), select=["IL014"])
     assert _codes(clean) == set()
-    monkeypatch.setattr(il014, "is_inplace", _tag_missing)  # as torch.Tag.inplace is missing before torch 2.13
+    monkeypatch.setattr(declared, "is_inplace", _tag_missing)  # as torch.Tag.inplace is missing before torch 2.13
     for catch in (False, True):  # also when the model's own init catches the error
         model.catch = catch
         report = initlint.audit(model, torch.randn(4, 1024), select=["IL014"])
