@@ -6,6 +6,12 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 import torch.nn as nn
 
+try:
+    import numpy  # noqa: F401 - not a dependency of initlint: the dev extra brings it
+    _NUMPY = True
+except ImportError:
+    _NUMPY = False
+
 
 def bits(t: Optional[torch.Tensor]) -> Any:
     """A tensor's exact bytes, dtype, device, layout and shape (NaN-safe, unlike ``torch.equal``)."""
@@ -17,11 +23,13 @@ def bits(t: Optional[torch.Tensor]) -> Any:
         return (t.dtype, t.layout, [bits(part) for part in t.detach().unbind()])
     if t.layout != torch.strided:  # sparse: compare the dense values
         return (t.dtype, t.layout, tuple(t.shape), bits(t.detach().to_dense()))
-    # a copy: a view of the tensor's own storage would make it non-resizable (QAT observers resize theirs)
+    # a copy: numpy() on the tensor's own storage would make it non-resizable (QAT observers resize theirs)
     flat = (t.detach().int_repr() if t.is_quantized else t.detach()).reshape(-1).cpu().clone()
     if flat.is_complex():
         flat = torch.view_as_real(flat)
-    return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), bytes(flat.view(torch.uint8).reshape(-1).tolist()))
+    raw = flat.view(torch.uint8)
+    data = bytes(raw.numpy()) if _NUMPY else bytes(raw.reshape(-1).tolist())  # the same bytes, slower without NumPy
+    return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), data)
 
 
 def version(t: torch.Tensor) -> Optional[int]:
