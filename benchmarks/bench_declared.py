@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 
 import initlint  # noqa: E402
+from initlint.probe import declared  # noqa: E402
 from initlint.rules import il014_init_not_applied as il014  # noqa: E402
 
 
@@ -37,21 +38,21 @@ def measure(name: str, threads: int) -> str:
     torch.set_num_threads(threads)
     model, inputs = build(name)
     copies = []
-    original = il014._private_copy
+    original = declared._private_copy
 
     def recorded(root, unit, whole):
         private = original(root, unit, whole)
         copies.append(_bytes(private))
         return private
 
-    il014._private_copy = recorded
+    declared._private_copy = recorded
     try:
         start = time.perf_counter()
-        with il014._one_thread():
+        with declared.one_thread():
             verdicts = list(il014.judge(model, il014.InitNotApplied.options["std-tolerance"]))
         judge = time.perf_counter() - start
     finally:
-        il014._private_copy = original
+        declared._private_copy = original
     start = time.perf_counter()
     initlint.audit(model, inputs, ignore=["IL014"], batch_size=2)
     audit = time.perf_counter() - start

@@ -23,5 +23,7 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
+        if _LAZY[name] != "errors":
+            importlib.import_module(".compat", __name__)  # one sentence on a torch older than initlint supports
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'initlint' has no attribute '{name}'")

@@ -141,11 +141,22 @@ def _check(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
         if hook:
             sys.exit(EXIT_CLEAN)
         _fail(found.nothing)
+    _supported_torch()
     from .inputs.config import show_progress
     from .runner import run_check
 
     code = run_check(found.targets, opts, progress=show_progress(), implicit=found.implicit, notes=found.notes)
     sys.exit(code)
+
+
+def _supported_torch() -> None:
+    """Refuse a torch older than initlint supports with one sentence (exit 2), before the pipeline imports it."""
+    from .errors import UnsupportedTorch
+
+    try:
+        from . import compat  # noqa: F401 - raises on a torch that is too old
+    except UnsupportedTorch as exc:
+        _fail(str(exc))
 
 
 def _check_arguments(targets: Tuple[str, ...], opts: Dict[str, Any]) -> None:
@@ -208,6 +219,7 @@ def _fix(target: str, opts: Dict[str, Any]) -> None:
         check_patterns(_patterns(opts, "select", "ignore"))
     except (ConfigError, UsageError, UnknownCode) as exc:
         _fail(str(exc))
+    _supported_torch()
     from .repair.command import run_fix
 
     sys.exit(run_fix(target, opts))
@@ -276,6 +288,7 @@ def sweep_cmd(target: str, **opts: Any) -> None:
 
 
 def _sweep(target: str, opts: Dict[str, Any]) -> None:
+    _supported_torch()
     from .coord.command import run_sweep
 
     sys.exit(run_sweep(target, opts))

@@ -27,6 +27,10 @@ class UsageError(LoadError):
     """Bad arguments to :func:`initlint.audit` or the CLI (unknown device, rule code, option)."""
 
 
+class UnsupportedTorch(ImportError):
+    """The installed torch is older than initlint supports (:data:`initlint.compat.MIN_TORCH`)."""
+
+
 class ConfigError(ValueError):
     """The configuration file cannot be used."""
 

@@ -9,6 +9,7 @@
 import math
 from typing import Any, Tuple
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -144,6 +145,7 @@ def titan_llama(init: bool, **sizes: Any) -> nn.Module:
 
 def tiny_hf(post_init: bool = True, **config: Any) -> nn.Module:
     """A custom Hugging Face model whose ``__init__`` may forget ``post_init()``."""
+    pytest.importorskip("transformers")
     import transformers as tf
 
     tf.logging.set_verbosity_error()
@@ -185,6 +187,7 @@ def tiny_hf(post_init: bool = True, **config: Any) -> nn.Module:
 
 
 def gpt2(layers: int = 2, width: int = 128, vocab: int = 1000) -> nn.Module:
+    pytest.importorskip("transformers")
     import transformers as tf
 
     tf.logging.set_verbosity_error()

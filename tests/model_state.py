@@ -6,6 +6,12 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 import torch.nn as nn
 
+try:
+    import numpy  # noqa: F401 - not a dependency of initlint: the dev extra brings it
+    _NUMPY = True
+except ImportError:
+    _NUMPY = False
+
 
 def bits(t: Optional[torch.Tensor]) -> Any:
     """A tensor's exact bytes, dtype, device, layout and shape (NaN-safe, unlike ``torch.equal``)."""
@@ -21,7 +27,9 @@ def bits(t: Optional[torch.Tensor]) -> Any:
     flat = (t.detach().int_repr() if t.is_quantized else t.detach()).reshape(-1).cpu().clone()
     if flat.is_complex():
         flat = torch.view_as_real(flat)
-    return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), bytes(flat.view(torch.uint8).numpy()))
+    raw = flat.view(torch.uint8)
+    data = bytes(raw.numpy()) if _NUMPY else bytes(raw.reshape(-1).tolist())  # the same bytes, slower without NumPy
+    return (t.dtype, t.device, tuple(t.shape), tuple(t.stride()), data)
 
 
 def version(t: torch.Tensor) -> Optional[int]:
@@ -55,14 +63,18 @@ def process_state() -> Dict[str, Any]:
     """Process-wide state a forward can change."""
     import random
 
-    import numpy
     from torch.nn.utils import parametrize
 
-    np_state = numpy.random.get_state()
+    try:
+        import numpy
+        np_state = numpy.random.get_state()
+        numpy_rng: Any = (np_state[0], np_state[1].tobytes()) + tuple(np_state[2:])
+    except ImportError:  # not a dependency: without NumPy there is no NumPy generator to change
+        numpy_rng = None
     return {
         "torch_rng": bits(torch.get_rng_state()),
         "python_rng": random.getstate(),
-        "numpy_rng": (np_state[0], np_state[1].tobytes()) + tuple(np_state[2:]),
+        "numpy_rng": numpy_rng,
         "grad_mode": torch.is_grad_enabled(),
         "inference_mode": torch.is_inference_mode_enabled(),
         "default_dtype": torch.get_default_dtype(),

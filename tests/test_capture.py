@@ -18,6 +18,7 @@ def test_fx_is_used_when_it_traces_and_runtime_otherwise():
 def test_a_transformers_model_goes_to_the_runtime_capture_without_a_trace_attempt(monkeypatch):
     """fx cannot trace a ``PreTrainedModel`` (``**kwargs: Unpack[...]``, shape branches): no trace is tried, and
     no state guard is taken for one; a plain module and a module holding a transformers model still try fx."""
+    pytest.importorskip("transformers")
     from transformers import BertConfig, BertModel
 
     from initlint.capture import fx as fx_capture
@@ -234,3 +235,31 @@ def test_lazy_modules_are_audited_on_a_copy_and_torchscript_gets_a_note():
     scripted = torch.jit.script(nn.Sequential(nn.Linear(8, 8), nn.ReLU()))
     report = initlint.audit(scripted, torch.randn(4, 8))
     assert report.error is None and any("TorchScript" in n for n in report.notes)
+
+
+class _PositionalDropoutAttention(nn.Module):
+    """Attention as transformers 4.x's ViT calls it: ``dropout_p`` given by position."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+        self.out = nn.Linear(16, 16)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).unflatten(-1, (3, 2, 8)).permute(2, 0, 3, 1, 4)
+        attended = F.scaled_dot_product_attention(q, k, v, None, 0.5 if self.training else 0.0)
+        return self.out(attended.transpose(1, 2).flatten(-2))
+
+
+def test_attention_dropout_given_by_position_is_turned_off_once():
+    from initlint.capture.base import without_dropout
+
+    q = torch.randn(1, 2, 4, 8)
+    _, args, kwargs = without_dropout("scaled_dot_product_attention", (q, q, q, None, 0.5), {})
+    assert args[4] == 0.0 and "dropout_p" not in kwargs
+    _, args, kwargs = without_dropout("scaled_dot_product_attention", (q, q, q), {"dropout_p": 0.5})
+    assert kwargs["dropout_p"] == 0.0
+    torch.manual_seed(0)
+    model = _PositionalDropoutAttention().train()
+    report = initlint.audit(model, torch.randn(2, 5, 16))
+    assert report.error is None and report.probe.forward_ran

@@ -17,8 +17,9 @@ from typing import Any, Dict
 
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 
 from initlint.cli import main
 from initlint.inputs.config import KEYS

@@ -5,12 +5,14 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
-import transformers as tf
 from cli_server import run_initlint
 
 import initlint
 from initlint.inputs.load import LoadError, infer_inputs
+
+tf = pytest.importorskip("transformers")
 
 tf.logging.set_verbosity_error()
 logging.getLogger("transformers").setLevel(logging.ERROR)

@@ -85,7 +85,7 @@ def test_the_cycle_finder_sees_a_cycle(tmp_path, monkeypatch):
 
 
 # The pipeline's stages, first to last (CONTRIBUTING.md, "The stages").
-STAGES = ["errors", "version", "capture", "probe", "report", "rules", "output", "inputs", "attempts", "scale",
+STAGES = ["errors", "version", "compat", "capture", "probe", "report", "rules", "output", "inputs", "attempts", "scale",
           "api", "coord", "repair", "integrations", "runner", "cli", "__main__", ""]
 
 

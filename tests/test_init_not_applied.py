@@ -12,7 +12,8 @@ import torch.nn as nn
 
 import initlint
 from declared_models import NanoGPT, TitanLlama, gpt2, ids, tiny_hf, titan_llama, undo_c_proj_scaling
-from initlint.rules.il014_init_not_applied import InitNotApplied, draw_of, judge
+from initlint.probe.declared import draw_of
+from initlint.rules.il014_init_not_applied import InitNotApplied, judge
 from model_state import deep_state
 
 
@@ -299,7 +300,7 @@ def test_a_declared_init_applied_to_part_of_the_model_leaves_the_rest_alone():
 def _declared_on_private(init, shape=(1024, 768)):
     """The draw ``init`` gives on a private parameter (tile, patches, copies in on a read) and the private
     state left behind."""
-    from initlint.rules import il014_init_not_applied as il
+    from initlint.probe import declared as il
 
     original = nn.Parameter(torch.randn(*shape))
     lazy = il._Private()
@@ -310,7 +311,7 @@ def _declared_on_private(init, shape=(1024, 768)):
 
 
 def _written_out(lazy, private):
-    from initlint.rules import il014_init_not_applied as il
+    from initlint.probe import declared as il
 
     lazy._materialise(il._storage(private))
     return private
@@ -330,7 +331,7 @@ def _written_out(lazy, private):
         "padding_rows", "rescaled", "rescale_only"])
 @pytest.mark.parametrize("shape", [(1024, 768), (192, 128)], ids=["tiled", "small"])
 def test_a_private_parameter_draws_what_the_init_draws_on_a_real_tensor(init, shape):
-    from initlint.rules.il014_init_not_applied import same
+    from initlint.probe.declared import same
 
     drawn, lazy, private, original = _declared_on_private(init, shape)
     real = original.detach().clone()
@@ -339,7 +340,7 @@ def test_a_private_parameter_draws_what_the_init_draws_on_a_real_tensor(init, sh
     assert same(drawn, draw_of(real), 0.05), (drawn, draw_of(real))
     # what the sample was read from is what the tensor holds once written out: a tile nothing was written
     # over is its own sample (the tensor's first values), anything else is read at the sampled places
-    from initlint.rules.il014_init_not_applied import _storage, _sampled
+    from initlint.probe.declared import _storage, _sampled
 
     sample = lazy.sample(private, 4096)
     key = _storage(private)
@@ -355,7 +356,7 @@ def test_an_init_that_only_rescales_reads_the_original_values():
 
 
 def test_a_fill_draws_one_tile_and_leaves_the_memory_unwritten():
-    from initlint.rules import il014_init_not_applied as il
+    from initlint.probe import declared as il
 
     drawn, lazy, private, original = _declared_on_private(lambda t: nn.init.trunc_normal_(t, std=0.02))
     assert il._storage(private) in lazy.tiled and not lazy.original
@@ -363,7 +364,7 @@ def test_a_fill_draws_one_tile_and_leaves_the_memory_unwritten():
 
 
 def test_a_fill_nothing_reads_again_has_the_exact_draw_of_its_distribution():
-    from initlint.rules import il014_init_not_applied as il
+    from initlint.probe import declared as il
 
     for init, std, kurt in ((lambda t: nn.init.normal_(t, std=0.02), 0.02, 3.0),
                             (lambda t: nn.init.uniform_(t, -0.1, 0.1), 0.2 / 12 ** 0.5, 1.8)):
@@ -374,7 +375,7 @@ def test_a_fill_nothing_reads_again_has_the_exact_draw_of_its_distribution():
 
 @pytest.mark.parametrize("n", [10, 65536, 65537, 70000, 130000, 786432, 2883584])
 def test_a_sample_is_runs_spread_over_the_whole_tensor(n):
-    from initlint.rules.il014_init_not_applied import RUN, SAMPLE, _sampled, _sampled_positions
+    from initlint.probe.declared import RUN, SAMPLE, _sampled, _sampled_positions
 
     t = torch.arange(n, dtype=torch.float64)  # each value is its own position
     sample = _sampled(t)
@@ -394,7 +395,7 @@ def test_a_sample_is_runs_spread_over_the_whole_tensor(n):
 
 def _counted_fill_draws(monkeypatch):
     """The list each random fill of a private tensor is appended to when its values are drawn."""
-    from initlint.rules import il014_init_not_applied as il
+    from initlint.probe import declared as il
 
     drawn_fills = []
     real_draw = il._Fill.draw
@@ -412,7 +413,7 @@ def test_a_small_fill_is_drawn_only_when_read_and_never_when_overwritten(monkeyp
     """A random fill of a tensor too small to tile waits: a second fill over it (``kaiming_normal_`` after
     ``normal_``) means the first is never drawn; a fill nothing reads has its distribution's exact draw;
     an op that reads it (``mul_``) first writes the fill out in full."""
-    from initlint.rules import il014_init_not_applied as il
+    from initlint.probe import declared as il
 
     drawn_fills = _counted_fill_draws(monkeypatch)
 
@@ -430,7 +431,7 @@ def test_a_tiled_fill_overwritten_by_another_fill_is_never_drawn(monkeypatch):
     """A large parameter's first fill stands as a tile not drawn yet; a second fill over the whole of it (a
     Hugging Face conv's ``normal_`` then its ``kaiming_normal_``) replaces it without drawing it, and the
     parameter keeps the second fill's exact draw. An op that reads the tile (``mul_``) draws it once."""
-    from initlint.rules import il014_init_not_applied as il
+    from initlint.probe import declared as il
 
     drawn_fills = _counted_fill_draws(monkeypatch)
 
@@ -445,7 +446,7 @@ def test_a_tiled_fill_overwritten_by_another_fill_is_never_drawn(monkeypatch):
 
 def test_a_small_half_precision_fill_is_sampled_from_its_values():
     """Half precision has no exact draw (a small std rounds values to zero): the fill is written out and read."""
-    from initlint.rules import il014_init_not_applied as il
+    from initlint.probe import declared as il
 
     lazy = il._Private()
     private = lazy.parameter(nn.Parameter(torch.randn(256, 64, dtype=torch.float16)))

@@ -58,6 +58,7 @@ def vectors(n: int = 64):
 
 # ----------------------------------------------------------------------------- Lightning
 def lightning_run(tmp_path: Path, bias: bool, callback=None):
+    pytest.importorskip("lightning")
     import lightning as L
     from lightning.pytorch.loggers import CSVLogger
 
@@ -99,6 +100,7 @@ def logged_metrics(tmp_path: Path) -> Dict[str, str]:
 
 
 def test_lightning_callback_stops_a_bad_model_before_the_first_optimizer_step(tmp_path):
+    pytest.importorskip("lightning")
     from initlint.integrations.lightning import InitlintCallback
 
     callback = InitlintCallback()
@@ -113,6 +115,7 @@ def test_lightning_callback_stops_a_bad_model_before_the_first_optimizer_step(tm
 
 
 def test_lightning_callback_warns_only_with_fail_on_none(tmp_path):
+    pytest.importorskip("lightning")
     from initlint.integrations.lightning import InitlintCallback
 
     callback = InitlintCallback(fail_on=None)
@@ -125,6 +128,7 @@ def test_lightning_callback_warns_only_with_fail_on_none(tmp_path):
 
 
 def test_lightning_callback_passes_a_good_model_and_changes_nothing(tmp_path):
+    pytest.importorskip("lightning")
     from initlint.integrations.lightning import InitlintCallback
 
     callback = InitlintCallback()
@@ -149,6 +153,7 @@ class VectorNet(nn.Module):
 
 
 def hf_run(tmp_path: Path, model: nn.Module, rows: List[dict], callback=None):
+    pytest.importorskip("transformers")
     from transformers import Trainer, TrainingArguments
 
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to=[], save_strategy="no",
@@ -176,6 +181,7 @@ def token_rows() -> List[dict]:
 
 
 def tiny_bert():
+    pytest.importorskip("transformers")
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
@@ -185,6 +191,7 @@ def tiny_bert():
 
 
 def test_trainer_callback_stops_a_bad_model_before_the_first_optimizer_step(tmp_path):
+    pytest.importorskip("transformers")
     from initlint.integrations.huggingface import InitlintTrainerCallback
 
     torch.manual_seed(0)
@@ -201,6 +208,7 @@ def test_trainer_callback_stops_a_bad_model_before_the_first_optimizer_step(tmp_
 
 
 def test_trainer_callback_warns_only_with_fail_on_none(tmp_path):
+    pytest.importorskip("transformers")
     from initlint.integrations.huggingface import InitlintTrainerCallback
 
     torch.manual_seed(0)
@@ -213,6 +221,7 @@ def test_trainer_callback_warns_only_with_fail_on_none(tmp_path):
 
 
 def test_trainer_callback_passes_a_good_transformers_model_and_changes_nothing(tmp_path):
+    pytest.importorskip("transformers")
     from initlint.integrations.huggingface import InitlintTrainerCallback
 
     callback = InitlintTrainerCallback()
@@ -226,6 +235,8 @@ def test_trainer_callback_passes_a_good_transformers_model_and_changes_nothing(t
 
 
 def test_callbacks_reject_an_unknown_fail_on():
+    pytest.importorskip("transformers")
+    pytest.importorskip("lightning")
     from initlint.integrations.huggingface import InitlintTrainerCallback
     from initlint.integrations.lightning import InitlintCallback
 

@@ -5,6 +5,7 @@ import collections
 import dataclasses
 from typing import Any, Optional
 
+import pytest
 import torch
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
@@ -52,6 +53,7 @@ def test_a_tensor_held_twice_is_listed_twice():
 
 
 def test_model_output_and_unregistered_subclasses_are_opened():
+    pytest.importorskip("transformers")
     import transformers
 
     a, b, c = (torch.randn(2) for _ in range(3))

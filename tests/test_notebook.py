@@ -5,6 +5,7 @@ import re
 from html.parser import HTMLParser
 from typing import List
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -113,6 +114,8 @@ def test_a_real_report_shows_its_findings():
 
 
 def test_ipython_shows_the_report_as_html_and_the_plot_as_an_image():
+    pytest.importorskip("IPython")
+    pytest.importorskip("matplotlib")
     from IPython.core import formatters
 
     torch.manual_seed(0)

@@ -33,6 +33,7 @@ def default_report():
 
 
 def test_plot_writes_a_png_with_one_point_per_measured_layer(default_report, tmp_path):
+    pytest.importorskip("matplotlib")
     path = tmp_path / "signal.png"
     series = default_report.plot(str(path))
     assert path.read_bytes().startswith(PNG) and path.stat().st_size > 10_000
@@ -79,6 +80,7 @@ def test_missing_matplotlib_is_a_plot_error(default_report, tmp_path, monkeypatc
 
 
 def test_nothing_to_plot_without_a_probe(tmp_path):
+    pytest.importorskip("matplotlib")
     with pytest.raises(PlotError, match="nothing to plot"):
         Report(model="M").plot(str(tmp_path / "x.png"))
 
@@ -98,6 +100,7 @@ class Deep(nn.Module):
 
 
 def test_cli_plot_option(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "deep.py").write_text(MODEL)
     result = CliRunner().invoke(main, ["check", "deep.py", "--plot", "signal.png"])
@@ -128,6 +131,7 @@ class FunctionalRelu(nn.Module):
 
 
 def test_a_functional_call_is_named_by_its_source_line_not_model():
+    pytest.importorskip("matplotlib")
     import inspect
 
     from initlint.report.plot import depth_labels, signal_figure

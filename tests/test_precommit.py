@@ -15,7 +15,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = os.path.dirname(sys.executable)
@@ -70,6 +69,7 @@ def _env() -> dict:
 
 
 def test_hooks_manifest():
+    yaml = pytest.importorskip("yaml")  # PyYAML, which pre-commit brings
     hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
     assert set(hooks) == {"initlint", "initlint-system"}
     assert hooks["initlint"]["language"] == "python" and hooks["initlint-system"]["language"] == "system"
@@ -124,6 +124,7 @@ def _git_repo(path: Path) -> None:
 
 
 def _try_repo(repo: Path, *files: str) -> subprocess.CompletedProcess:
+    pytest.importorskip("pre_commit")
     cmd = [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), "initlint-system", "--verbose", "--files", *files]
     return subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=300, env=_env())
 
@@ -164,6 +165,8 @@ def test_readme_snippet_runs_offline(tmp_path, which):
     runs with ``pre-commit run`` offline (git may only read local repositories, pip may not reach an
     index): the remote snippet pins a commit this repository holds, and only its URL is replaced by
     this checkout's path."""
+    pytest.importorskip("pre_commit")
+    yaml = pytest.importorskip("yaml")
     remote, local = _readme_snippets()[:2]
     snippet = remote if which == "remote" else local
     config = yaml.safe_load(snippet)["repos"][0]

@@ -98,3 +98,70 @@ def test_il000_is_documented_like_every_rule():
     for heading in ("## What it does", "## Why is this bad?", "## Example", "## Fix", "## Options"):
         assert heading in page
     assert list(cls().check(None)) == []
+
+
+class _TruncatedNormalInit(nn.Module):
+    """A declared init whose replay takes IL014's tiled path (``trunc_normal_``'s in-place ops on a large
+    weight); ``catch``: the init swallows any error itself."""
+
+    def __init__(self, catch: bool = False) -> None:
+        super().__init__()
+        self.fc = nn.Linear(1024, 512)
+        self.catch = catch
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            try:
+                nn.init.trunc_normal_(module.weight, std=0.02)
+            except Exception:
+                if not self.catch:
+                    raise
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def _tag_missing(op):
+    raise AttributeError("type object 'torch._C.Tag' has no attribute 'inplace'")
+
+
+def test_an_attribute_error_inside_a_rule_gives_il000_not_a_clean_result(monkeypatch):
+    import initlint.probe.declared as declared
+
+    torch.manual_seed(0)
+    model = _TruncatedNormalInit()
+    clean = initlint.audit(model, torch.randn(4, 1024), select=["IL014"])
+    assert _codes(clean) == set()
+    monkeypatch.setattr(declared, "is_inplace", _tag_missing)  # as torch.Tag.inplace is missing before torch 2.13
+    for catch in (False, True):  # also when the model's own init catches the error
+        model.catch = catch
+        report = initlint.audit(model, torch.randn(4, 1024), select=["IL014"])
+        errors = [f for f in report.findings if f.code == "IL000"]
+        assert len(errors) == 1, report.findings
+        assert "IL014" in errors[0].message and "AttributeError" in errors[0].message
+
+
+class _InitThatFailsLater(nn.Module):
+    """A declared init that runs when the model is built and raises when called again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+        self.built = False
+        self.apply(self._init_weights)
+        self.built = True
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if self.built:
+            raise RuntimeError("called twice")
+        if isinstance(module, nn.Linear):
+            nn.init.zeros_(module.weight)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_a_declared_init_that_raises_on_the_copy_declares_nothing_and_is_no_rule_error():
+    report = initlint.audit(_InitThatFailsLater(), torch.randn(4, 64), select=["IL014"])
+    assert _codes(report) == set()

@@ -222,6 +222,7 @@ def test_nanogpt_adam_1e2_flags_every_block_and_1e3_passes():
 
 
 def test_hf_gpt2_and_llama_from_config():
+    pytest.importorskip("transformers")
     from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -343,6 +344,7 @@ def test_text_and_json_carry_the_step():
 def test_plot_series_gain_the_update_ratio(tmp_path):
     model, x = mlp(std=0.02), torch.randn(8, 32)
     report = initlint.audit(model, x, optimizer=lambda m: torch.optim.Adam(m.parameters(), lr=1e-2))
+    pytest.importorskip("matplotlib")
     series = report.plot(str(tmp_path / "p.png"))
     assert len(series["update ratio"]) == 2 and max(series["update ratio"].values) == pytest.approx(0.5, rel=0.1)
 

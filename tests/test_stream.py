@@ -300,9 +300,8 @@ def test_a_streamed_audit_out_of_memory_at_a_batch_of_1_is_one_sentence(monkeypa
 
 
 def test_a_seed_queued_for_an_accelerator_not_in_use_yet_survives_a_streamed_audit():
-    from test_no_mutation import queued_accelerator_seed
+    from test_no_mutation import assert_a_queued_seed_survives
 
-    model = on_meta(small_llama)
-    with queued_accelerator_seed(4321) as queued:
-        initlint.audit(model, IDS, init=init_loud)
-        assert [c for c in torch.cuda._lazy_seed_tracker.get_calls() if c] == queued
+    assert_a_queued_seed_survives("from test_stream import IDS, init_loud, on_meta, small_llama\n"
+                                  "model = on_meta(small_llama)",
+                                  'initlint.audit(model, IDS, init=init_loud, device="cpu")')

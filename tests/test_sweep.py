@@ -289,6 +289,7 @@ def run(tmp_path, *args):
 
 
 def test_cli_findings_exit_1_and_json(tmp_path):
+    pytest.importorskip("matplotlib")
     out = run(tmp_path, "models.py:mlp", "--width", "width=16,32,64", "--steps", "1", "--format", "json",
               "--plot", "coord.png")
     assert out.returncode == 1, out.stderr

@@ -42,7 +42,7 @@ class Installed(NamedTuple):
 def _copy_source(dest: Path) -> Path:
     """The checkout without its caches and build output, so building writes nothing into it."""
     ignore = shutil.ignore_patterns(".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache",
-                                    ".hypothesis", "*.png", ".venv", "venv", ".ci-venv")
+                                    ".hypothesis", "*.png", ".venv", "venv", ".ci-venv", ".ci-venv-torch-*")
     shutil.copytree(ROOT, dest, ignore=ignore)
     return dest
 

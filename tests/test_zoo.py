@@ -12,8 +12,7 @@ import torch.nn as nn
 
 import initlint
 
-transformers = pytest.importorskip  # noqa: F841 - transformers is a dev dependency; imported below
-import transformers as tf  # noqa: E402
+tf = pytest.importorskip("transformers")
 
 tf.logging.set_verbosity_error()
 logging.getLogger("transformers").setLevel(logging.ERROR)

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Tuple
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -25,6 +26,7 @@ TOKENS = 16
 
 
 def _quiet() -> Any:
+    pytest.importorskip("transformers")
     import transformers as tf
 
     tf.logging.set_verbosity_error()
@@ -245,6 +247,7 @@ def wav2vec2() -> Built:
 # ----------------------------------------------------------------------------- diffusers
 def ddpm_unet() -> Built:
     """google/ddpm-cifar10-32's UNet2DModel (channels 128, 256, 256, 256, attention at 16x16), 1 layer per block."""
+    pytest.importorskip("diffusers")
     from diffusers import UNet2DModel
 
     model = UNet2DModel(sample_size=32, in_channels=3, out_channels=3, layers_per_block=1,
@@ -256,6 +259,7 @@ def ddpm_unet() -> Built:
 
 def sd_vae() -> Built:
     """Stable Diffusion's AutoencoderKL (channels 128, 256, 512, 512, 4 latent channels), 1 layer per block, 64x64."""
+    pytest.importorskip("diffusers")
     from diffusers import AutoencoderKL
 
     blocks = 4
@@ -267,6 +271,7 @@ def sd_vae() -> Built:
 
 def dit() -> Built:
     """DiT-XL/2's transformer (1152 wide, 16 heads of 72, patch 2, 4x32x32 latents, 1000 classes), 2 of 28 layers."""
+    pytest.importorskip("diffusers")
     from diffusers import DiTTransformer2DModel
 
     model = DiTTransformer2DModel(num_attention_heads=16, attention_head_dim=72, in_channels=4, out_channels=8,
@@ -278,6 +283,7 @@ def dit() -> Built:
 # ----------------------------------------------------------------------------- x-transformers and torch
 def x_decoder() -> Built:
     """x-transformers TransformerWrapper + Decoder: 1024 wide, 16 heads, vocabulary 50257, 4 layers."""
+    pytest.importorskip("x_transformers")
     from x_transformers import Decoder, TransformerWrapper
 
     model = TransformerWrapper(num_tokens=50257, max_seq_len=1024, attn_layers=Decoder(dim=1024, depth=4, heads=16))

@@ -102,9 +102,10 @@ def without_dropout(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]):
     if O.kind_of_name(name) == "dropout":
         return (args[0] if args else kwargs.get("input")), args, kwargs
     if name == "scaled_dot_product_attention":
-        kwargs = dict(kwargs, dropout_p=0.0)
-        if len(args) > 4:
+        if len(args) > 4:  # (query, key, value, attn_mask, dropout_p, ...): given by position
             args = args[:4] + (0.0,) + args[5:]
+        else:
+            kwargs = dict(kwargs, dropout_p=0.0)
     elif O.kind_of_name(name) == "rnn" and name in ("lstm", "gru", "rnn_tanh", "rnn_relu") and len(args) > 6:
         # (input, hx, params, has_biases, num_layers, dropout, ...) or, packed,
         # (data, batch_sizes, hx, params, has_biases, num_layers, dropout, ...)

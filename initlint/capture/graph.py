@@ -184,3 +184,9 @@ class Graph:
         for op in self.ops:
             counts[op.kind] = counts.get(op.kind, 0) + 1
         return counts
+
+
+def enclosing_paths(name: str) -> List[str]:
+    """The paths of the modules that hold a parameter or module named ``name``, outermost first,
+    without the root: ``a.b.weight`` -> ``a``, ``a.b``."""
+    return [name[:i] for i, ch in enumerate(name) if ch == "."]

@@ -13,6 +13,8 @@ import torch
 from torch.nn.utils.rnn import PackedSequence
 from torch.utils import _pytree as pytree
 
+from ..compat import tree_is_leaf
+
 # Containers deeper than this are not opened: a guard against objects that reach themselves.
 MAX_DEPTH = 6
 
@@ -40,7 +42,7 @@ def _children(obj: Any) -> Sequence[Any]:
         return obj
     if type(obj) is dict:
         return list(obj.values())
-    if not pytree.tree_is_leaf(obj):
+    if not tree_is_leaf(obj):
         opened = False
 
         def closed(_: Any) -> bool:  # open the container itself, none of its children

@@ -38,6 +38,7 @@ import torch
 import torch.nn as nn
 
 from ..capture import nested
+from ..compat import set_version_counters
 
 
 @contextmanager
@@ -255,7 +256,7 @@ class _Saved:
         if changed:
             # The original storage was never written, so the caller's saved tensors are valid:
             # the counters go back to what they were (views share their base's counter).
-            torch._C._autograd._unsafe_set_version_counter(tuple(t for t, _ in changed), tuple(v for _, v in changed))
+            set_version_counters([t for t, _ in changed], [v for _, v in changed])
 
 
 # ------------------------------------------------------------------------------ global state

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from ..capture import ops as O
-from ..capture.graph import Graph, Op
+from ..capture.graph import Graph, Op, enclosing_paths  # noqa: F401 - the rules' name for it
 from ..capture.locate import user_location
 from ..probe.precision import PrecisionStats
 from ..probe.run import ProbeResult
@@ -278,12 +278,6 @@ def py_path(name: str, root: str = "model") -> str:
     for part in name.split(".") if name else []:
         out += f"[{part}]" if part.isdigit() else f".{part}"
     return out
-
-
-def enclosing_paths(name: str) -> List[str]:
-    """The paths of the modules that hold a parameter or module named ``name``, outermost first,
-    without the root: ``a.b.weight`` -> ``a``, ``a.b``."""
-    return [name[:i] for i, ch in enumerate(name) if ch == "."]
 
 
 def fmt(x: Optional[float]) -> str:

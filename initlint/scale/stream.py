@@ -44,7 +44,8 @@ from ..probe.guard import saved_rng, seed_devices
 from ..probe.run import (GRAD_EXTREMES, ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible,
                          confirm_duplicates_now, confirm_extremes, primary_output, put_logits, summarise, used_params,
                          weight_units)
-from ..rules.il014_init_not_applied import _arity, _defined_outside_torch, _hf_base, _post_order, draw_of
+from ..probe.declared import defined_outside_torch, draw_of, post_order
+from ..rules.il014_init_not_applied import _arity, _hf_base
 
 InitFn = Callable[[nn.Module], None]
 
@@ -164,7 +165,7 @@ def _is_hf(owner: Any) -> bool:
 
 
 def _declares_applied_init(m: nn.Module) -> bool:
-    return _defined_outside_torch(m, "_init_weights") and _arity(m._init_weights) == 1
+    return defined_outside_torch(m, "_init_weights") and _arity(m._init_weights) == 1
 
 
 def _whole_model_init(model: nn.Module) -> Optional[str]:
@@ -172,7 +173,7 @@ def _whole_model_init(model: nn.Module) -> Optional[str]:
     block-by-block audit can run: it initialises the whole model at once."""
     for method in ("init_weights", "reset_parameters", "_init_weights"):
         fn = getattr(model, method, None)
-        if callable(fn) and _defined_outside_torch(model, method) and _arity(fn) == 0:
+        if callable(fn) and defined_outside_torch(model, method) and _arity(fn) == 0:
             return f"{type(model).__name__}.{method}()"
     return None
 
@@ -184,7 +185,7 @@ class Plan:
         self.model = model
         self.hf = _hf_owner(model)
         if self.hf and init is None:
-            self.steps = _post_order(model)  # every module: HF inits read parents (GPT-2's c_proj)
+            self.steps = post_order(model)  # every module: HF inits read parents (GPT-2's c_proj)
         else:
             self.steps = [(p, m) for p, m in model.named_modules() if _direct(m)]
         units = _units(model, callable_paths)
