@@ -21,6 +21,7 @@ from ..capture import ops as O
 from ..capture import Capture
 from ..capture.nested import tensors as _tensors
 from ..capture.graph import Graph, Op
+from . import draw
 from .stats import OpStats, ParamStats, SoftmaxStats, TensorStats
 
 SATURATION_MARGIN = 0.01
@@ -186,8 +187,8 @@ class _Collector:
         current = self._directions.get(key)
         if current is None or current.numel() < size:
             length = max(size, self.longest_row)
-            gen = torch.Generator().manual_seed(0)
-            current = self._directions[key] = (torch.rand(length, generator=gen) + 0.5).to(device, dtype)
+            uniform = draw.rand((length,), draw.generator(device, 0), device)
+            current = self._directions[key] = (uniform + 0.5).to(device, dtype)
         return current[:size]
 
     def finish(self, result: ProbeResult) -> None:
@@ -569,8 +570,7 @@ def _rekeyed(item: _Pending, units: torch.Tensor) -> torch.Tensor:
     rows, fan = item.matrix.shape
     work = item.matrix[units]
     work = work.float() if work.dtype in (torch.float16, torch.bfloat16) else work
-    gen = torch.Generator().manual_seed(1)
-    dirs = (torch.rand(2, fan + 1, generator=gen) - 0.5).to(work.device, work.dtype)
+    dirs = (draw.rand((2, fan + 1), draw.generator(work.device, 1), work.device) - 0.5).to(work.dtype)
     keys = dirs[:, :fan] @ work.t()
     if item.bias is not None:
         keys = keys + dirs[:, fan:] * item.bias[units].to(keys.dtype)[None, :]
@@ -1021,8 +1021,7 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
     if loss is not None:  # the training loss (the first step); IL006 reads the same gradients
         grads = list(torch.autograd.grad([loss], [p for _, p in wanted], allow_unused=True))
     else:
-        gen = torch.Generator().manual_seed(0)
-        cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
+        cotangent = draw.randn(main.shape, draw.generator(main.device, 0), main.device, main.dtype)
         grads = list(torch.autograd.grad([main], edges + [p for _, p in wanted], [cotangent], allow_unused=True))
     _product_grads(c, by_products, grads[:len(edges)], named)
     grads = grads[len(edges):]
