@@ -38,7 +38,7 @@ def randn(shape: Sequence[int], gen: Optional[torch.Generator], device: Device,
     used; elsewhere they are drawn in ``dtype`` directly (no float32 copy of the size of the output)."""
     where = _on(gen, device)
     if where.type == "cpu":
-        return torch.randn(tuple(shape), generator=gen).to(device, dtype)
+        return torch.randn(tuple(shape), generator=gen, device=where).to(device, dtype)
     return torch.randn(tuple(shape), generator=gen, device=where, dtype=dtype).to(device)
 
 
