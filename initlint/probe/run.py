@@ -383,8 +383,12 @@ def summarise(c: _Collector, scope: str, tensors: List[Tuple[str, torch.Tensor]]
                 low, high = torch.aminmax(t)
                 c.put(scope, name, "low", low)
                 c.put(scope, name, "high", high)
-            if rows and t.dim() >= 2:
-                _duplicate_rows(c, scope, name, t)
+        if rows:
+            for alike in _grouped_alike(c, [(n, t) for n, t in items if t.dim() >= 2]):
+                if len(alike) > 1:
+                    _duplicate_rows_stacked(c, scope, alike)
+                else:
+                    _duplicate_rows(c, scope, *alike[0])
 
 
 def _grouped(tensors: List[Tuple[str, torch.Tensor]], key: Any) -> List[List[Tuple[str, torch.Tensor]]]:
@@ -483,6 +487,59 @@ def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> No
         same &= ranked_group[1:] == ranked_group[:-1]
     c.put(scope, name, "dup_candidates", torch.count_nonzero(same))
     c.pending.append(_Pending(name, matrix, bias, order, same, max(units.groups, 1)))
+
+
+def _grouped_alike(c: _Collector, weights: List[Tuple[str, torch.Tensor]]) -> List[List[Tuple[str, torch.Tensor]]]:
+    """Weights whose duplicate-unit keys can be taken in one batch: the same units and fan, no convolution
+    groups, a bias each or none, and all or none of them candidates for a constant weight."""
+    def key(name: str, w: torch.Tensor) -> Any:
+        units = c.units.get(name, Units())
+        matrix = unit_matrix(w, units.layout)
+        bias = units.bias is not None and units.bias.numel() == matrix.shape[0]
+        if units.groups > 1 or matrix.shape[0] < 2:
+            return ("alone", name)
+        return (tuple(matrix.shape), w.dtype, w.device, bias, bias and units.bias.dtype, name in c.candidates)
+
+    groups: Dict[Any, List[Tuple[str, torch.Tensor]]] = {}
+    for name, w in weights:
+        groups.setdefault(key(name, w), []).append((name, w))
+    return list(groups.values())
+
+
+def _duplicate_rows_stacked(c: _Collector, scope: str, items: List[Tuple[str, torch.Tensor]]) -> None:
+    """:func:`_duplicate_rows` for weights alike (:func:`_grouped_alike`), their keys taken in one batch:
+    the per-layer ops of a deep stack of equal layers cost their Python dispatch once, not once per layer.
+    The candidates are confirmed in full as :func:`_duplicate_rows`'s are, so the counts are the same."""
+    names = [n for n, _ in items]
+    units = [c.units.get(n, Units()) for n in names]
+    matrices = [unit_matrix(w, u.layout) for (_, w), u in zip(items, units)]
+    rows, fan = matrices[0].shape
+    keyed = min(fan, KEYED)
+    for name in names:
+        c.const(scope, name, "rows", float(rows))
+    work = torch.stack([m[:, :keyed] for m in matrices])  # (layers, units, keyed)
+    work = work.float() if work.dtype in (torch.float16, torch.bfloat16) else work
+    dirs = (c.direction(2 * (keyed + 1), work.device, work.dtype) - 1.0).view(2, keyed + 1)
+    keys = dirs[:, :keyed] @ work.transpose(1, 2)  # (layers, 2, units)
+    if names[0] in c.candidates:
+        tolerance = keyed * torch.finfo(keys.dtype).eps * keys.abs().amax(dim=2)
+        alike = (keys.amax(dim=2) - keys.amin(dim=2) <= tolerance).all(dim=1)
+        for name, flag in zip(names, alike.unbind()):
+            c.candidates[name] = c.candidates[name] | flag
+    biases: List[Optional[torch.Tensor]] = [None] * len(names)
+    if units[0].bias is not None and units[0].bias.numel() == rows:
+        biases = [u.bias.detach() for u in units]
+        keys = keys + dirs[:, keyed:] * torch.stack(biases).to(keys.dtype)[:, None, :]
+        for name in names:
+            c.const(scope, name, "biased", 1.0)
+    ulps = 4 * math.isqrt(keyed) + 8
+    bits = keys.float().view(torch.int32).to(torch.int64)
+    order = ((bits[:, 0] << 32) | (bits[:, 1] & 0xFFFFFFFF)).argsort(dim=1)
+    ranked = bits.gather(2, order[:, None, :].expand(-1, 2, -1))
+    same = ((ranked[:, :, 1:] - ranked[:, :, :-1]).abs() <= ulps).all(dim=1)  # (layers, units - 1)
+    c.put_many(scope, names, "dup_candidates", torch.count_nonzero(same, dim=1).float())
+    for name, matrix, bias, o, s in zip(names, matrices, biases, order.unbind(), same.unbind()):
+        c.pending.append(_Pending(name, matrix, bias, o, s, 1))
 
 
 def confirm_duplicates(c: _Collector, result: ProbeResult, chunk: int = 4096) -> None:
