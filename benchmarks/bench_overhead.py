@@ -1,6 +1,7 @@
 """What an audit costs next to the model's own forward+backward, and next to torchinfo.
 
     python benchmarks/bench_overhead.py [--repeats 5] [--threads 1] [--models mlp50,convbn,...|small] [--no-memory]
+                                        [--clock wall|process]
 
 For each model of the set in ``_common.MODELS`` (a 50-layer ReLU MLP, a conv-BN net, a
 4-layer BERT encoder and a 4-layer GPT-2 decoder built from their configs, and a model
@@ -59,8 +60,11 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(n for n in C.MODELS if n not in C.REAL_SIZE + C.SMALL_ONLY))
     parser.add_argument("--no-memory", action="store_true")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--clock", choices=sorted(C.CLOCKS), default="wall",
+                        help="wall time, or this process's CPU time (steady on a shared machine)")
     opts = parser.parse_args()
     C.set_threads(opts.threads)
+    C.set_clock(opts.clock)
     names = list(C.SMALL) if opts.models == "small" else [n for n in opts.models.split(",") if n]
 
     import initlint
@@ -102,7 +106,7 @@ def main() -> None:
     rows.append(["**median**", "", "", "", "", "", f"**{statistics.median(ratios_audit):.2f}**",
                  f"**{statistics.median(ratios_fwd):.2f}**"])
     print()
-    print(f"Median of {opts.repeats} runs after a warm-up, milliseconds.")
+    print(f"Median of {opts.repeats} runs after a warm-up, milliseconds ({opts.clock} clock).")
     print()
     print(C.table(["model", "capture", "fwd+bwd", "audit", "audit fwd", "torchinfo", "audit / fwd+bwd",
                    "audit fwd / torchinfo"], rows))
