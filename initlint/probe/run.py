@@ -973,7 +973,6 @@ def _product_grads(c: _Collector, by_products: Dict[str, List[_Product]], grads:
     gradient's up to rounding, and 0 exactly when every contribution is 0. A weight none of whose outputs
     reaches the model output has no gradient, as autograd gives none."""
     it = iter(grads)
-    alike: Dict[Any, List[Tuple[str, _Product, torch.Tensor, torch.dtype]]] = {}
     for name, products in by_products.items():
         pairs = [(p, g) for p in products if (g := next(it)) is not None]
         if not pairs:
@@ -981,11 +980,6 @@ def _product_grads(c: _Collector, by_products: Dict[str, List[_Product]], grads:
         w = named[name]
         wide = w.dtype == torch.float64 or any(t.dtype == torch.float64 for p, g in pairs for t in (p.x, g))
         dtype = torch.float64 if wide else torch.float32
-        if len(pairs) == 1 and not pairs[0][0].lookup and pairs[0][0].conv is None:
-            p, g = pairs[0]  # one dense product: taken with the products of the same shape, in one batch
-            alike.setdefault((p.rows, p.fan_in, p.fan_out, dtype, g.device), []).append((name, p, g, dtype))
-            c.overflow[name] = pairs
-            continue
         fan_in = pairs[0][0].fan_in
         dense = [(p, g) for p, g in pairs if not p.lookup]
         lookups = [(p, g) for p, g in pairs if p.lookup]
@@ -1014,29 +1008,6 @@ def _product_grads(c: _Collector, by_products: Dict[str, List[_Product]], grads:
         c.put("grads", name, "mean", torch.dot(a.sum(1), sums) / w.numel())
         c.const("grads", name, "numel", float(w.numel()))
         c.overflow[name] = pairs
-    for group in alike.values():
-        _stacked_product_grads(c, group)
-
-
-def _stacked_product_grads(c: _Collector, group: List[Tuple[str, _Product, torch.Tensor, torch.dtype]]) -> None:
-    """:func:`_product_grads` of weights each used by one dense product of the same rows and fans: the
-    Gram matrices of all of them in one batched product, so a deep stack of equal layers pays the
-    Python dispatch of these ops once, not once per layer."""
-    names = [name for name, _, _, _ in group]
-    dtype = group[0][3]
-    numel = group[0][1].fan_in * group[0][1].fan_out
-    with torch.no_grad():
-        operands = [p.rows_of(g) for _, p, g, _ in group]
-        a = torch.stack([x for x, _ in operands]).to(dtype)  # (weights, rows, fan_in)
-        b = torch.stack([dy for _, dy in operands]).to(dtype)  # (weights, rows, fan_out)
-        del operands
-        norms = ((a @ a.mT) * (b @ b.mT)).sum(dim=(1, 2)).clamp_min(0).sqrt()
-        # one dot per weight, as for a weight alone: the mean is a sum that cancels, its rounding kept as it was
-        means = torch.stack([torch.dot(x, y) for x, y in zip(a.sum(2), b.sum(2))]) / numel
-    c.put_many("grads", names, "norm", norms)
-    c.put_many("grads", names, "mean", means)
-    for name in names:
-        c.const("grads", name, "numel", float(numel))
 
 
 def confirm_overflow(c: _Collector, result: ProbeResult) -> None:
