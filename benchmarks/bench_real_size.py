@@ -2,7 +2,7 @@
 
     python benchmarks/bench_real_size.py [--set zoo|published] [--repeats 3] [--threads 1] [--models gpt2,t5]
                                          [--breakdown] [--batch N|training] [--image-size S|zoo] [--processes N]
-                                         [--device cpu|cuda] [--tokens BxT] [--images N]
+                                         [--device cpu|cuda] [--tokens BxT] [--images N] [--clock wall|process]
 
 ``--set zoo`` (the default): every model of the real-size zoo (``tests/zoo_real.py``: GPT-2
 124M at its 12 layers, a 32-layer Llama, T5-small, Swin-T, ... at their real widths and
@@ -252,9 +252,7 @@ def _first_audit(model: Any, inputs: C.Inputs) -> float:
     initlint.audit(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()), torch.randn(4, 8))
     C.forward_backward(model, inputs)
     audit, example = initlint.audit, C.example(inputs)
-    start = time.perf_counter()
-    audit(model, example)
-    return time.perf_counter() - start
+    return C.timed(lambda: audit(model, example))
 
 
 def _in_own_process(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
@@ -262,7 +260,7 @@ def _in_own_process(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
     depend on the models measured before it (the heap they left, the allocator's thresholds)."""
     argv = [sys.executable, os.path.abspath(__file__), "--worker", name, "--set", opts.model_set,
             "--repeats", str(opts.repeats), "--threads", str(opts.threads), "--settle", str(opts.settle),
-            "--device", opts.device]
+            "--device", opts.device, "--clock", opts.clock]
     argv += ["--tokens", f"{opts.tokens[0]}x{opts.tokens[1]}"] if opts.tokens else []
     argv += ["--images", str(opts.images)] if opts.images else []
     argv += ["--breakdown"] if opts.breakdown else []
@@ -302,6 +300,8 @@ def main() -> None:
     parser.add_argument("--tokens", default=None, help="with --batch training: BxT sequences x tokens for every "
                                                        "language model instead of its training batch")
     parser.add_argument("--images", type=int, default=None, help="with --batch training: images per batch")
+    parser.add_argument("--clock", choices=sorted(C.CLOCKS), default="wall",
+                        help="wall time, or this process's CPU time (steady on a shared machine; CPU only)")
     parser.add_argument("--image-size", default=None,
                         help="side of the square images of every zoo model that takes pixel_values, or 'zoo' "
                              f"for the zoo tests' own (default: {PUBLISHED_IMAGE_SIZE}, the published size)")
@@ -314,6 +314,7 @@ def main() -> None:
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one model, in this process; prints JSON
     opts = parser.parse_args()
     C.set_threads(opts.threads)
+    C.set_clock(opts.clock)
     given_image_size = opts.image_size is not None
     if opts.tokens is not None:
         parts = opts.tokens.lower().split("x")
@@ -365,7 +366,7 @@ def main() -> None:
         else:
             print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model, "
                   + (f"images {opts.image_size}x{opts.image_size}" if opts.image_size else "the zoo tests' own images"))
-    print(f"device: {opts.device}")
+    print(f"device: {opts.device}, {opts.clock} clock")
     print(f"each model in {opts.processes} process(es) of its own"
           + (", taken in turns over the set" if opts.processes > 1 else "")
           + ", glibc malloc: " + ", ".join(f"{k}={v}" for k, v in ALLOCATOR.items()))
