@@ -81,6 +81,13 @@ def bert4() -> nn.Module:
     return BertModel(BertConfig(hidden_size=768, num_hidden_layers=4, num_attention_heads=12, intermediate_size=3072))
 
 
+def bert_small(layers: int, width: int) -> nn.Module:
+    from transformers import BertConfig, BertModel
+
+    return BertModel(BertConfig(hidden_size=width, num_hidden_layers=layers, num_attention_heads=width // 64,
+                                intermediate_size=4 * width))
+
+
 def gpt2_4() -> nn.Module:
     from transformers import GPT2Config, GPT2Model
 
@@ -126,10 +133,17 @@ MODELS: Dict[str, Tuple[Callable[[], nn.Module], Callable[[nn.Module, torch.Gene
                   "BertForMaskedLM(BertConfig()): 12 layers x 768, vocabulary 30522, batch 8 x 64 tokens"),
     "llama_32k": (llama_32k, lambda m, g: _tokens(m, 8, 64, g),
                   "LlamaForCausalLM: 8 layers x 1024, vocabulary 32000, batch 8 x 64 tokens"),
+    "mlp50_b64": (lambda: relu_mlp(50, 256), lambda m, g: ((torch.randn(64, 256, generator=g),), {}),
+                  "50 x (Linear 256 + ReLU), batch 64"),
+    "bert4_256": (lambda: bert_small(4, 256), lambda m, g: _tokens(m, 4, 64, g),
+                  "BertModel, 4 layers, hidden 256, batch 4 x 64 tokens"),
     "branchy": (Branchy, lambda m, g: ((torch.randn(16, 512, generator=g),), {}),
                 "12 residual LN-Linear-GELU blocks, width 512, data-dependent branch (runtime capture only)"),
 }
 REAL_SIZE = ("gpt2_124m", "bert_base", "llama_32k")
+SMALL = ("mlp50_b64", "bert4_256", "convbn")
+SMALL_ONLY = ("mlp50_b64", "bert4_256")
+"""Small models, where the audit's fixed cost per op and per audit shows most (bench_overhead.py --models small)."""
 """Published models at full width and vocabulary (bench_real_size.py); not in bench_overhead's default set."""
 
 
@@ -160,11 +174,14 @@ def main_output(out: Any) -> torch.Tensor:
 
 
 def forward_backward(model: nn.Module, inputs: Inputs) -> None:
-    """One training-mode forward and a backward of a random cotangent with ``torch.autograd.grad``."""
+    """One training-mode forward and a backward of a random cotangent with ``torch.autograd.grad``; the
+    cotangent is drawn on the output's device from that device's generator (on CPU the same numbers as
+    ``torch.Generator().manual_seed(0)``), as the audit draws its own."""
     args, kwargs = inputs
     params = [p for p in model.parameters() if p.requires_grad]
     out = main_output(model(*args, **kwargs))
-    cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+    gen = torch.Generator(device=out.device).manual_seed(0)
+    cotangent = torch.randn(out.shape, generator=gen, device=out.device, dtype=out.dtype)
     torch.autograd.grad([out], params, [cotangent], allow_unused=True)
 
 
@@ -200,10 +217,29 @@ def workload(kind: str, model: nn.Module, inputs: Inputs) -> Callable[[], Any]:
 
 
 # ------------------------------------------------------------------ timing
+CLOCKS = {"wall": time.perf_counter, "process": time.process_time}
+_clock = time.perf_counter
+
+
+def set_clock(name: str) -> None:
+    """``wall`` (the default) or ``process``: this process's CPU time, which other jobs on a shared machine
+    do not inflate (with one intra-op thread it is the call's own work; not for GPU work, which it misses)."""
+    global _clock
+    _clock = CLOCKS[name]
+
+
+def _synchronize() -> None:
+    """Wait for queued CUDA work, so that a wall time covers what the call launched."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
+    _synchronize()
+    start = _clock()
     fn()
-    return time.perf_counter() - start
+    _synchronize()
+    return _clock() - start
 
 
 def interleaved_medians(fns: Dict[str, Callable[[], Any]], repeats: int, warmup: int = 1,

@@ -1,7 +1,8 @@
 """Audit time against a plain forward+backward on published models at full width and vocabulary.
 
     python benchmarks/bench_real_size.py [--set zoo|published] [--repeats 3] [--threads 1] [--models gpt2,t5]
-                                         [--breakdown] [--batch N] [--image-size S|zoo] [--processes N]
+                                         [--breakdown] [--batch N|training] [--image-size S|zoo] [--processes N]
+                                         [--device cpu|cuda] [--tokens BxT] [--images N] [--clock wall|process]
 
 ``--set zoo`` (the default): every model of the real-size zoo (``tests/zoo_real.py``: GPT-2
 124M at its 12 layers, a 32-layer Llama, T5-small, Swin-T, ... at their real widths and
@@ -13,6 +14,15 @@ evaluated at on ImageNet). ``--image-size zoo`` gives them the zoo tests' own im
 ``--image-size S`` squares of side S. ``--batch 16`` gives each zoo model 16 examples instead of 2
 (the batch ``initlint check`` infers by default). ``--set published``: GPT-2 124M, BERT-base and a
 Llama-style LM (``_common.REAL_SIZE``) at their full depth on 8 x 64 tokens.
+
+``--batch training`` gives the models a batch of the size they train on instead (:data:`TRAINING_TOKENS`:
+GPT-2 8 x 1024 tokens, the 32-layer Llama 4 x 512, BERT-base 16 x 512, Qwen3 4 x 512; every model that
+takes ``pixel_values`` 32 images of 224 x 224); without ``--models`` it measures GPT-2, the Llama, BERT,
+Qwen3, ViT, ResNet-50 and Swin-T. With it, ``--tokens 4x512`` gives every language model that many
+sequences and tokens instead, and ``--images 8`` that many images (a machine without the memory for the
+training batches: GPT-2's fwd+bwd at 8 x 1024 holds some 20 GiB on CPU). ``--device cuda`` moves each model and its batch to that device before
+measuring (the fwd+bwd's cotangent is drawn there too, as the audit's is; each timed call waits for the
+device's queued work before and after).
 
 Each model is measured in a fresh process of its own, with glibc malloc's thresholds fixed
 (:data:`ALLOCATOR`), so that its timings do not depend on the models measured before it. That
@@ -61,6 +71,13 @@ import _common as C  # noqa: E402
 
 GOAL_MEDIAN = 1.1
 GOAL_MAX = 1.3
+
+TRAINING_TOKENS = {"gpt2": (8, 1024), "llama32": (4, 512), "bert": (16, 512), "qwen3": (4, 512)}
+"""``--batch training``: (sequences, tokens) of a training batch of each language model."""
+TRAINING_IMAGES = 32
+"""``--batch training``: images per batch of a model that takes ``pixel_values`` (224 x 224 unless
+``--image-size`` says otherwise)."""
+TRAINING_SET = ("gpt2", "llama32", "bert", "qwen3", "vit", "resnet50", "swin")
 
 PUBLISHED_IMAGE_SIZE = 224
 """Side of the square images the zoo's ``pixel_values`` models get by default: ResNet-50, ConvNeXt-T, DINOv2,
@@ -147,22 +164,31 @@ class Stages:
         return dict(self.seconds)
 
 
-def zoo_models(names: List[str], batch: int,
-               image_size: Optional[int] = None) -> List[Tuple[str, Callable[[], Tuple[Any, C.Inputs]]]]:
+def zoo_models(names: List[str], batch: Any, image_size: Optional[int] = None,
+               tokens: Optional[Tuple[int, int]] = None,
+               images_per_batch: Optional[int] = None) -> List[Tuple[str, Callable[[], Tuple[Any, C.Inputs]]]]:
+    """Builders of the zoo's models and their probe batches: ``batch`` examples each, or ``"training"``
+    (:data:`TRAINING_TOKENS`, :data:`TRAINING_IMAGES`, or ``tokens`` and ``images_per_batch`` given)."""
     import torch
     import zoo_real
 
-    zoo_real.BATCH = batch
+    training = batch == "training"
+    zoo_real.BATCH = zoo_real.BATCH if training else batch
     from initlint.inputs.load import infer_inputs, normalise_inputs
 
     def builder(name: str) -> Callable[[], Tuple[Any, C.Inputs]]:
         def build() -> Tuple[Any, C.Inputs]:
             torch.manual_seed(0)
             model, inputs = zoo_real.ZOO[name].build()
-            if image_size is not None and isinstance(inputs, dict) and "pixel_values" in inputs:
+            gen = torch.Generator().manual_seed(0)
+            if training and isinstance(inputs, dict) and "input_ids" in inputs and name in TRAINING_TOKENS:
+                shape = tokens or TRAINING_TOKENS[name]
+                inputs = {**inputs, "input_ids": torch.randint(0, model.config.vocab_size, shape, generator=gen)}
+            if isinstance(inputs, dict) and "pixel_values" in inputs and (training or image_size is not None):
                 images = inputs["pixel_values"]
-                inputs = {**inputs, "pixel_values": torch.randn(*images.shape[:2], image_size, image_size,
-                                                                generator=torch.Generator().manual_seed(0))}
+                side = image_size or PUBLISHED_IMAGE_SIZE
+                count = (images_per_batch or TRAINING_IMAGES) if training else images.shape[0]
+                inputs = {**inputs, "pixel_values": torch.randn(count, images.shape[1], side, side, generator=gen)}
             # the batch the audit would infer (as the zoo tests do, batch_size=zoo_real.BATCH)
             pair = infer_inputs(model, zoo_real.BATCH, 0) if inputs is None else normalise_inputs(inputs)
             return model, pair
@@ -185,13 +211,21 @@ in a process of its own; 190 ms measured after the zoo's larger models in one pr
 
 def _measure_here(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
     """Build ``name``, audit it once, then time fwd+bwd and the audit in turns (and the stages)."""
+    import torch
+
     import initlint
 
     import zoo_real
 
-    build = dict(zoo_models([name], opts.batch or zoo_real.BATCH, opts.image_size) if opts.model_set == "zoo"
+    build = dict(zoo_models([name], opts.batch or zoo_real.BATCH, opts.image_size, opts.tokens, opts.images)
+                 if opts.model_set == "zoo"
                  else published_models([name]))[name]
     model, inputs = build()
+    if opts.device != "cpu":
+        from initlint.inputs.load import move_inputs
+
+        model = model.to(opts.device)
+        inputs = (move_inputs(inputs[0], torch.device(opts.device)), move_inputs(inputs[1], torch.device(opts.device)))
     first = _first_audit(model, inputs)
     report = initlint.audit(model, C.example(inputs))
     audit = (lambda: initlint.audit(model, C.example(inputs)))
@@ -218,16 +252,17 @@ def _first_audit(model: Any, inputs: C.Inputs) -> float:
     initlint.audit(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()), torch.randn(4, 8))
     C.forward_backward(model, inputs)
     audit, example = initlint.audit, C.example(inputs)
-    start = time.perf_counter()
-    audit(model, example)
-    return time.perf_counter() - start
+    return C.timed(lambda: audit(model, example))
 
 
 def _in_own_process(name: str, opts: argparse.Namespace) -> Dict[str, Any]:
     """:func:`_measure_here` in a fresh Python process with :data:`ALLOCATOR`, so that no model's timings
     depend on the models measured before it (the heap they left, the allocator's thresholds)."""
     argv = [sys.executable, os.path.abspath(__file__), "--worker", name, "--set", opts.model_set,
-            "--repeats", str(opts.repeats), "--threads", str(opts.threads), "--settle", str(opts.settle)]
+            "--repeats", str(opts.repeats), "--threads", str(opts.threads), "--settle", str(opts.settle),
+            "--device", opts.device, "--clock", opts.clock]
+    argv += ["--tokens", f"{opts.tokens[0]}x{opts.tokens[1]}"] if opts.tokens else []
+    argv += ["--images", str(opts.images)] if opts.images else []
     argv += ["--breakdown"] if opts.breakdown else []
     argv += ["--batch", str(opts.batch)] if opts.batch is not None else []
     if opts.model_set == "zoo":
@@ -258,8 +293,15 @@ def main() -> None:
     parser.add_argument("--models", default="", help="comma-separated names of the set (default: all)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--breakdown", action="store_true", help="also time the audit's stages")
-    parser.add_argument("--batch", type=int, default=None,
-                        help="examples per zoo model's probe batch (default: the zoo's own, 2)")
+    parser.add_argument("--batch", default=None,
+                        help="examples per zoo model's probe batch (default: the zoo's own, 2), or 'training' "
+                             "for training-size batches (see TRAINING_TOKENS)")
+    parser.add_argument("--device", default="cpu", help="where the models and batches are (default cpu)")
+    parser.add_argument("--tokens", default=None, help="with --batch training: BxT sequences x tokens for every "
+                                                       "language model instead of its training batch")
+    parser.add_argument("--images", type=int, default=None, help="with --batch training: images per batch")
+    parser.add_argument("--clock", choices=sorted(C.CLOCKS), default="wall",
+                        help="wall time, or this process's CPU time (steady on a shared machine; CPU only)")
     parser.add_argument("--image-size", default=None,
                         help="side of the square images of every zoo model that takes pixel_values, or 'zoo' "
                              f"for the zoo tests' own (default: {PUBLISHED_IMAGE_SIZE}, the published size)")
@@ -272,7 +314,17 @@ def main() -> None:
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)  # one model, in this process; prints JSON
     opts = parser.parse_args()
     C.set_threads(opts.threads)
+    C.set_clock(opts.clock)
     given_image_size = opts.image_size is not None
+    if opts.tokens is not None:
+        parts = opts.tokens.lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            parser.error(f"--tokens takes BxT, e.g. 4x512, not {opts.tokens!r}")
+        opts.tokens = (int(parts[0]), int(parts[1]))
+    if (opts.tokens or opts.images) and opts.batch != "training":
+        parser.error("--tokens and --images apply only with --batch training")
+    if opts.batch is not None and opts.batch != "training":
+        opts.batch = int(opts.batch) if opts.batch.isdigit() else 0
     try:
         opts.image_size = _image_size(opts.image_size, opts.model_set)
     except ValueError:
@@ -286,8 +338,10 @@ def main() -> None:
     import initlint
 
     names = [n for n in opts.models.split(",") if n]
-    if opts.batch is not None and (opts.model_set != "zoo" or opts.batch < 1):
-        parser.error("--batch takes a positive number of examples, and only with --set zoo")
+    if opts.batch is not None and (opts.model_set != "zoo" or (opts.batch != "training" and opts.batch < 1)):
+        parser.error("--batch takes a positive number of examples or 'training', and only with --set zoo")
+    if opts.batch == "training" and not names:
+        names = list(TRAINING_SET)
     if opts.settle < 0:
         parser.error("--settle takes a number of calls, 0 or more")
     if given_image_size and opts.model_set != "zoo":
@@ -304,8 +358,15 @@ def main() -> None:
     print(f"initlint from: {os.path.dirname(initlint.__file__)}")
     print(f"code: {C.revision()}")
     if opts.model_set == "zoo":
-        print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model, "
-              + (f"images {opts.image_size}x{opts.image_size}" if opts.image_size else "the zoo tests' own images"))
+        if opts.batch == "training":
+            sizes = {n: opts.tokens or bt for n, bt in TRAINING_TOKENS.items()}
+            print("probe batch: training size, " + ", ".join(f"{n} {b} x {t} tokens" for n, (b, t) in sizes.items())
+                  + f", {opts.images or TRAINING_IMAGES} images of {opts.image_size or PUBLISHED_IMAGE_SIZE} x "
+                    f"{opts.image_size or PUBLISHED_IMAGE_SIZE}")
+        else:
+            print(f"probe batch: {opts.batch or zoo_real.BATCH} examples per model, "
+                  + (f"images {opts.image_size}x{opts.image_size}" if opts.image_size else "the zoo tests' own images"))
+    print(f"device: {opts.device}, {opts.clock} clock")
     print(f"each model in {opts.processes} process(es) of its own"
           + (", taken in turns over the set" if opts.processes > 1 else "")
           + ", glibc malloc: " + ", ".join(f"{k}={v}" for k, v in ALLOCATOR.items()))

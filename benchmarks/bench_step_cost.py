@@ -1,6 +1,8 @@
-"""What the first step costs: the audit with the optimizer's step against the audit without it.
+"""What the first step and the precision probe cost: the audit with the optimizer's step against the audit
+without it, and the audit with ``precision=`` against the model's forward+backward.
 
     python benchmarks/bench_step_cost.py [--models gpt2,t5,...] [--repeats 3] [--optimizer "AdamW(lr=3e-4)"]
+                                         [--precision bf16] [--clock wall|process]
 
 For each model of the real-size zoo (``tests/zoo_real.py``: published architectures at their real
 widths and vocabularies, on the zoo's probe batch), one process measures, after one warm-up round
@@ -11,7 +13,12 @@ and with the two taking turns in every repeat (interleaved, one thread), the med
   adds the training loss's gradients of every parameter, one real step of the optimizer on a private
   copy of the parameters and of its state, and IL015/IL016.
 
-It prints the ratio per model and its median and maximum. Goal: at most 1.5x (issue "the first step").
+* with ``--precision bf16``, also ``fwd+bwd`` (``_common.forward_backward``) and ``audit + precision``:
+  the audit with ``precision="bf16"``, which adds one more forward and backward under ``torch.autocast``;
+  the precision probe's cost is ``(audit + precision) - audit``, given against ``fwd+bwd``.
+
+It prints the ratios per model and their median and maximum. Goals: the first step at most 1.3x the plain
+audit; the precision probe at most 1.5x fwd+bwd.
 """
 from __future__ import annotations
 
@@ -19,38 +26,45 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from typing import Any, Callable, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # this checkout's initlint
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # the real-size zoo
 
-GOAL = 1.5
+GOAL = 1.3
+PRECISION_GOAL = 1.5
 
 
 def _timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    import _common as C
+
+    return C.timed(fn)
 
 
-def measure(name: str, repeats: int, spec: str) -> Dict[str, float]:
-    """Median seconds of the audit without and with the optimizer's first step, interleaved."""
+def measure(name: str, repeats: int, spec: str, precision: str = "") -> Dict[str, float]:
+    """Median seconds of the audit without and with the optimizer's first step (and with the precision
+    probe, and of fwd+bwd), interleaved."""
     import torch
 
+    import _common as C
     import zoo_real as Z
+    from initlint.inputs.load import infer_inputs, normalise_inputs
     from initlint.inputs.optimizer import parse_optimizer
 
     model, inputs = Z.build(name)
     optimizer = parse_optimizer(spec)
-    plain = lambda: Z.audit(model, inputs)
-    stepped = lambda: Z.audit(model, inputs, optimizer=optimizer)
-    plain(), stepped()  # warm-up: first-call costs (imports, allocator) are not the step's
-    times: Dict[str, List[float]] = {"audit": [], "audit + step": []}
+    fns = {"audit": lambda: Z.audit(model, inputs), "audit + step": lambda: Z.audit(model, inputs, optimizer=optimizer)}
+    if precision:
+        pair = infer_inputs(model, Z.BATCH, 0) if inputs is None else normalise_inputs(inputs)
+        fns["fwd+bwd"] = lambda: C.forward_backward(model, pair)
+        fns["audit + precision"] = lambda: Z.audit(model, inputs, precision=precision)
+    for fn in fns.values():  # warm-up: first-call costs (imports, allocator) are not the step's
+        fn()
+    times: Dict[str, List[float]] = {k: [] for k in fns}
     for _ in range(repeats):
-        times["audit"].append(_timed(plain))
-        times["audit + step"].append(_timed(stepped))
+        for key, fn in fns.items():
+            times[key].append(_timed(fn))
     del model, inputs
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
     return {k: statistics.median(v) for k, v in times.items()}
@@ -64,20 +78,38 @@ def main(argv: List[str] = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--optimizer", default="AdamW(lr=3e-4, weight_decay=0.1)")
+    parser.add_argument("--precision", default="", help="also measure the precision probe (bf16 or fp16)")
+    parser.add_argument("--clock", choices=("wall", "process"), default="wall",
+                        help="wall time, or this process's CPU time (steady on a shared machine)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    sys.path.insert(0, HERE)
+    import _common as C
+
+    C.set_clock(args.clock)
     import zoo_real as Z
 
     names = [n for n in args.models.split(",") if n] or list(Z.ZOO)
-    ratios = []
-    print(f"{'model':<20} {'audit s':>9} {'+ step s':>9} {'ratio':>7}", flush=True)
+    ratios, probe_ratios = [], []
+    print(f"machine: {C.machine()}")
+    print(f"code: {C.revision()}")
+    print(f"{'model':<20} {'audit s':>9} {'+ step s':>9} {'ratio':>7}"
+          + (f" {'fwd+bwd s':>10} {'+ precision s':>14} {'probe / fwd+bwd':>16}" if args.precision else ""), flush=True)
     for name in names:
-        t = measure(name, args.repeats, args.optimizer)
+        t = measure(name, args.repeats, args.optimizer, args.precision)
         ratio = t["audit + step"] / t["audit"]
         ratios.append(ratio)
-        print(f"{name:<20} {t['audit']:>9.2f} {t['audit + step']:>9.2f} {ratio:>7.2f}", flush=True)
-    print(f"median {statistics.median(ratios):.2f}, max {max(ratios):.2f} over {len(ratios)} model(s) "
+        line = f"{name:<20} {t['audit']:>9.3f} {t['audit + step']:>9.3f} {ratio:>7.2f}"
+        if args.precision:
+            probe = (t["audit + precision"] - t["audit"]) / t["fwd+bwd"]
+            probe_ratios.append(probe)
+            line += f" {t['fwd+bwd']:>10.3f} {t['audit + precision']:>14.3f} {probe:>16.2f}"
+        print(line, flush=True)
+    print(f"first step: median {statistics.median(ratios):.2f}, max {max(ratios):.2f} over {len(ratios)} model(s) "
           f"(goal: at most {GOAL}x); {args.optimizer}, {args.repeats} repeats, {args.threads} thread(s)")
+    if probe_ratios:
+        print(f"precision probe ({args.precision}) / fwd+bwd: median {statistics.median(probe_ratios):.2f}, "
+              f"max {max(probe_ratios):.2f} (goal: at most {PRECISION_GOAL}x)")
     return 0
 
 

@@ -174,10 +174,10 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
         report.notes.append("the model is a TorchScript module: its ops run outside Python, so initlint sees "
                             "only its inputs and outputs; audit the nn.Module before torch.jit.script")
     is_meta = model_device(work).type == "meta" and not streamed
-    args, kwargs = _probe_inputs(work, example_inputs, options["input_shapes"], options, is_meta)
+    args, kwargs = _probe_inputs(work, example_inputs, options["input_shapes"], options, None if is_meta else dev)
     bad_batch = None
     if not is_meta:
-        args, kwargs = _real_inputs((args, kwargs), int(options["seed"]), report)
+        args, kwargs = _real_inputs((args, kwargs), int(options["seed"]), report, dev)
         args, kwargs = move_inputs(args, dev), move_inputs(kwargs, dev)
         try:
             check_finite(args, kwargs)
@@ -252,22 +252,24 @@ def _precision_probe(cap: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], pr
     return stats
 
 
-def _real_inputs(inputs: Any, seed: int, report: Report) -> Any:
+def _real_inputs(inputs: Any, seed: int, report: Report, device: torch.device) -> Any:
     """Example inputs on the meta device carry shapes, not values: floats get standard-normal values and
-    masks (bool) ones, of the same shapes and dtypes; integers (token ids) cannot be made up."""
+    masks (bool) ones, of the same shapes and dtypes, on ``device``; integers (token ids) cannot be made up."""
     from .capture import nested
+    from .probe import draw
 
     if not any(t.device.type == "meta" for t in nested.tensors(inputs)):
         return inputs
-    gen = torch.Generator().manual_seed(seed)
+    gen = draw.generator(device, seed) if device.type != "meta" else None
+    gen = gen if gen is not None else torch.Generator().manual_seed(seed)
 
     def real(t: torch.Tensor) -> torch.Tensor:
         if t.device.type != "meta":
             return t
         if t.is_floating_point() or t.is_complex():
-            return torch.randn(t.shape, generator=gen, dtype=t.dtype)
+            return torch.randn(t.shape, generator=gen, device=gen.device, dtype=t.dtype)
         if t.dtype == torch.bool:
-            return torch.ones(t.shape, dtype=torch.bool)
+            return torch.ones(t.shape, dtype=torch.bool, device=gen.device)
         raise UsageError(f"an example input of shape {tuple(t.shape)} and dtype {t.dtype} is on the meta device, "
                          f"which holds no values to probe with; pass real inputs (token ids, indices) for it")
 
@@ -320,17 +322,18 @@ def _instantiate(codes: List[str], rule_options: Dict[str, Dict[str, Any]]) -> l
 
 
 def _probe_inputs(model: nn.Module, example: Any, shapes: Optional[Sequence[Tuple[int, ...]]],
-                  options: Dict[str, Any], is_meta: bool) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+                  options: Dict[str, Any], device: Optional[torch.device]) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """The example inputs, or a probe batch drawn on ``device`` (the host when None: a model on ``meta``)."""
     if example is not None:
         return normalise_inputs(example)
     seed = int(options["seed"])
     if shapes:
-        return shaped_inputs(shapes, model, seed), {}
+        return shaped_inputs(shapes, model, seed, device), {}
     lazy = _first_lazy_module(model)
     if lazy is not None:
         raise LoadError(f"cannot infer a probe input for {type(model).__name__}: {type(lazy[1]).__name__} at "
                         f"'{lazy[0]}' learns its input size from the first batch; pass --input-shape or example_inputs")
-    return infer_inputs(model, int(options["batch_size"] or DEFAULT_BATCH), seed)
+    return infer_inputs(model, int(options["batch_size"] or DEFAULT_BATCH), seed, device)
 
 
 def _first_lazy_module(model: nn.Module) -> Optional[Tuple[str, nn.Module]]:

@@ -12,6 +12,7 @@ import collections
 import contextlib
 from typing import Callable, Counter, Iterator
 
+import pytest
 import torch
 import torch.nn as nn
 
@@ -130,3 +131,67 @@ def test_runtime_capture_does_not_grow_with_depth():
     assert initlint.audit(shallow, x).capture == "runtime"
     # the model's own `if x.sum() > 0` is one __bool__ per forward; none come from initlint per layer
     assert syncs(deep, example_inputs=x) == syncs(shallow, example_inputs=x)
+
+
+# ---------------------------------------------------------------- every kind of host synchronisation
+from host_syncs import HostSyncs  # noqa: E402
+
+
+def test_host_syncs_counts_reads_data_dependent_ops_and_copies_of_host_tensors():
+    device = torch.device("cpu")  # the audit's device, as the probe names it
+    on_device = torch.randn(8, device=device)
+    with HostSyncs() as syncs:
+        on_device.sum().item()
+        on_device[on_device > 0]  # a boolean index: its size depends on the values
+        torch.nonzero(on_device)
+        torch.randn(8).to(device)  # drawn on the host, then copied
+        torch.tensor([1.0, 2.0], device=device)  # host data, copied
+    assert syncs.count == 5, syncs.events
+    with HostSyncs() as none:
+        gen = torch.Generator(device=device).manual_seed(0)
+        drawn = torch.randn(8, generator=gen, device=device)
+        (drawn * on_device).to(torch.float64)
+        torch.zeros(3, device=device)
+    assert none.count == 0, none.events
+
+
+def _own_syncs(model: nn.Module, inputs) -> int:
+    """Host synchronisations of one audit less those of the model's own forward and backward."""
+    args, kwargs = inputs
+    out = model(*args, **kwargs)
+    out = out if isinstance(out, torch.Tensor) else out[0]
+    cotangent = torch.randn(out.shape)
+    initlint.audit(model, kwargs or args[0])  # warm-up
+    with HostSyncs() as plain:
+        out = model(*args, **kwargs)
+        out = out if isinstance(out, torch.Tensor) else out[0]
+        torch.autograd.grad([out], [p for p in model.parameters()], [cotangent], allow_unused=True)
+    with HostSyncs() as audited:
+        initlint.audit(model, kwargs or args[0])
+    return audited.count - plain.count
+
+
+@pytest.mark.slow  # 30 s: each op of a counted audit passes two Python modes
+def test_gpt2_audit_makes_as_many_host_syncs_at_12_as_at_32_layers_and_at_most_8():
+    transformers = pytest.importorskip("transformers", reason="GPT-2 is built from transformers' config")
+    transformers.logging.set_verbosity_error()
+
+    def gpt2(depth: int) -> nn.Module:
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=depth, n_embd=32, n_head=2,
+                                                                    vocab_size=300, n_positions=32))
+
+    ids = ((), {"input_ids": torch.randint(0, 300, (2, 8), generator=torch.Generator().manual_seed(0))})
+    shallow, deep = _own_syncs(gpt2(12), ids), _own_syncs(gpt2(32), ids)
+    assert shallow == deep <= 8, (shallow, deep)
+
+
+def test_transformer_audit_makes_as_many_host_syncs_at_12_as_at_32_layers():
+    def transformer(depth: int) -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 16, batch_first=True), depth,
+                                                   enable_nested_tensor=False), nn.Linear(16, 4))
+
+    x = ((torch.randn(1, 4, 16),), {})
+    shallow, deep = _own_syncs(transformer(12), x), _own_syncs(transformer(32), x)
+    assert shallow == deep <= 8, (shallow, deep)

@@ -131,23 +131,23 @@ def _describes(config: Any, name: str) -> bool:
 def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: torch.dtype) -> Optional[torch.Tensor]:
     if name == "input_ids":
         n = vocab(text_config(config))
-        return torch.randint(0, n, (batch, HF_TOKENS), generator=gen) if n > 0 else None
+        return torch.randint(0, n, (batch, HF_TOKENS), generator=gen, device=gen.device) if n > 0 else None
     if name == "pixel_values":
         vis = vision_config(config)
         size = getattr(vis, "image_size", None) or 32
         height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
         channels = getattr(vis, "num_channels", None) or getattr(config, "num_channels", None) or 3
-        return torch.randn(batch, int(channels), height, width, generator=gen, dtype=dtype)
+        return torch.randn(batch, int(channels), height, width, generator=gen, device=gen.device, dtype=dtype)
     if name == "inputs" and isinstance(getattr(config, "d_model", None), int):  # a Perceiver without a preprocessor
-        return torch.randn(batch, HF_TOKENS, config.d_model, generator=gen, dtype=dtype)
+        return torch.randn(batch, HF_TOKENS, config.d_model, generator=gen, device=gen.device, dtype=dtype)
     if name == "input_values":
         frames, bins = getattr(config, "max_length", None), getattr(config, "num_mel_bins", None)
         if isinstance(frames, int) and isinstance(bins, int):  # a spectrogram transformer (AST): frames x mel bins
-            return torch.randn(batch, frames, bins, generator=gen, dtype=dtype)
-        return torch.randn(batch, AUDIO_SAMPLES, generator=gen, dtype=dtype)
+            return torch.randn(batch, frames, bins, generator=gen, device=gen.device, dtype=dtype)
+        return torch.randn(batch, AUDIO_SAMPLES, generator=gen, device=gen.device, dtype=dtype)
     if name == "input_features":
         shape = _feature_shape(audio_config(config))
-        return None if shape is None else torch.randn(batch, *shape, generator=gen, dtype=dtype)
+        return None if shape is None else torch.randn(batch, *shape, generator=gen, device=gen.device, dtype=dtype)
     return None
 
 
@@ -200,7 +200,7 @@ def _with_placeholders(model: nn.Module, config: Any, inputs: Dict[str, Any], ge
         if count is None:
             del inputs[name]  # the forward runs on the text alone
             continue
-        parts.append(torch.full((ids.shape[0], count), token, dtype=ids.dtype))
+        parts.append(torch.full((ids.shape[0], count), token, dtype=ids.dtype, device=ids.device))
     return torch.cat(parts, dim=1)
 
 
@@ -257,15 +257,16 @@ def _training_inputs(config: Any, accepts: set, ids: torch.Tensor, gen: torch.Ge
     out: Dict[str, Any] = {}
     if "mm_token_type_ids" in accepts:
         placeholders = [t for k in SPECIAL_KEYS if (t := _token(config, (k,))) is not None]
-        out["mm_token_type_ids"] = torch.isin(ids, torch.tensor(placeholders, dtype=ids.dtype)).long()
+        out["mm_token_type_ids"] = torch.isin(ids, torch.tensor(placeholders, dtype=ids.dtype, device=ids.device)).long()
     bins = next((b for c in [config] + _subs(config, ("model_config",))
                  if isinstance(b := getattr(c, "num_mel_bins", None), int)), None)
     if set(SPEECH_LABELS) <= accepts and bins is not None:
         batch, tokens = ids.shape
-        out["duration_labels"] = torch.full((batch, tokens), FRAMES_PER_TOKEN, dtype=torch.long)
-        out["pitch_labels"] = torch.randn(batch, tokens, 1, generator=gen, dtype=dtype)
-        out["energy_labels"] = torch.randn(batch, tokens, 1, generator=gen, dtype=dtype)
-        out["spectrogram_labels"] = torch.randn(batch, tokens * FRAMES_PER_TOKEN, bins, generator=gen, dtype=dtype)
+        out["duration_labels"] = torch.full((batch, tokens), FRAMES_PER_TOKEN, dtype=torch.long, device=gen.device)
+        out["pitch_labels"] = torch.randn(batch, tokens, 1, generator=gen, device=gen.device, dtype=dtype)
+        out["energy_labels"] = torch.randn(batch, tokens, 1, generator=gen, device=gen.device, dtype=dtype)
+        out["spectrogram_labels"] = torch.randn(batch, tokens * FRAMES_PER_TOKEN, bins, generator=gen, device=gen.device,
+                                                dtype=dtype)
     return out
 
 
@@ -285,6 +286,6 @@ def decoder_input_ids(model: nn.Module, config: Any, batch: int, gen: torch.Gene
     if start is None or n <= 0:
         return None
     length = min(HF_TOKENS, int(getattr(config, "max_target_positions", HF_TOKENS) or HF_TOKENS))
-    ids = torch.randint(0, n, (batch, length), generator=gen)
+    ids = torch.randint(0, n, (batch, length), generator=gen, device=gen.device)
     ids[:, 0] = start
     return ids

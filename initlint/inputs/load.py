@@ -18,6 +18,7 @@ import torch.nn as nn
 
 from ..capture import nested
 from ..errors import LoadError, NoModelsError, NoProbeInputError
+from ..probe import draw
 from .hf import transformers_inputs
 from .usercode import TimedOut, time_limit, user_code, user_frame
 
@@ -232,22 +233,32 @@ def _stored_values(t: torch.Tensor) -> Optional[torch.Tensor]:
     return t
 
 
-def shaped_inputs(shapes: Sequence[Tuple[int, ...]], model: nn.Module, seed: int) -> Tuple[Any, ...]:
-    """Random probe tensors of the given shapes (token ids if the model starts with an embedding)."""
-    gen = torch.Generator().manual_seed(seed)
+def shaped_inputs(shapes: Sequence[Tuple[int, ...]], model: nn.Module, seed: int,
+                  device: Optional[torch.device] = None) -> Tuple[Any, ...]:
+    """Random probe tensors of the given shapes (token ids if the model starts with an embedding), drawn
+    on ``device`` (the host when None) from its generator."""
+    gen = _generator(seed, device)
     first = first_consumer(model)
     out = []
     for shape in shapes:
         if isinstance(first, nn.Embedding) and len(out) == 0:
-            out.append(torch.randint(0, first.num_embeddings, shape, generator=gen))
+            out.append(torch.randint(0, first.num_embeddings, shape, generator=gen, device=gen.device))
         else:
-            out.append(torch.randn(shape, generator=gen, dtype=_float_dtype(model)))
+            out.append(torch.randn(shape, generator=gen, device=gen.device, dtype=_float_dtype(model)))
     return tuple(out)
 
 
-def infer_inputs(model: nn.Module, batch: int, seed: int) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-    """Build a probe batch from the first layer that consumes the input, or raise LoadError."""
-    gen = torch.Generator().manual_seed(seed)
+def _generator(seed: int, device: Optional[torch.device]) -> torch.Generator:
+    """The inputs' generator: on ``device`` where it has one (the same stream as before on the host)."""
+    gen = draw.generator(device, seed) if device is not None else None
+    return gen if gen is not None else torch.Generator().manual_seed(seed)
+
+
+def infer_inputs(model: nn.Module, batch: int, seed: int,
+                 device: Optional[torch.device] = None) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+    """Build a probe batch from the first layer that consumes the input, drawn on ``device`` (the host when
+    None) from its generator, or raise LoadError."""
+    gen = _generator(seed, device)
     dtype = _float_dtype(model)
     hf = transformers_inputs(model, batch, gen, dtype)
     if hf is not None:
@@ -258,23 +269,25 @@ def infer_inputs(model: nn.Module, batch: int, seed: int) -> Tuple[Tuple[Any, ..
         raise NoProbeInputError(f"cannot infer a probe input for {name}: it has no Linear, Conv or Embedding layer to read "
                         f"the input shape from; pass --input-shape (e.g. 16,3,32,32) or example_inputs")
     if isinstance(first, nn.Linear):
-        return (torch.randn(batch, first.in_features, generator=gen, dtype=dtype),), {}
+        return (torch.randn(batch, first.in_features, generator=gen, device=gen.device, dtype=dtype),), {}
     if isinstance(first, nn.modules.conv._ConvNd):
         dims = len(first.kernel_size)
-        return (torch.randn(batch, first.in_channels, *([DEFAULT_SPATIAL] * dims), generator=gen, dtype=dtype),), {}
+        shape = (batch, first.in_channels, *([DEFAULT_SPATIAL] * dims))
+        return (torch.randn(*shape, generator=gen, device=gen.device, dtype=dtype),), {}
     if isinstance(first, nn.Embedding):
-        return (torch.randint(0, first.num_embeddings, (batch, DEFAULT_SPATIAL), generator=gen),), {}
+        return (torch.randint(0, first.num_embeddings, (batch, DEFAULT_SPATIAL), generator=gen,
+                              device=gen.device),), {}
     if isinstance(first, nn.RNNBase):
         shape = (batch, 8, first.input_size) if first.batch_first else (8, batch, first.input_size)
-        return (torch.randn(*shape, generator=gen, dtype=dtype),), {}
+        return (torch.randn(*shape, generator=gen, device=gen.device, dtype=dtype),), {}
     if isinstance(first, (nn.MultiheadAttention,)):
         shape = (batch, 8, first.embed_dim) if first.batch_first else (8, batch, first.embed_dim)
-        x = torch.randn(*shape, generator=gen, dtype=dtype)
+        x = torch.randn(*shape, generator=gen, device=gen.device, dtype=dtype)
         return (x, x, x), {}
     if isinstance(first, nn.TransformerEncoderLayer):
         width = first.linear1.in_features
         shape = (batch, 8, width) if first.self_attn.batch_first else (8, batch, width)
-        return (torch.randn(*shape, generator=gen, dtype=dtype),), {}
+        return (torch.randn(*shape, generator=gen, device=gen.device, dtype=dtype),), {}
     raise NoProbeInputError(f"cannot infer a probe input for {name} (first layer {type(first).__name__}); "
                     f"pass --input-shape or example_inputs")
 

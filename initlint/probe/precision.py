@@ -28,6 +28,7 @@ from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..capture.nested import tensors as _tensors
 from ..errors import UsageError
+from . import draw
 from .run import primary_output, unusual_kind
 from .step import as_given
 
@@ -151,12 +152,12 @@ def default_loss(out: Any, logits: bool, seed: int) -> Tuple[Optional[torch.Tens
     main = primary_output(out)
     if main is None or not main.requires_grad:
         return None, ""
-    gen = torch.Generator().manual_seed(seed)
+    gen = draw.generator(main.device, seed)
     if logits and main.dim() >= 2 and main.shape[-1] >= 2:
         flat = main.reshape(-1, main.shape[-1]).float()
-        labels = torch.randint(0, main.shape[-1], (flat.shape[0],), generator=gen).to(main.device)
+        labels = draw.randint(main.shape[-1], (flat.shape[0],), gen, main.device)
         return F.cross_entropy(flat, labels), "cross-entropy against random labels"
-    target = torch.randn(main.shape, generator=gen).to(main.device, torch.float32)
+    target = draw.randn(main.shape, gen, main.device, torch.float32)
     return F.mse_loss(main.float(), target), "the mean squared error against a random target"
 
 

@@ -21,6 +21,7 @@ from ..capture import ops as O
 from ..capture import Capture
 from ..capture.nested import tensors as _tensors
 from ..capture.graph import Graph, Op
+from . import draw
 from .stats import OpStats, ParamStats, SoftmaxStats, TensorStats
 
 SATURATION_MARGIN = 0.01
@@ -186,8 +187,8 @@ class _Collector:
         current = self._directions.get(key)
         if current is None or current.numel() < size:
             length = max(size, self.longest_row)
-            gen = torch.Generator().manual_seed(0)
-            current = self._directions[key] = (torch.rand(length, generator=gen) + 0.5).to(device, dtype)
+            uniform = draw.rand((length,), draw.generator(device, 0), device)
+            current = self._directions[key] = (uniform + 0.5).to(device, dtype)
         return current[:size]
 
     def finish(self, result: ProbeResult) -> None:
@@ -405,8 +406,12 @@ def summarise(c: _Collector, scope: str, tensors: List[Tuple[str, torch.Tensor]]
                 low, high = torch.aminmax(t)
                 c.put(scope, name, "low", low)
                 c.put(scope, name, "high", high)
-            if rows and t.dim() >= 2:
-                _duplicate_rows(c, scope, name, t)
+        if rows:
+            for alike in _grouped_alike(c, [(n, t) for n, t in items if t.dim() >= 2]):
+                if len(alike) > 1:
+                    _duplicate_rows_stacked(c, scope, alike)
+                else:
+                    _duplicate_rows(c, scope, *alike[0])
 
 
 def _grouped(tensors: List[Tuple[str, torch.Tensor]], key: Any) -> List[List[Tuple[str, torch.Tensor]]]:
@@ -507,6 +512,59 @@ def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> No
     c.pending.append(_Pending(name, matrix, bias, order, same, max(units.groups, 1)))
 
 
+def _grouped_alike(c: _Collector, weights: List[Tuple[str, torch.Tensor]]) -> List[List[Tuple[str, torch.Tensor]]]:
+    """Weights whose duplicate-unit keys can be taken in one batch: the same units and fan, no convolution
+    groups, a bias each or none, and all or none of them candidates for a constant weight."""
+    def key(name: str, w: torch.Tensor) -> Any:
+        units = c.units.get(name, Units())
+        matrix = unit_matrix(w, units.layout)
+        bias = units.bias is not None and units.bias.numel() == matrix.shape[0]
+        if units.groups > 1 or matrix.shape[0] < 2:
+            return ("alone", name)
+        return (tuple(matrix.shape), w.dtype, w.device, bias, bias and units.bias.dtype, name in c.candidates)
+
+    groups: Dict[Any, List[Tuple[str, torch.Tensor]]] = {}
+    for name, w in weights:
+        groups.setdefault(key(name, w), []).append((name, w))
+    return list(groups.values())
+
+
+def _duplicate_rows_stacked(c: _Collector, scope: str, items: List[Tuple[str, torch.Tensor]]) -> None:
+    """:func:`_duplicate_rows` for weights alike (:func:`_grouped_alike`), their keys taken in one batch:
+    the per-layer ops of a deep stack of equal layers cost their Python dispatch once, not once per layer.
+    The candidates are confirmed in full as :func:`_duplicate_rows`'s are, so the counts are the same."""
+    names = [n for n, _ in items]
+    units = [c.units.get(n, Units()) for n in names]
+    matrices = [unit_matrix(w, u.layout) for (_, w), u in zip(items, units)]
+    rows, fan = matrices[0].shape
+    keyed = min(fan, KEYED)
+    for name in names:
+        c.const(scope, name, "rows", float(rows))
+    work = torch.stack([m[:, :keyed] for m in matrices])  # (layers, units, keyed)
+    work = work.float() if work.dtype in (torch.float16, torch.bfloat16) else work
+    dirs = (c.direction(2 * (keyed + 1), work.device, work.dtype) - 1.0).view(2, keyed + 1)
+    keys = dirs[:, :keyed] @ work.transpose(1, 2)  # (layers, 2, units)
+    if names[0] in c.candidates:
+        tolerance = keyed * torch.finfo(keys.dtype).eps * keys.abs().amax(dim=2)
+        alike = (keys.amax(dim=2) - keys.amin(dim=2) <= tolerance).all(dim=1)
+        for name, flag in zip(names, alike.unbind()):
+            c.candidates[name] = c.candidates[name] | flag
+    biases: List[Optional[torch.Tensor]] = [None] * len(names)
+    if units[0].bias is not None and units[0].bias.numel() == rows:
+        biases = [u.bias.detach() for u in units]
+        keys = keys + dirs[:, keyed:] * torch.stack(biases).to(keys.dtype)[:, None, :]
+        for name in names:
+            c.const(scope, name, "biased", 1.0)
+    ulps = 4 * math.isqrt(keyed) + 8
+    bits = keys.float().view(torch.int32).to(torch.int64)
+    order = ((bits[:, 0] << 32) | (bits[:, 1] & 0xFFFFFFFF)).argsort(dim=1)
+    ranked = bits.gather(2, order[:, None, :].expand(-1, 2, -1))
+    same = ((ranked[:, :, 1:] - ranked[:, :, :-1]).abs() <= ulps).all(dim=1)  # (layers, units - 1)
+    c.put_many(scope, names, "dup_candidates", torch.count_nonzero(same, dim=1).float())
+    for name, matrix, bias, o, s in zip(names, matrices, biases, order.unbind(), same.unbind()):
+        c.pending.append(_Pending(name, matrix, bias, o, s, 1))
+
+
 def confirm_duplicates(c: _Collector, result: ProbeResult, chunk: int = 4096) -> None:
     """Compare each candidate pair of units in full (weights and bias) and set ``dup_rows``: the number
     of units that are exact copies of another unit of their layer. Runs on the host, after the one
@@ -592,8 +650,7 @@ def _rekeyed(item: _Pending, units: torch.Tensor) -> torch.Tensor:
     rows, fan = item.matrix.shape
     work = item.matrix[units]
     work = work.float() if work.dtype in (torch.float16, torch.bfloat16) else work
-    gen = torch.Generator().manual_seed(1)
-    dirs = (torch.rand(2, fan + 1, generator=gen) - 0.5).to(work.device, work.dtype)
+    dirs = (draw.rand((2, fan + 1), draw.generator(work.device, 1), work.device) - 0.5).to(work.dtype)
     keys = dirs[:, :fan] @ work.t()
     if item.bias is not None:
         keys = keys + dirs[:, fan:] * item.bias[units].to(keys.dtype)[None, :]
@@ -1046,8 +1103,7 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
     if loss is not None:  # the training loss (the first step); IL006 reads the same gradients
         grads = list(torch.autograd.grad([loss], [p for _, p in wanted], allow_unused=True))
     else:
-        gen = torch.Generator().manual_seed(0)
-        cotangent = torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
+        cotangent = draw.randn(main.shape, draw.generator(main.device, 0), main.device, main.dtype)
         grads = list(torch.autograd.grad([main], edges + [p for _, p in wanted], [cotangent], allow_unused=True))
     _product_grads(c, by_products, grads[:len(edges)], named)
     grads = grads[len(edges):]

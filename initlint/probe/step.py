@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import UsageError
+from . import draw
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -193,8 +194,7 @@ def objective(request: StepRequest, out: Any, main: Optional[torch.Tensor], logi
         return own
     if logits is not None and logits.dim() >= 2 and logits.shape[-1] >= 2:
         rows = logits.reshape(-1, logits.shape[-1])
-        gen = torch.Generator().manual_seed(request.seed)
-        labels = torch.randint(0, rows.shape[-1], (rows.shape[0],), generator=gen).to(rows.device)
+        labels = draw.randint(rows.shape[-1], (rows.shape[0],), draw.generator(rows.device, request.seed), rows.device)
         request.loss_kind = "cross-entropy against random labels"
         return torch.nn.functional.cross_entropy(rows.float(), labels)
     request.loss_kind = "the probe's random direction"
@@ -294,7 +294,7 @@ def sampled(opt: torch.optim.Optimizer) -> bool:
 def _step(request: StepRequest, stats: StepStats, held: Dict[str, List[int]], named: Dict[str, nn.Parameter]) -> None:
     opt = request.optimizer
     sample = SAMPLE if sampled(opt) else None
-    gen = torch.Generator().manual_seed(request.seed)
+    gens: Dict[torch.device, Optional[torch.Generator]] = {}  # one stream per device, as the parameters come
     groups: List[Dict[str, Any]] = []
     clones: List[_Clone] = []
     state: Dict[torch.Tensor, Dict[str, Any]] = {}
@@ -307,6 +307,9 @@ def _step(request: StepRequest, stats: StepStats, held: Dict[str, List[int]], na
                 continue  # a stale tensor, or one held twice: stepped once, in its first group
             seen.add(name)
             source = named[name].detach()
+            gen = gens.get(source.device)
+            if source.device not in gens:
+                gen = gens[source.device] = draw.generator(source.device, request.seed)
             pick = _picker(source, sample, gen)
             clone = pick(source).to(torch.float32 if source.dtype in HALF else source.dtype, copy=True)
             grad = request.grads.get(name)
@@ -328,12 +331,13 @@ def _step(request: StepRequest, stats: StepStats, held: Dict[str, List[int]], na
     stats.stepped = True
 
 
-def _picker(source: torch.Tensor, sample: Optional[int], gen: torch.Generator) -> Callable[[torch.Tensor], torch.Tensor]:
+def _picker(source: torch.Tensor, sample: Optional[int],
+            gen: Optional[torch.Generator]) -> Callable[[torch.Tensor], torch.Tensor]:
     """The elements stepped of a tensor shaped like ``source``: all of them, or ``sample`` drawn at random
     (seeded; the same positions for the parameter, its gradient and its state)."""
     if sample is None or source.numel() <= sample:
         return lambda t: t
-    index = torch.randint(0, source.numel(), (sample,), generator=gen).to(source.device)
+    index = draw.randint(source.numel(), (sample,), gen, source.device)
     return lambda t: t.reshape(-1)[index]
 
 

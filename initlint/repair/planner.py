@@ -286,13 +286,15 @@ class _Fixer:
         from ..api import model_device
         from ..inputs.load import DEFAULT_BATCH, infer_inputs, move_inputs, normalise_inputs, shaped_inputs
 
+        dev = model_device(self.model)
+        drawn_on = None if dev.type == "meta" else dev
         if self.example_inputs is not None:
             args, kwargs = normalise_inputs(self.example_inputs)
         elif self.options.get("input_shapes"):
-            args, kwargs = shaped_inputs(self.options["input_shapes"], self.model, self.seed), {}
+            args, kwargs = shaped_inputs(self.options["input_shapes"], self.model, self.seed, drawn_on), {}
         else:
-            args, kwargs = infer_inputs(self.model, int(self.options.get("batch_size") or DEFAULT_BATCH), self.seed)
-        dev = model_device(self.model)
+            batch = int(self.options.get("batch_size") or DEFAULT_BATCH)
+            args, kwargs = infer_inputs(self.model, batch, self.seed, drawn_on)
         return move_inputs(args, dev), move_inputs(kwargs, dev)
 
     def changes(self) -> List[Change]:

@@ -236,7 +236,8 @@ class AuditContext:
 
     def op_stats(self, op: Op) -> OpStats:
         """Forward statistics of an op (every field ``None`` when it was not measured)."""
-        return self.probe.ops.get(op.id) or OpStats()
+        stats = self.probe.ops.get(op.id)  # not `or`: a record's truth value walks all its fields
+        return stats if stats is not None else OpStats()
 
     def shape(self, op: Op) -> Optional[Tuple[int, ...]]:
         """Shape of ``op``'s output in the probe's forward pass (None when it made no tensor)."""

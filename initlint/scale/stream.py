@@ -40,6 +40,7 @@ from ..capture import Capture, RuntimeCapture, capture
 from ..capture.base import DropoutOff
 from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory, _out_of_memory_at_smallest
 from ..inputs.load import LoadError
+from ..probe import draw
 from ..probe.guard import saved_rng, seed_devices
 from ..probe.run import (GRAD_EXTREMES, ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible,
                          confirm_duplicates_now, confirm_extremes, primary_output, put_logits, summarise, used_params,
@@ -722,8 +723,7 @@ class StreamProbe:
 
     def _cotangent(self, main: torch.Tensor) -> torch.Tensor:
         """The backward probe's output direction, as :func:`initlint.probe.run.run_probe` draws it."""
-        gen = torch.Generator().manual_seed(0)
-        return torch.randn(main.shape, generator=gen).to(main.device, main.dtype)
+        return draw.randn(main.shape, draw.generator(main.device, 0), main.device, main.dtype)
 
     def _finish(self, result: ProbeResult) -> None:
         self.c.finish(result)
