@@ -399,3 +399,23 @@ def test_cli_flags_config_and_hook(tmp_path):
     """))
     hooked = run_cli("check", "h.py", "--input-shape", "8,64", "--format", "concise", cwd=tmp_path)
     assert hooked.returncode == 1 and "IL016 [fc2]" in hooked.stdout, hooked.stdout + hooked.stderr
+
+
+@pytest.mark.parametrize("conv", [nn.Conv2d, nn.ConvTranspose2d])
+def test_weights_feeding_a_batchnorm_are_not_judged_but_those_without_one_are(conv):
+    """A conv (or transposed conv) whose output goes straight into a BatchNorm is scale-invariant: Adam at 3e-2
+    moves it by 0.6 of its rms and IL015 stays silent; without the BatchNorm the same step is flagged."""
+    def net(norm):
+        torch.manual_seed(0)
+        return nn.Sequential(conv(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16) if norm else nn.Identity(),
+                             nn.ReLU(), conv(16, 16, 3, padding=1, bias=False),
+                             nn.BatchNorm2d(16) if norm else nn.Identity(), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                             nn.Flatten(), nn.Linear(16, 10))
+
+    adam = lambda m: torch.optim.Adam(m.parameters(), lr=3e-2)  # noqa: E731
+    x = torch.randn(8, 3, 16, 16)
+    with_norm = initlint.audit(net(True), x, optimizer=adam, select=["IL015"])
+    without = initlint.audit(net(False), x, optimizer=adam, select=["IL015"])
+    assert max(s.ratio for n, s in with_norm.step.params.items() if n == "3.weight") > 0.5
+    assert with_norm.codes() == []
+    assert ("IL015", "3") in without.codes()

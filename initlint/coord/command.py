@@ -146,10 +146,11 @@ def _rule_options(target: str, config_path: Optional[str]) -> Dict[str, Dict[str
 def _shaped(texts: Any, seed: int) -> Any:
     if not texts:
         return None
+    from ..attempts import model_device
     from ..inputs.load import parse_shape, shaped_inputs
 
     shapes = [parse_shape(t) for t in texts]
-    return lambda model: shaped_inputs(shapes, model, seed)
+    return lambda model: shaped_inputs(shapes, model, seed, model_device(model))  # the model is on its device
 
 
 class _Progress:

@@ -316,7 +316,8 @@ def _build(plan: Plan, kwargs: Dict[str, Any]) -> nn.Module:
 def _inputs(model: nn.Module, example: Any, seed: int, device: torch.device) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
     if callable(example) and not isinstance(example, torch.Tensor):
         example = example(model)
-    args, kwargs = normalise_inputs(example) if example is not None else infer_inputs(model, DEFAULT_BATCH, seed)
+    args, kwargs = normalise_inputs(example) if example is not None else \
+        infer_inputs(model, DEFAULT_BATCH, seed, device)
     return move_inputs(args, device), move_inputs(kwargs, device)
 
 

@@ -214,14 +214,18 @@ def count_features(model: nn.Module, config: Any, method: str, kwargs: Dict[str,
     width = getattr(text_config(config), "hidden_size", None)
     if not isinstance(width, int) or width <= 0:
         return None
+    from ..probe.guard import saved_rng
+
     flags = [(m, m.training) for m in model.modules()]
+    restore = saved_rng()  # every device's random state, not only the host's
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        with torch.no_grad():
             model.eval()
             out = getattr(model, method)(**kwargs)
-    except (RuntimeError, ValueError, TypeError, AttributeError, IndexError, KeyError, NotImplementedError):
+    except Exception:  # noqa: BLE001 - the user's encoder refusing this input: the forward then runs on the text
         return None
     finally:
+        restore()
         for m, training in flags:
             m.training = training
     total = sum(t.numel() for t in _feature_tensors(out))

@@ -110,10 +110,6 @@ def _sampled_positions(n: int, size: int, device: torch.device) -> torch.Tensor:
     return (torch.arange(runs, device=device)[:, None] * step + torch.arange(run, device=device)).reshape(-1)[:size]
 
 
-_FLOAT32_INF = 0x7F800000
-_FLOAT32_NORMAL = 0x00800000  # the bits of the smallest normal float32
-
-
 def draw_of(t: torch.Tensor, full: bool = False) -> Draw:
     """Statistics of ``t`` from a sample in evenly spaced runs; ``full`` also scans every element for the
     signatures of memory nobody initialised (denormals, huge or non-finite values)."""

@@ -299,15 +299,19 @@ class StatsObserver:
 
     def _lead(self, op: Op, y: torch.Tensor) -> None:
         """The norm over the first :data:`LEAD_TOKENS` positions of a sequence longer than that: a 3-D
-        output, or a 2-D one whose rows are the ``batch x tokens`` positions of a ``(batch, tokens)``
-        input in order (a block that flattens its tokens, as OPT's MLP does)."""
+        output whose token axis has the length of the first input's second axis (a ``(batch, tokens)``
+        or ``(batch, tokens, features)`` input), or a 2-D one whose rows are the ``batch x tokens``
+        positions of a ``(batch, tokens)`` input in order (a block that flattens its tokens, as OPT's MLP
+        does)."""
+        first = self._first_input()
+        if first is None or len(first) < 2 or first[1] <= LEAD_TOKENS:
+            return  # no (batch, tokens, ...) input, or a sequence no longer than the leading positions
         if y.dim() == 2:
-            first = self._first_input()
-            if first is None or len(first) != 2 or y.shape[0] != first[0] * first[1] or first[1] <= LEAD_TOKENS:
+            if len(first) != 2 or y.shape[0] != first[0] * first[1]:
                 return
             y = y.view(first[0], first[1], -1) if y.is_contiguous() else y.reshape(first[0], first[1], -1)
         axis = 1 if self._batch_first(y) else 0
-        if y.shape[axis] > LEAD_TOKENS:
+        if y.shape[axis] == first[1]:  # the input's token axis (not channels, not another length)
             lead = y.narrow(axis, 0, LEAD_TOKENS)
             self.c.put("ops", op.id, "lead_norm", torch.linalg.vector_norm(lead, dtype=_acc(y)))
             self.c.const("ops", op.id, "lead_numel", float(lead.numel()))

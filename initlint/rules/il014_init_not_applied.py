@@ -1,7 +1,6 @@
 """IL014 init-not-applied."""
 from __future__ import annotations
 
-import copy
 import inspect
 import math
 import sys
@@ -13,7 +12,7 @@ import torch.nn as nn
 
 from ..capture import ops as O
 from ..probe.declared import (BLOCK, DECLARED_DIGITS, HUGE, Draw, declare_applied, declare_called,
-                              defined_outside_torch, draw_of, draws_of, element_count, join_path, largest_finite,
+                              defined_outside_torch, draws_of, element_count, join_path, largest_finite,
                               may_be_unwritten, one_thread, own_element_count, own_random_stream, post_order, same,
                               scan_memory)
 from ..report.findings import Finding
@@ -553,7 +552,6 @@ def _judge_called(model: nn.Module, path: str, scope: nn.Module, method: str, pa
     if dec is None:  # an init that cannot run on a copy declares nothing we can compare
         return
     full, default = dec
-    modules = dict(scope.named_modules(prefix=path))
     fix = DeclaredCall(path, None, method)
     by = f"{type(scope).__name__}.{method}()"
     for name, declared in full.items():

@@ -169,6 +169,9 @@ def _fix(s: ParamStep, limit: float, worst: float, name: str) -> str:
     return f"scale param group {s.group}'s step size by {fmt(limit / worst) if worst else 'less than 1'}"
 
 
+_NORM_FED_KINDS = O.WEIGHT_KINDS | {"conv_transpose"}
+
+
 def scale_invariant(audit: AuditContext) -> Dict[str, str]:
     """Weights whose layer's output goes straight into a BatchNorm or InstanceNorm in training mode
     (through views and elementwise ops on a single path, as IL002 follows a bias): weight name -> the
@@ -178,7 +181,7 @@ def scale_invariant(audit: AuditContext) -> Dict[str, str]:
     frozen = frozen_norms(audit)
     for op in audit.graph:
         name = op.params.get("weight")
-        if op.kind not in O.WEIGHT_KINDS or not name or name in out:
+        if op.kind not in _NORM_FED_KINDS or not name or name in out:
             continue
         norm = cancelling_norm(audit, op)
         if norm is not None and norm.module not in frozen:

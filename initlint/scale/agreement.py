@@ -21,7 +21,6 @@ from typing import Any, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from ..errors import LoadError
 
 _ROW = 1024
 """Bytes of text per rank when some rank failed: the stage, the short reason and the message, cut to fit."""

@@ -38,12 +38,16 @@ from ..capture import nested
 from ..capture import Capture, RuntimeCapture, capture
 from ..capture.graph import Graph
 from ..inputs.load import LoadError
+from ..probe import draw
 from ..probe.run import ProbeResult, StatsObserver, _Collector
 from .agreement import Agreement, RanksFailed
 from .stream import (BlockProgress, Materialiser, Plan, StreamError, StreamProbe, _fx_called, _seeded, _swap,
                      _terminal_progress)
 
-_SUMMED = frozenset({"norm", "saturated_count"})
+_SUMMED = frozenset({"norm", "lead_norm", "saturated_count"})
+_NORMS = frozenset({"norm", "lead_norm"})
+"""Norms combine as the root of the ranks' summed squares; their element counts (``_NUMELS``) add up."""
+_NUMELS = frozenset({"numel", "lead_numel"})
 _LOWEST = frozenset({"low"})
 _HIGHEST = frozenset({"high"})
 """How a batch-dependent op statistic combines across data-parallel ranks (counts, ``*count``,
@@ -225,14 +229,14 @@ class _DPCollector(_Collector):
             if not items:
                 continue
             vals = torch.stack([self.values[i].detach().to(device, torch.float64) for i in items])
-            squares = torch.tensor([self.keys[i][2] == "norm" for i in items], device=device)
+            squares = torch.tensor([self.keys[i][2] in _NORMS for i in items], device=device)
             vals = torch.where(squares, vals * vals, vals)
             vals = self._all_reduce(vals, kind)
             vals = torch.where(squares, vals.sqrt(), vals)
             for i, v in zip(items, vals):
                 self.values[i] = v
         self._reduce_peaks(device)
-        self.consts = [(scope, key, name, value * self.ranks if name == "numel" and scope == "ops"
+        self.consts = [(scope, key, name, value * self.ranks if name in _NUMELS and scope == "ops"
                         and key in self.dependent else value) for scope, key, name, value in self.consts]
 
     def _reduce_peaks(self, device: torch.device) -> None:
@@ -302,9 +306,8 @@ class ShardedProbe(StreamProbe):
             index += dist.get_rank(group) * stride
             stride *= dist.get_world_size(group)
         shape = (main.shape[0] * stride,) + tuple(main.shape[1:])
-        gen = torch.Generator().manual_seed(0)
-        full = torch.randn(shape, generator=gen)
-        return full.narrow(0, index * main.shape[0], main.shape[0]).to(main.device, main.dtype)
+        full = draw.randn(shape, draw.generator(main.device, 0), main.device, main.dtype)
+        return full.narrow(0, index * main.shape[0], main.shape[0])
 
     def _summarise_grad(self, name: str, g: torch.Tensor) -> None:
         g = g.contiguous()
@@ -349,6 +352,7 @@ def sharded_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any
         agreement.stage = "the capture of the model's graph"
         work, sources = skeleton(model)
         cap = capture(work)
+        agreement.check()  # a rank whose capture raised says so before the others' vote below
         if agreement.any(cap.name != "fx") and cap.name == "fx":
             cap = RuntimeCapture(work)  # fx cannot trace it on some rank: every rank must run the same graph
     except Exception as exc:
