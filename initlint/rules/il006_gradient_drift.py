@@ -85,6 +85,13 @@ class GradientDrift(Rule):
     other, and no single learning rate suits them (a naive ``U(-1, 1)`` init of a 10-layer
     tanh pyramid spans more than 8 orders).
 
+    How it depends on the sequence's length: the division by the square root of the positions
+    holds when the terms summed over positions are independent, and at init they need not be.
+    In T5-small at default init the encoder's first MLP (``wo`` against ``wi``) spreads its
+    gradient variance by 489x on 2048 encoder tokens (limit 400) and stays within the limit on
+    16, 512 and 1024: the spread grows with the length. T5 trains on 512 input tokens; the
+    rest of the real-size zoo is clean at 512 and, where tested, 2048.
+
     It also flags gradients that vanished (or exploded) in every layer alike, which no spread
     shows: for each layer the backward signal ``delta_l`` is estimated as the per-position
     gradient std over the scale of the layer's input, and compared with the unit-variance
