@@ -1,13 +1,14 @@
 """How much training suffers when residual branches are scaled up at init (calibration of IL012).
 
     python benchmarks/residual_training.py [--scales 1,3,10,20,50] [--steps 250] [--seeds 0,1]
-                                           [--norm pre,post] [--block N]
+                                           [--norm pre,post] [--block N] [--half 32] [--batch 32]
 
 A small GPT (width 128, 4 blocks, 4 heads, causal ``F.scaled_dot_product_attention``,
 GPT-2's init: every weight ``N(0, 0.02)``, output projections ``N(0, 0.02 / sqrt(2 * blocks))``)
 learns a synthetic copy task: 32 random tokens out of 64, then the same 32 again; the loss is
 the cross-entropy on the repeated half (``ln 64 = 4.16`` for a guess, 0 once the model copies,
-which needs an induction head). Before training, both output projections (attention and MLP)
+which needs an induction head; ``--repeats 8`` repeats the 32 tokens 8 times, 255 tokens of input, the
+loss on the last 7 copies). Before training, both output projections (attention and MLP)
 of every block, or of block ``--block`` only, are multiplied by ``scale``. For each scale, norm
 placement (pre-LN: ``x + f(LN(x))``; post-LN: ``LN(x + f(x))``) and seed, the script trains
 with AdamW (lr 1e-3, batch 32, fixed data order) and reports:
@@ -76,7 +77,7 @@ class SmallGPT(nn.Module):
     def __init__(self, post_ln: bool = False, width: int = WIDTH, blocks: int = BLOCKS, heads: int = HEADS) -> None:
         super().__init__()
         self.wte = nn.Embedding(VOCAB, width)
-        self.wpe = nn.Embedding(2 * HALF, width)
+        self.wpe = nn.Embedding(max(2 * HALF, HALF * REPEATS, 64), width)
         self.h = nn.ModuleList(Block(width, heads, post_ln) for _ in range(blocks))
         self.ln_f = nn.LayerNorm(width)
         self.lm_head = nn.Linear(width, VOCAB, bias=False)
@@ -104,9 +105,16 @@ def scaled(model: SmallGPT, scale: float, only: Optional[int] = None) -> SmallGP
     return model
 
 
-def batch(gen: torch.Generator, size: int = 32) -> torch.Tensor:
+BATCH = 32
+
+
+REPEATS = 2
+
+
+def batch(gen: torch.Generator, size: Optional[int] = None) -> torch.Tensor:
+    size = size or BATCH
     half = torch.randint(0, VOCAB, (size, HALF), generator=gen)
-    return torch.cat([half, half], dim=1)
+    return torch.cat([half] * REPEATS, dim=1)
 
 
 def train(model: nn.Module, steps: int, seed: int) -> list:
@@ -138,6 +146,7 @@ def il012(model: nn.Module) -> str:
     import initlint
     from initlint.rules import Audit, all_rules
     from initlint.rules.base import measured, residual_adds
+    from initlint.rules.il012_residual_growth import _scales
 
     if "IL012" not in all_rules():
         return "n/a"
@@ -146,13 +155,15 @@ def il012(model: nn.Module) -> str:
     ratios = []
     for res in residual_adds(report.graph):
         stream, branch = measured(audit, res.stream), measured(audit, res.branch)
-        ratios.append(audit.op_stats(branch)["rms"] / audit.op_stats(stream)["rms"])
+        s, b = _scales(audit.op_stats(stream), audit.op_stats(branch))  # as IL012 judges them
+        ratios.append(b / s)
     found = [f for f in report.findings if f.code == "IL012"]
     judged = f"ratios {ratios[0]:.3g} (first branch), {max(ratios[1:]):.3g} (largest other)"
     return f"{len(report.codes())} finding(s); {judged}" if found else f"silent; {judged}"
 
 
 def main() -> None:
+    global HALF, BATCH, REPEATS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scales", default="1,3,10,20,50")
     parser.add_argument("--steps", type=int, default=250, help="0: only the IL012 verdict at init")
@@ -160,12 +171,18 @@ def main() -> None:
     parser.add_argument("--norm", default="pre,post")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--block", type=int, default=None, help="scale only this block's projections")
+    parser.add_argument("--half", type=int, default=HALF, help="tokens to copy (a sequence has twice as many)")
+    parser.add_argument("--batch", type=int, default=BATCH, help="sequences per step")
+    parser.add_argument("--repeats", type=int, default=REPEATS,
+                        help="the random tokens repeated this many times (8: 256 tokens, loss on the last 7 copies)")
     opts = parser.parse_args()
+    HALF, BATCH, REPEATS = opts.half, opts.batch, opts.repeats
     C.set_threads(opts.threads)
     scales = [float(s) for s in opts.scales.split(",")]
     seeds = [int(s) for s in opts.seeds.split(",")]
     print(f"machine: {C.machine()}")
     print(f"code: {C.revision()}")
+    print(f"sequence: {REPEATS * HALF - 1} tokens ({HALF} random tokens, {REPEATS} times), batch {BATCH}")
     rows = []
     for norm in opts.norm.split(","):
         for scale in scales:
