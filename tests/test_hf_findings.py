@@ -2,10 +2,12 @@
 (transformers 5.24), and a tied weight's declared init read as ``init_weights`` draws it."""
 import logging
 
+import pytest
 import torch
-import transformers as tf
 
 import initlint
+
+tf = pytest.importorskip("transformers")
 
 tf.logging.set_verbosity_error()
 logging.getLogger("transformers").setLevel(logging.ERROR)
