@@ -37,6 +37,13 @@ def whisper():
         max_target_positions=12, decoder_start_token_id=7, pad_token_id=3, bos_token_id=3, eos_token_id=3))
 
 
+def assert_probed(model, batch):
+    """The audit on the inferred inputs ran the forward and the backward probe."""
+    report = initlint.audit(model, batch_size=batch)
+    assert report.error is None and report.probe.forward_ran and report.probe.backward_ran
+    return report
+
+
 def test_t5_starts_its_decoder_with_the_pad_token():
     torch.manual_seed(0)
     model = t5()
@@ -46,8 +53,7 @@ def test_t5_starts_its_decoder_with_the_pad_token():
     assert kwargs["decoder_input_ids"].shape == (3, 16)
     assert (kwargs["decoder_input_ids"][:, 0] == model.config.pad_token_id).all()
     assert int(kwargs["decoder_input_ids"].max()) < 100
-    report = initlint.audit(model, batch_size=3)
-    assert report.error is None and report.probe.forward_ran and report.probe.backward_ran
+    assert_probed(model, 3)
 
 
 def test_bart_uses_its_decoder_start_token():
@@ -118,8 +124,7 @@ def test_clip_gets_token_ids_and_images_at_its_vision_towers_size():
     assert set(kwargs) == {"input_ids", "pixel_values"}
     assert kwargs["pixel_values"].shape == (2, 3, 48, 48)
     assert int(kwargs["input_ids"].max()) < 99
-    report = initlint.audit(model, batch_size=2)
-    assert report.error is None and report.probe.forward_ran and report.probe.backward_ran
+    assert_probed(model, 2)
 
 
 def test_llava_gets_one_image_token_per_image_feature():
