@@ -286,10 +286,10 @@ class StatsObserver:
         graph = self.graph_of()
         return self.c.shapes.get(graph.inputs[0]) if graph.inputs else None
 
-    def _batch_first(self, y: torch.Tensor) -> bool:
+    def _batch_first(self, y: torch.Tensor, first: Optional[Tuple[int, ...]] = None) -> bool:
         """Whether a 3-D output is ``(batch, tokens, features)``: the batch axis is the one whose size is
-        the probe batch's (axis 0 when both are)."""
-        first = self._first_input()
+        the probe batch's (axis 0 when both are); ``first``: the first input's shape, when known."""
+        first = first or self._first_input()
         batch = first[0] if first else None
         return not (y.shape[1] == batch and y.shape[0] != batch)
 
@@ -310,7 +310,7 @@ class StatsObserver:
             if len(first) != 2 or y.shape[0] != first[0] * first[1]:
                 return
             y = y.view(first[0], first[1], -1) if y.is_contiguous() else y.reshape(first[0], first[1], -1)
-        axis = 1 if self._batch_first(y) else 0
+        axis = 1 if self._batch_first(y, first) else 0
         if y.shape[axis] == first[1]:  # the input's token axis (not channels, not another length)
             lead = y.narrow(axis, 0, LEAD_TOKENS)
             self.c.put("ops", op.id, "lead_norm", torch.linalg.vector_norm(lead, dtype=_acc(y)))
