@@ -3,6 +3,7 @@ without it, and the audit with ``precision=`` against the model's forward+backwa
 
     python benchmarks/bench_step_cost.py [--models gpt2,t5,...] [--repeats 3] [--optimizer "AdamW(lr=3e-4)"]
                                          [--precision bf16] [--clock wall|process]
+                                         [--device cpu|cuda] [--batch training] [--tokens BxT] [--images N]
 
 For each model of the real-size zoo (``tests/zoo_real.py``: published architectures at their real
 widths and vocabularies, on the zoo's probe batch), one process measures, after one warm-up round
@@ -16,6 +17,11 @@ and with the two taking turns in every repeat (interleaved, one thread), the med
 * with ``--precision bf16``, also ``fwd+bwd`` (``_common.forward_backward``) and ``audit + precision``:
   the audit with ``precision="bf16"``, which adds one more forward and backward under ``torch.autocast``;
   the precision probe's cost is ``(audit + precision) - audit``, given against ``fwd+bwd``.
+
+``--device cuda`` moves each model and its batch there first; ``--batch training`` gives them the training
+batches of ``bench_real_size.py --batch training`` (GPT-2 8 x 1024 tokens, the 32-layer Llama 4 x 512,
+BERT 16 x 512, Qwen3 4 x 512, 32 images of 224 x 224; ``--tokens`` and ``--images`` as there) and,
+without ``--models``, measures that script's training set.
 
 It prints the ratios per model and their median and maximum. Goals: the first step at most 1.3x the plain
 audit; the precision probe at most 1.5x fwd+bwd.
@@ -42,21 +48,26 @@ def _timed(fn: Callable[[], Any]) -> float:
     return C.timed(fn)
 
 
-def measure(name: str, repeats: int, spec: str, precision: str = "") -> Dict[str, float]:
+def measure(name: str, repeats: int, spec: str, precision: str = "", device: str = "cpu", batch: str = "",
+            tokens: Any = None, images: Any = None) -> Dict[str, float]:
     """Median seconds of the audit without and with the optimizer's first step (and with the precision
     probe, and of fwd+bwd), interleaved."""
     import torch
 
     import _common as C
+    import bench_real_size as R
     import zoo_real as Z
-    from initlint.inputs.load import infer_inputs, normalise_inputs
+    from initlint.inputs.load import move_inputs
     from initlint.inputs.optimizer import parse_optimizer
 
-    model, inputs = Z.build(name)
+    model, pair = dict(R.zoo_models([name], batch or Z.BATCH, None, tokens, images))[name]()
+    if device != "cpu":
+        model = model.to(device)
+        pair = (move_inputs(pair[0], torch.device(device)), move_inputs(pair[1], torch.device(device)))
+    inputs = C.example(pair)
     optimizer = parse_optimizer(spec)
     fns = {"audit": lambda: Z.audit(model, inputs), "audit + step": lambda: Z.audit(model, inputs, optimizer=optimizer)}
     if precision:
-        pair = infer_inputs(model, Z.BATCH, 0) if inputs is None else normalise_inputs(inputs)
         fns["fwd+bwd"] = lambda: C.forward_backward(model, pair)
         fns["audit + precision"] = lambda: Z.audit(model, inputs, precision=precision)
     for fn in fns.values():  # warm-up: first-call costs (imports, allocator) are not the step's
@@ -81,7 +92,12 @@ def main(argv: List[str] = None) -> int:
     parser.add_argument("--precision", default="", help="also measure the precision probe (bf16 or fp16)")
     parser.add_argument("--clock", choices=("wall", "process"), default="wall",
                         help="wall time, or this process's CPU time (steady on a shared machine)")
+    parser.add_argument("--device", default="cpu", help="where the models and batches are (default cpu)")
+    parser.add_argument("--batch", default="", choices=("", "training"), help="training: the training batches")
+    parser.add_argument("--tokens", default=None, help="with --batch training: BxT sequences x tokens")
+    parser.add_argument("--images", type=int, default=None, help="with --batch training: images per batch")
     args = parser.parse_args(argv)
+    tokens = tuple(int(v) for v in args.tokens.lower().split("x")) if args.tokens else None
     torch.set_num_threads(args.threads)
     sys.path.insert(0, HERE)
     import _common as C
@@ -89,14 +105,16 @@ def main(argv: List[str] = None) -> int:
     C.set_clock(args.clock)
     import zoo_real as Z
 
-    names = [n for n in args.models.split(",") if n] or list(Z.ZOO)
+    import bench_real_size as R
+
+    names = [n for n in args.models.split(",") if n] or list(R.TRAINING_SET if args.batch else Z.ZOO)
     ratios, probe_ratios = [], []
     print(f"machine: {C.machine()}")
-    print(f"code: {C.revision()}")
+    print(f"code: {C.revision()}; device: {args.device}; batch: {args.batch or 'zoo'}")
     print(f"{'model':<20} {'audit s':>9} {'+ step s':>9} {'ratio':>7}"
           + (f" {'fwd+bwd s':>10} {'+ precision s':>14} {'probe / fwd+bwd':>16}" if args.precision else ""), flush=True)
     for name in names:
-        t = measure(name, args.repeats, args.optimizer, args.precision)
+        t = measure(name, args.repeats, args.optimizer, args.precision, args.device, args.batch, tokens, args.images)
         ratio = t["audit + step"] / t["audit"]
         ratios.append(ratio)
         line = f"{name:<20} {t['audit']:>9.3f} {t['audit + step']:>9.3f} {ratio:>7.2f}"

@@ -14,7 +14,11 @@ builds an FSDP2-sharded model and audits it, as a training script would:
 Whatever the audit does, the process stays alive and prints one JSON line: the rank, the seconds
 the audit took, its error (type and message) or its findings. Then it waits, through the process
 group's store (not a collective), until every rank has printed or the timeout has passed twice
-over, as a training script would carry on, and leaves the process group.
+over, as a training script would carry on, and leaves the process group. The ranks then leave
+together, through a store of their own on SIDE_PORT: none ends its process while another is still
+taking its process group down (gloo can abort a rank whose peer's sockets close under it then),
+and rank 0, which serves that store, ends last.
+The process ends with ``os._exit(0)`` once all that is done.
 """
 from __future__ import annotations
 
@@ -155,6 +159,7 @@ def main() -> None:
     if case in ("forward_raises", "trace_differs", "backward_raises"):
         FAILS["backward" if case == "backward_raises" else "forward"] = failing
     timeout = datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", "180")))
+    side = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["SIDE_PORT"]), world, rank == 0, timeout)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -171,11 +176,24 @@ def main() -> None:
     out["seconds"] = time.perf_counter() - start
     print(json.dumps(out), flush=True)
     store = dist.distributed_c10d._get_default_store()
-    store.add("audited", 1)
     deadline = time.monotonic() + 2 * timeout.total_seconds()
-    while store.add("audited", 0) < world and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait(store, "audited", world, deadline)
     dist.destroy_process_group()
+    _wait(side, "left the group", world, deadline)
+    if rank == 0:  # the store's server: the others read it no more once they have added "done"
+        _wait(side, "done", world, deadline)
+    else:
+        side.add("done", 1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # everything is printed and every group is down; the interpreter's teardown is torch's, not the audit's
+
+
+def _wait(store: dist.Store, key: str, world: int, deadline: float) -> None:
+    """Count this rank in under ``key``, then wait until every rank has or the deadline has passed."""
+    store.add(key, 1)
+    while store.add(key, 0) < world and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ def run_ranks(case: str, world: int, failing: int) -> list:
     """Every rank's JSON line, after asserting that each process ended by itself, not by a signal."""
     pytest.importorskip("torch.distributed.fsdp")
     env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               OMP_NUM_THREADS="1", INITLINT_NO_PROGRESS="1", PG_TIMEOUT=str(PG_TIMEOUT))
+               SIDE_PORT=str(_free_port()), OMP_NUM_THREADS="1", INITLINT_NO_PROGRESS="1", PG_TIMEOUT=str(PG_TIMEOUT))
     procs = [subprocess.Popen([sys.executable, WORKER, case, str(failing)], env=dict(env, RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
     outputs = []
