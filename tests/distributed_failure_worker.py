@@ -14,11 +14,7 @@ builds an FSDP2-sharded model and audits it, as a training script would:
 Whatever the audit does, the process stays alive and prints one JSON line: the rank, the seconds
 the audit took, its error (type and message) or its findings. Then it waits, through the process
 group's store (not a collective), until every rank has printed or the timeout has passed twice
-over, as a training script would carry on, and leaves the process group. The ranks then leave
-together, through a store of their own on SIDE_PORT: none ends its process while another is still
-taking its process group down (gloo can abort a rank whose peer's sockets close under it then),
-and rank 0, which serves that store, ends last.
-The process ends with ``os._exit(0)`` once all that is done.
+over, as a training script would carry on, and the ranks leave together (``rank_exit.Exit``).
 """
 from __future__ import annotations
 
@@ -33,6 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.fx
 import torch.nn as nn
+from rank_exit import Exit, wait
 
 FEATURES = 64
 FAIL_MESSAGE = "CUDA out of memory. Tried to allocate 20.00 GiB (simulated on this rank)"
@@ -159,7 +156,7 @@ def main() -> None:
     if case in ("forward_raises", "trace_differs", "backward_raises"):
         FAILS["backward" if case == "backward_raises" else "forward"] = failing
     timeout = datetime.timedelta(seconds=float(os.environ.get("PG_TIMEOUT", "180")))
-    side = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["SIDE_PORT"]), world, rank == 0, timeout)
+    ending = Exit(rank, world, timeout)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -177,23 +174,8 @@ def main() -> None:
     print(json.dumps(out), flush=True)
     store = dist.distributed_c10d._get_default_store()
     deadline = time.monotonic() + 2 * timeout.total_seconds()
-    _wait(store, "audited", world, deadline)
-    dist.destroy_process_group()
-    _wait(side, "left the group", world, deadline)
-    if rank == 0:  # the store's server: the others read it no more once they have added "done"
-        _wait(side, "done", world, deadline)
-    else:
-        side.add("done", 1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # everything is printed and every group is down; the interpreter's teardown is torch's, not the audit's
-
-
-def _wait(store: dist.Store, key: str, world: int, deadline: float) -> None:
-    """Count this rank in under ``key``, then wait until every rank has or the deadline has passed."""
-    store.add(key, 1)
-    while store.add(key, 0) < world and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait(store, "audited", world, deadline)
+    ending.leave()
 
 
 if __name__ == "__main__":

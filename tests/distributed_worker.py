@@ -9,14 +9,17 @@ of the sharded model afterwards.
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import math
 import os
 import sys
+import traceback
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from rank_exit import Exit
 
 CASES = ("fsdp_mlp", "tp_mlp", "fsdp_llama")
 BATCH = 8
@@ -128,15 +131,19 @@ def run_case(case: str, rank: int, world: int, mesh) -> dict:
 
 def main() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    ending = Exit(rank, world, datetime.timedelta(seconds=200))
     dist.init_process_group("gloo", rank=rank, world_size=world)
+    code = 0
     try:
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = init_device_mesh("cpu", (world,))
         results = {case: run_case(case, rank, world, mesh) for case in sys.argv[1:] or CASES}
         print(json.dumps({"rank": rank, "results": results}), flush=True)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    ending.leave(code)  # the ranks leave the group together (rank_exit)
 
 
 if __name__ == "__main__":

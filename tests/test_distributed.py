@@ -28,8 +28,8 @@ def _free_port() -> int:
 def ranks():
     pytest.importorskip("torch.distributed.fsdp")
     port = str(_free_port())
-    env = dict(os.environ, WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=port, OMP_NUM_THREADS="1",
-               INITLINT_NO_PROGRESS="1")
+    env = dict(os.environ, WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1", MASTER_PORT=port,
+               SIDE_PORT=str(_free_port()), OMP_NUM_THREADS="1", INITLINT_NO_PROGRESS="1")
     procs = [subprocess.Popen([sys.executable, WORKER, *CASES], env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(WORLD)]
     outputs = []
