@@ -5,7 +5,7 @@ the host (``.item()``, ``float(t)``, ``bool(t)``, ``if t.any():``, ``.tolist()``
 ``.numpy()``), an op whose output's size depends on the data (``nonzero``, ``masked_select``, a
 boolean index, ``unique``, ``torch.equal``, ``bincount``), a linear-algebra routine's error check, or a
 blocking copy of host memory to the device (``torch.tensor(data, device=...)``, ``t.to(device)`` of a
-tensor made on the host). :class:`HostSyncs` counts those calls as they are made, with a
+tensor made on the host, ``t[[0, 2]]`` or ``t[idx] = v`` with a list or a host tensor as the index). :class:`HostSyncs` counts those calls as they are made, with a
 ``TorchFunctionMode`` for the tensor methods that leave torch's dispatcher (``tolist``, ``cpu``,
 ``numpy``) and for the copies, and a ``TorchDispatchMode`` for the rest, so that the count on CPU is the
 one a GPU run would make. A tensor counts as made on the host when a factory made it without a
@@ -73,12 +73,21 @@ class _Functions(TorchFunctionMode):
             self.owner.record(f"{name} of a host tensor")
         elif name in _FROM_DATA and kwargs.get("device") is not None:
             self.owner.record(f"torch.{name}(device=)")
+        elif name in ("__getitem__", "__setitem__") and not self.owner.is_host_born(args[0]) \
+                and self._host_index(args[1]):
+            self.owner.record(f"{name} at host indices")
         out = func(*args, **kwargs)
         if isinstance(out, torch.Tensor) and ((name in _FROM_DATA and kwargs.get("device") is None)
                                               or (name in _FACTORIES and _on_host(kwargs))
                                               or (name not in _MOVES and self._from_host(args))):
             self.owner.host_born(out)
         return out
+
+    def _host_index(self, index: Any) -> bool:
+        """Whether an index is copied from the host to the device: a list of integers or a tensor made on the host."""
+        parts = index if isinstance(index, tuple) else (index,)
+        return any(isinstance(p, list) or (isinstance(p, torch.Tensor) and p.dim() > 0 and self.owner.is_host_born(p))
+                   for p in parts)
 
     def _from_host(self, args: Tuple[Any, ...]) -> bool:
         """Whether an op's tensor arguments all live on the host: then so does its output."""

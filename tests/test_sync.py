@@ -146,12 +146,17 @@ def test_host_syncs_counts_reads_data_dependent_ops_and_copies_of_host_tensors()
         torch.nonzero(on_device)
         torch.randn(8).to(device)  # drawn on the host, then copied
         torch.tensor([1.0, 2.0], device=device)  # host data, copied
-    assert syncs.count == 5, syncs.events
+        on_device[[0, 2]]  # a list index: copied to the device first
+        on_device[[1, 3]] = 0.0
+        on_device[torch.arange(2)] += 1  # a host tensor as the index, read then written: two copies
+    assert syncs.count == 9, syncs.events
     with HostSyncs() as none:
         gen = torch.Generator(device=device).manual_seed(0)
         drawn = torch.randn(8, generator=gen, device=device)
         (drawn * on_device).to(torch.float64)
         torch.zeros(3, device=device)
+        on_device[2:5] = 1.0  # slices and integers index without a copy
+        on_device[torch.arange(2, device=device)]  # an index made on the device
     assert none.count == 0, none.events
 
 
