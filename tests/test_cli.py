@@ -374,6 +374,11 @@ def _readme_section(title):
         return fh.read().split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
 
 
+def _numbers_masked(text: str) -> str:
+    """``text`` with every number as ``#`` and whitespace as one space (a table wraps its messages by their width)."""
+    return re.sub(r"\s+", " ", re.sub(r"\d+(\.\d+)?(e[+-]\d+)?", "#", text))
+
+
 def test_readme_get_started_commands():
     """The newcomer's first command installs the runtime dependencies only and lints an example with the output
     the README opens with; the contributor's block installs the dev extra and runs what CI runs."""
@@ -393,8 +398,12 @@ def test_readme_get_started_commands():
     assert out.returncode == 1, out.stderr
     with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
         shown = fh.read().split(f"```\n$ {lint}\n", 1)[1].split("```", 1)[0]
-    # the header names the device the audit picked: cpu there, cuda on a machine with a GPU (README: Get started)
-    assert re.sub(r"device: cuda(:\d+)?\)", "device: cpu)", out.stdout, count=1) == shown
+    # the header names the device the audit picked: cpu there, cuda on a machine with a GPU (README: Get started),
+    # where the probe batch comes from CUDA's generator, so the measured values differ in their last digits
+    got = re.sub(r"device: cuda(:\d+)?\)", "device: cpu)", out.stdout, count=1)
+    if got != out.stdout:
+        got, shown = _numbers_masked(got), _numbers_masked(shown)
+    assert got == shown
     assert contributor.splitlines() == ['pip install -e ".[dev]"', "# run the tests", "python -m pytest -q"]
 
 

@@ -190,6 +190,8 @@ def test_fastspeech2_gets_the_targets_it_needs_in_training_mode():
 
 
 def test_molmo2_gets_its_token_types():
+    if not hasattr(tf, "Molmo2Config"):
+        pytest.skip(f"transformers {tf.__version__} has no Molmo2")
     torch.manual_seed(0)
     config = tf.Molmo2Config()
     text = config.get_text_config()
