@@ -29,6 +29,9 @@ def main() -> None:
     parser.add_argument("--intermediate", type=int, default=14336)
     parser.add_argument("--vocab", type=int, default=128256)
     parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--profile", default="", help="write a cProfile of the audit to this file")
+    parser.add_argument("--breakdown", action="store_true", help="wall time of the audit's stages")
     opts = parser.parse_args()
     # Threads that lose their core wait passively instead of spinning at OpenMP barriers (a shared machine).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -42,7 +45,7 @@ def main() -> None:
     transformers.logging.set_verbosity_error()
     config = transformers.LlamaConfig(
         hidden_size=opts.hidden, num_hidden_layers=opts.layers, intermediate_size=opts.intermediate,
-        num_attention_heads=32, num_key_value_heads=8, vocab_size=opts.vocab, max_position_embeddings=8192,
+        num_attention_heads=opts.heads, num_key_value_heads=8, vocab_size=opts.vocab, max_position_embeddings=8192,
         rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False)
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(config)
@@ -64,16 +67,87 @@ def main() -> None:
             print(f"  {event.phase} {event.index}/{event.total} {event.block} at {event.seconds:.0f} s", flush=True)
             last[0] = now
 
-    report = initlint.audit(model, {"input_ids": ids}, device="cpu", progress=progress)
+    stages = _Stages() if opts.breakdown else None
+    profiler = None
+    if opts.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    if stages is not None:
+        with stages.installed():
+            report = initlint.audit(model, {"input_ids": ids}, device="cpu", progress=progress)
+    else:
+        report = initlint.audit(model, {"input_ids": ids}, device="cpu", progress=progress)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(opts.profile)
     wall = time.perf_counter() - start
     print(f"audit: {wall:.0f} s wall (goal 600 s), peak RSS {_peak_gb():.2f} GB (goal 6 GB; "
           f"{rss_before:.2f} GB before the audit), load average after {os.getloadavg()[0]:.1f}")
+    if stages is not None:
+        stages.report(wall)
     print(f"still on the meta device: {all(p.device.type == 'meta' for p in model.parameters())}")
     for note in report.notes:
         print(f"note: {note}")
     print(f"findings: {len(report.findings)}")
     for f in report.findings:
         print(f"  {f.code} {f.module}: {f.message}")
+
+
+class _Stages:
+    """Wall time of the streamed audit's stages, each without the stages inside it:
+
+    * ``init draw``: a block's init steps (the declared init's fills), for the forward and again for the backward;
+    * ``drawn stats``: the statistics of what the init gave each parameter, once (``Materialiser._record``);
+    * ``forward``: the blocks' forward with the per-op statistics;
+    * ``backward``: each block recomputed from its input and differentiated, the gradients' statistics;
+    * ``weight stats``: the weights' statistics for the rules (``StreamProbe._param_stats``);
+    * ``rules``: every rule (IL014 compares the drawn statistics with the declared init's);
+    * ``other``: the rest (capture, copies, the report).
+    """
+
+    def __init__(self) -> None:
+        self.seconds = {k: 0.0 for k in ("init draw", "drawn stats", "forward", "backward", "weight stats", "rules")}
+        self.inner = 0.0
+
+    def wrap(self, stage: str, fn):
+        def wrapper(*args, **kwargs):
+            before = self.inner
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - start
+                self.seconds[stage] += spent - (self.inner - before)
+                self.inner = before + spent
+        return wrapper
+
+    def installed(self):
+        import contextlib
+
+        from initlint import api
+        from initlint.scale import stream
+
+        patches = [(stream.Materialiser, "_run_steps", "init draw"), (stream.Materialiser, "_record", "drawn stats"),
+                   (stream.StreamProbe, "call", "forward"), (stream.StreamProbe, "recompute", "backward"),
+                   (stream.StreamProbe, "_param_stats", "weight stats"), (api, "_run_rules", "rules")]
+
+        @contextlib.contextmanager
+        def installing():
+            saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+            try:
+                for owner, name, stage in patches:
+                    setattr(owner, name, self.wrap(stage, getattr(owner, name)))
+                yield
+            finally:
+                for owner, name, fn in saved:
+                    setattr(owner, name, fn)
+        return installing()
+
+    def report(self, wall: float) -> None:
+        rows = dict(self.seconds, other=wall - sum(self.seconds.values()))
+        print("stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in rows.items()))
 
 
 def _peak_gb() -> float:

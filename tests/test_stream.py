@@ -305,3 +305,41 @@ def test_a_seed_queued_for_an_accelerator_not_in_use_yet_survives_a_streamed_aud
     assert_a_queued_seed_survives("from test_stream import IDS, init_loud, on_meta, small_llama\n"
                                   "model = on_meta(small_llama)",
                                   'initlint.audit(model, IDS, init=init_loud, device="cpu")')
+
+
+def test_large_fills_are_drawn_by_threads_with_the_declared_distribution_and_replay_alike(monkeypatch):
+    """On CPU a streamed block's large random fills are drawn in chunks by several threads, each from a
+    generator seeded from one draw of the global stream: the declared distribution, the same values from
+    the same global state (the block drawn again for the backward), and the materialised model's findings."""
+    from initlint.scale import stream
+
+    monkeypatch.setattr(stream, "_PARALLEL_FILL", 4096)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        drawn = []
+        for _ in range(2):
+            torch.manual_seed(0)
+            with stream._ParallelFills():
+                drawn.append(torch.empty(100_000).normal_(0.5, 0.02))
+                after = torch.rand(1)  # the global stream moved on by the one draw, alike both times
+            drawn.append(after)
+        assert torch.equal(drawn[0], drawn[2]) and torch.equal(drawn[1], drawn[3])
+        assert drawn[0].std().item() == pytest.approx(0.02, rel=0.02)
+        assert drawn[0].mean().item() == pytest.approx(0.5, abs=1e-3)
+        assert not torch.equal(drawn[0][:50_000], drawn[0][50_000:])  # each chunk from a generator of its own
+        torch.manual_seed(0)
+        assert not torch.equal(torch.empty(100_000).normal_(0.5, 0.02), drawn[0])  # not the global stream's fill
+        with stream._ParallelFills():
+            uniform = torch.empty(100_000).uniform_(-1.0, 1.0)
+            small = torch.empty(100).normal_()  # below the size: the global stream's own fill
+        assert -1.0 <= uniform.min().item() and uniform.max().item() <= 1.0
+        assert uniform.std().item() == pytest.approx(3 ** -0.5, rel=0.02) and small.std().item() > 0.5
+
+        build, init, inputs = CASES["llama"]
+        reference = initlint.audit(materialised(build, init), inputs)
+        streamed = initlint.audit(on_meta(build), inputs, init=init)
+        assert [(f.code, f.module) for f in streamed.findings] == [(f.code, f.module) for f in reference.findings]
+        assert streamed.probe.backward_ran
+    finally:
+        torch.set_num_threads(threads)

@@ -789,7 +789,9 @@ class _Private(TorchDispatchMode):
             if isinstance(out, torch.Tensor) and out.numel() >= 4 * TILE:
                 self.large.add(_storage(out))  # a fresh tensor a random fill may draw as a tile
             return out
-        if not (self.original or self.tiled or self.pending) or func.is_view:
+        if func.is_view or (not (self.original or self.tiled or self.pending) and func not in _RANDOM_FILLS):
+            # nothing stands for other values yet; a random fill is still deferred (a streamed block's copy
+            # starts as empty memory with no original to stand for, and its fills need not be drawn)
             return self.run(func, *args, **kwargs)
         tiled = self._on_tiles(func, args, kwargs)
         if tiled is not _NOT_TILED:
