@@ -9,6 +9,10 @@ and a probe of batch 1 x 32 tokens, at Hugging Face's default init. The script p
 wall time of the audit, the peak resident memory of the process (``ru_maxrss``; it never
 held the whole model) and the findings. Smaller shapes (``--layers 2 --hidden 512``) check
 the script in seconds. It runs once, not repeated: a full run draws 16e9 random numbers.
+
+Llama 3 70B's shape: ``--layers 80 --hidden 8192 --intermediate 28672 --heads 64`` (70.55e9 parameters,
+282 GB in float32). ``--breakdown`` adds the wall time of the audit's stages (:class:`_Stages`);
+``--profile FILE`` writes a cProfile of the audit (the calling thread's only).
 """
 from __future__ import annotations
 
@@ -64,7 +68,8 @@ def main() -> None:
     def progress(event: "initlint.scale.stream.BlockProgress") -> None:
         now = time.perf_counter()
         if now - last[0] >= 30 or event.index == event.total:
-            print(f"  {event.phase} {event.index}/{event.total} {event.block} at {event.seconds:.0f} s", flush=True)
+            left = f", about {event.remaining:.0f} s left" if event.remaining is not None else ""
+            print(f"  {event.phase} {event.index}/{event.total} {event.block} at {event.seconds:.0f} s{left}", flush=True)
             last[0] = now
 
     stages = _Stages() if opts.breakdown else None

@@ -210,6 +210,9 @@ def test_one_block_holds_values_at_a_time():
     assert forward == blocks and [e.index for e in events if e.phase == "forward"] == list(range(1, len(blocks) + 1))
     assert backward == blocks[::-1][:len(backward)] and len(backward) >= depth + 1  # recomputed in reverse
     assert all(isinstance(e, BlockProgress) and e.total >= e.index for e in events)
+    # the estimate of the time left: from the first block on, never negative, nothing left after the last
+    assert all(e.remaining is not None and e.remaining >= 0 for e in events)
+    assert events[-1].remaining == 0 and events[0].remaining > 0
 
 
 def test_init_is_called_once_per_tensor_owner_in_module_order():

@@ -79,6 +79,9 @@ class BlockProgress:
     """Module path of the block (``model.layers.3``)."""
     seconds: float
     """Time since the audit started."""
+    remaining: Optional[float] = None
+    """Estimated seconds left: the time so far, per byte of the blocks done, times the bytes of the blocks
+    left (each block once forward and once backward); None before the first block's end."""
 
 
 @dataclass
@@ -671,6 +674,7 @@ class StreamProbe:
         self.counts = {"forward": 0, "backward": 0}
         self.totals = {"forward": len(plan.units), "backward": 0}
         self.peak_block = max((g.nbytes for g in plan.units), default=0)
+        self.work = {"done": 0.0, "total": sum(_work(g) for g in plan.units) * (2 if backward else 1)}
         mat.forget = self._forget
 
     def _forget(self, t: torch.Tensor) -> None:
@@ -821,10 +825,14 @@ class StreamProbe:
     # -- progress
     def _tick(self, phase: str, group: _Group) -> None:
         self.counts[phase] += 1
+        self.work["done"] += _work(group)
         if self.progress is None:
             return
+        seconds = time.perf_counter() - self.start
+        done, total = self.work["done"], max(self.work["total"], self.work["done"])
+        remaining = seconds * (total - done) / done if done > 0 else None
         self.progress(BlockProgress(phase, self.counts[phase], max(self.totals[phase], self.counts[phase]),
-                                    group.path or "<model>", time.perf_counter() - self.start))
+                                    group.path or "<model>", seconds, remaining))
 
     # -- the run
     def run(self, args: Tuple[Any, ...], kwargs: Dict[str, Any], logits: Optional[bool]) -> ProbeResult:
@@ -870,6 +878,12 @@ class StreamProbe:
             for name in list(self.pending):
                 self._summarise_grad(name, self.pending.pop(name))
         result.backward_ran = True
+
+
+def _work(group: _Group) -> float:
+    """A block's share of a streamed audit's time, for the estimate of what is left: its bytes (drawn, then
+    read by the forward or the backward), and one megabyte for the fixed cost of any block."""
+    return float(group.nbytes) + 1e6
 
 
 def _holder(plan: Plan, t: torch.Tensor) -> nn.Module:
@@ -995,6 +1009,15 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
+def _duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``2.5 h``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _terminal_progress() -> Optional[Callable[[BlockProgress], None]]:
     """Block-by-block progress on stderr when it is a terminal (see :func:`initlint.inputs.config.show_progress`), once
     the audit has run for a while."""
@@ -1005,7 +1028,8 @@ def _terminal_progress() -> Optional[Callable[[BlockProgress], None]]:
 
     def show(event: BlockProgress) -> None:
         if event.seconds >= _PROGRESS_AFTER:
-            print(f"initlint: {event.phase} {event.index}/{event.total} {event.block} ({event.seconds:.0f} s)",
+            left = f", about {_duration(event.remaining)} left" if event.remaining is not None else ""
+            print(f"initlint: {event.phase} {event.index}/{event.total} {event.block} ({event.seconds:.0f} s{left})",
                   file=sys.stderr, flush=True)
 
     return show
