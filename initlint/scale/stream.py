@@ -375,15 +375,22 @@ class Materialiser:
         return spares.pop() if spares else None
 
     def _skip_to(self, step: int) -> None:
-        """Run the init steps before ``step`` that never ran, so its random state is known."""
+        """Run the init steps before ``step`` that never ran, so its random state is known. On CPU a block
+        released right after is run dry (:class:`_ParallelFills`): its large fills take their one draw of the
+        random stream and write nothing (a Llama's head, last in module order but held from the start, would
+        otherwise draw every layer one more time)."""
         while self.frontier < step:
             group = self.plan.group_of[self.frontier]
-            self._materialise(group)
+            dry = self.device.type == "cpu" and group.kind != "loose" \
+                and not any(id(t) in self.plan.kept for t in group.tensors)
+            self._materialise(group, dry=dry)
             if group.kind != "loose":
                 self.live_groups.append(group)
                 self.release(group)
 
-    def _materialise(self, group: _Group) -> None:
+    def _materialise(self, group: _Group, dry: bool = False) -> None:
+        """Give ``group``'s tensors storage and run its init steps; ``dry``: for the random state after them only
+        (the large fills write nothing; nothing is recorded), the group being released right after."""
         fresh = [t for t in group.tensors if id(t) not in self.live]
         reused = [self._spare(t) for t in fresh]
         self.spares.clear()  # what no tensor of this block can use goes before new storage is taken
@@ -393,9 +400,10 @@ class Materialiser:
                 _mark(t)
                 self.live.add(id(t))
         if fresh or group.last not in self.states:
-            self._run_steps(group, {id(t) for t in fresh})
+            self._run_steps(group, {id(t) for t in fresh}, dry)
             self._fill_unset(group, fresh)
-            self._record(fresh)
+            if not dry:
+                self._record(fresh)
 
     def _record(self, fresh: List[torch.Tensor]) -> None:
         """What the init gave each parameter, the first time it is drawn (IL014 compares it with the declared init)."""
@@ -406,9 +414,9 @@ class Materialiser:
             if kind == "param" and t.is_floating_point() and path not in self.drawn:
                 self.drawn[path] = draw_of(t, full=True)
 
-    def _run_steps(self, group: _Group, fresh: Set[int]) -> None:
+    def _run_steps(self, group: _Group, fresh: Set[int], dry: bool = False) -> None:
         outer = _rng_get(self.device)
-        parallel = _ParallelFills() if self.device.type == "cpu" and torch.get_num_threads() > 1 else nullcontext()
+        parallel = _ParallelFills(dry) if self.device.type == "cpu" else nullcontext()
         try:
             _rng_set(self.states[group.first], self.device)
             with torch.no_grad(), parallel:
@@ -477,12 +485,19 @@ class _ParallelFills(TorchDispatchMode):
     """While a block's init steps run on CPU: a ``normal_`` or ``uniform_`` fill of a contiguous tensor of at
     least :data:`_PARALLEL_FILL` elements, from the global generator, is drawn in ``torch.get_num_threads()``
     chunks by as many threads, each from a generator of its own seeded from one draw of the global stream.
+    So such a fill moves the global stream by exactly one draw, whatever its size: ``dry`` takes that draw
+    and writes only the tensor's two ends (so it does not read as unset), which leaves the random state
+    where a real run leaves it, for a block drawn only to reach the state after it.
     One generator draws some 250 million elements a second here (a 70B-shaped layer, 855 million, drawn for
     the forward and again for the backward); two threads draw about twice that. The block drawn again for the
     backward starts from the same global state, so it gets the same values. A dispatch mode: the init steps
     may run inside a torch-function handler (the runtime capture's), where torch-function modes are off."""
 
     _FILLS = {torch.ops.aten.normal_.default: ("mean", "std"), torch.ops.aten.uniform_.default: ("from", "to")}
+
+    def __init__(self, dry: bool = False) -> None:
+        super().__init__()
+        self.dry = dry
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Tuple[Any, ...] = (), kwargs: Optional[Dict] = None):
         kwargs = kwargs or {}
@@ -496,7 +511,10 @@ class _ParallelFills(TorchDispatchMode):
         method = "normal_" if func is torch.ops.aten.normal_.default else "uniform_"
         base = int(torch.randint(0, 1 << 62, (1,)))  # one draw of the global stream, replayed with the block
         flat = target.view(-1)
-        count = torch.get_num_threads()
+        if self.dry:
+            flat[0] = flat[-1] = 0.0
+            return target
+        count = max(1, torch.get_num_threads())
         size = -(-flat.numel() // count)
         errors: List[BaseException] = []
 
