@@ -44,6 +44,9 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from residual_training import first_below  # noqa: E402  (the running mean over 20 steps)
+
 HIDDEN, HEAD_DIM, LAYERS, VOCAB, HALF = 256, 128, 4, 64, 32
 WIDE = {"70b": 8192, "8b": 4096}
 
@@ -95,13 +98,6 @@ def train(model: nn.Module, steps: int, seed: int, lr: float) -> List[float]:
         sched.step()
         losses.append(loss.item())
     return losses
-
-
-def first_below(losses: List[float], level: float = 1.0, window: int = 20) -> str:
-    for i in range(window, len(losses) + 1):
-        if statistics.mean(losses[i - window:i]) < level:
-            return str(i)
-    return "-"
 
 
 def audit(model: nn.Module) -> str:
