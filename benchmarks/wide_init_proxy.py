@@ -21,6 +21,8 @@ compared (``--inits``):
 * ``70b-emb``: the 70B's, with the embedding at std 1 (the first branch then adds about 2.5x the stream);
 * ``score=X``: the 70B's, with ``q_proj`` and ``k_proj`` drawn so that the scores have std ``X``
   (``s_qk**2 * hidden = X``): where does saturation start to cost training?
+* ``emb=S``: this width's own init (``hf``) with the embedding drawn at std ``S``: the first branch large
+  against the embedding (IL012) without the 70B's saturated attention.
 
 The task is the copy task of ``residual_training.py``: 32 random tokens of 64, then the same 32
 again; the loss is the cross-entropy on the repeated half (ln 64 = 4.16 for a guess, 0 once the
@@ -77,7 +79,8 @@ def build(init: str, seed: int) -> nn.Module:
                     s = math.sqrt(float(init[len("score="):]) / HIDDEN)
                 module.weight.normal_(0.0, s)
             elif isinstance(module, nn.Embedding):
-                module.weight.normal_(0.0, 1.0 if init == "70b-emb" else 0.02)
+                emb = float(init[len("emb="):]) if init.startswith("emb=") else 1.0 if init == "70b-emb" else 0.02
+                module.weight.normal_(0.0, emb)
     return model
 
 

@@ -249,6 +249,22 @@ def test_a_large_unnormalised_input_is_named_as_the_cause():
     assert report.findings[0].fix.startswith("normalise the input of c_attn")
 
 
+def test_a_fixed_std_too_large_for_the_width_names_the_projections_and_the_std_the_width_needs():
+    """Llama-3-70B's shape at Hugging Face's std 0.02 (hidden 8192, head dim 128): q and k gain 1.81 each on a
+    normalised input, scores of std 3.3. The same statistics at hidden 256 (std 0.02 * sqrt(8192 / 256)):
+    the cause is the projections' std, not the input (rms 1 after the norm); the fix names 1/sqrt(fan_in)."""
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(hidden_size=256, intermediate_size=896, num_hidden_layers=1, num_attention_heads=2,
+                            num_key_value_heads=2, head_dim=128, vocab_size=64, initializer_range=0.02 * 32 ** 0.5)
+    model = tf.LlamaForCausalLM(config)
+    report = initlint.audit(model, {"input_ids": ids(64, 2, 32)}, select=["IL011"])
+    assert codes(report, "IL011") == {"model.layers.0.self_attn.q_proj"}
+    finding = report.findings[0]
+    assert "the scores have std 3.3" in finding.message and "has weight std 0.113, 1.81x the 1/sqrt(fan_in 256)" \
+        in finding.message
+    assert finding.fix == "nn.init.normal_(model.model.layers[0].self_attn.q_proj.weight, std=0.0625)"
+
+
 @pytest.mark.parametrize("mask_value", [float("-inf"), -torch.finfo(torch.float32).max, -1e4])
 def test_explicit_causal_softmax_is_judged_against_the_keys_each_query_sees(mask_value):
     class Causal(nn.Module):

@@ -838,7 +838,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '- the **scale**: it differs from ``head_dim ** -0.5`` and q and k are of the usual size\n'
                       '  (the scores would be fine with the usual scale), as with ``dim_head ** 0.5`` written\n'
                       '  for ``dim_head ** -0.5``;\n'
-                      '- the **q/k projections**: their weights are far above ``1 / sqrt(fan_in)``;\n'
+                      '- the **q/k projections**: their weights are far above ``1 / sqrt(fan_in)`` (gain above 2), or\n'
+                      '  above it at all while their input is of about unit scale (rms at most 2, as after a norm),\n'
+                      '  so that only the weights can make the scores large;\n'
                       '- the **signal feeding them**: the weights are normal but their input is large (no\n'
                       '  normalisation before the attention).\n'
                       '\n'
@@ -859,6 +861,15 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'std 3 give a mean normalised entropy of 0.41 over 16 keys, 0.44 over 64, 0.47 over 512\n'
                       'and 0.51 over 2048; std 2 gives 0.60 to 0.75 and std 4 0.31 to 0.35. So a short probe is\n'
                       'the stricter one, and scores near std 3 can be flagged at 512 tokens and pass at 2048.\n'
+                      "At a width its init was not made for: Hugging Face's fixed std 0.02 in Llama-3-70B's shape\n"
+                      '(hidden 8192, head dim 128) gives q and k a gain of 1.81 each (std x sqrt(fan_in)) on their\n'
+                      'normalised input, and scores of std 3.3 (mean entropy 0.36-0.40 over 32 tokens; the 8B\n'
+                      'shape, hidden 4096: std 1.6, not flagged). A Llama of the same head dimension at hidden 256\n'
+                      'drawn with the same statistics (``benchmarks/wide_init_proxy.py``: a copy task, AdamW, two\n'
+                      "seeds) learnt the task at steps 126-127, against 69-72 with its own width's init and 74-77\n"
+                      'with q and k at std ``1 / sqrt(fan_in)`` and the rest unchanged; scores of std 6 took\n'
+                      "159-168 steps and std 10 231-246; the 8B's statistics 74-80. The finding then names the\n"
+                      'projections, not the input, and the std the width needs.\n'
                       "The statistics come from at most 8 heads x 64 query rows per op (512 rows): a row's\n"
                       "normalised entropy lies in [0, 1], so the mean's standard error is below 0.022, and the\n"
                       'heads of a layer are alike at initialisation (i.i.d. weights).\n'
