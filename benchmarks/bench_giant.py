@@ -88,8 +88,9 @@ def main() -> None:
         profiler.disable()
         profiler.dump_stats(opts.profile)
     wall = time.perf_counter() - start
-    print(f"audit: {wall:.0f} s wall (goal 600 s), peak RSS {_peak_gb():.2f} GB (goal 6 GB; "
-          f"{rss_before:.2f} GB before the audit), load average after {os.getloadavg()[0]:.1f}")
+    goals = "900 s, 12 GiB: the 70B shape" if params > 30e9 else "600 s, 6 GB: the 8B shape"
+    print(f"audit: {wall:.0f} s wall, peak RSS {_peak_gb():.2f} GB ({rss_before:.2f} GB before the audit; goals "
+          f"{goals}), load average after {os.getloadavg()[0]:.1f}")
     if stages is not None:
         stages.report(wall)
     print(f"still on the meta device: {all(p.device.type == 'meta' for p in model.parameters())}")
