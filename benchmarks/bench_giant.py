@@ -101,7 +101,14 @@ def main() -> None:
         print(f"  {f.code} {f.module}: {f.message}")
 
 
-class _Stages:
+def _stages_base():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_real_size import Stages  # its timing wrapper: each stage without the stages inside it
+
+    return Stages
+
+
+class _Stages(_stages_base()):
     """Wall time of the streamed audit's stages, each without the stages inside it:
 
     * ``init draw``: a block's init steps (the declared init's fills), for the forward and again for the backward;
@@ -114,20 +121,8 @@ class _Stages:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self.seconds = {k: 0.0 for k in ("init draw", "drawn stats", "forward", "backward", "weight stats", "rules")}
-        self.inner = 0.0
-
-    def wrap(self, stage: str, fn):
-        def wrapper(*args, **kwargs):
-            before = self.inner
-            start = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                spent = time.perf_counter() - start
-                self.seconds[stage] += spent - (self.inner - before)
-                self.inner = before + spent
-        return wrapper
 
     def installed(self):
         import contextlib
@@ -144,7 +139,7 @@ class _Stages:
             saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
             try:
                 for owner, name, stage in patches:
-                    setattr(owner, name, self.wrap(stage, getattr(owner, name)))
+                    setattr(owner, name, self._timed(stage, getattr(owner, name), True))
                 yield
             finally:
                 for owner, name, fn in saved:
