@@ -205,6 +205,21 @@ def test_molmo2_gets_its_token_types():
     assert initlint.audit(model, batch_size=2).error is None
 
 
+def test_a_qwen_vl_vision_tower_gets_flattened_patches_and_their_grid():
+    """Its forward takes ``hidden_states`` (patches of 3 x 2 x 16 x 16 values) and ``grid_thw``; its
+    ``main_input_name`` is the text default, ``input_ids``."""
+    torch.manual_seed(0)
+    model = tf.Qwen3VLVisionModel(tf.Qwen3VLVisionConfig(depth=1, hidden_size=32, num_heads=2, intermediate_size=64,
+                                                         out_hidden_size=32, deepstack_visual_indexes=[],
+                                                         num_position_embeddings=64))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"hidden_states", "grid_thw"}
+    assert kwargs["grid_thw"].tolist() == [[1, 4, 4], [1, 4, 4]]  # 2 x spatial_merge_size patches a side
+    assert kwargs["hidden_states"].shape == (2 * 16, 3 * 2 * 16 * 16)
+    report = initlint.audit(model, batch_size=2)
+    assert report.error is None and report.probe.backward_ran
+
+
 def test_a_perceiver_without_a_preprocessor_gets_inputs_of_its_width():
     torch.manual_seed(0)
     model = tf.PerceiverModel(tf.PerceiverConfig(num_latents=8, d_latents=32, d_model=24, num_blocks=1,

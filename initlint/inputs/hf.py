@@ -46,6 +46,10 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
     if config is None or not isinstance(main, str):
         return None
     accepts = forward_parameters(model)
+    if "grid_thw" in accepts:  # a Qwen-VL-style vision tower: flattened patches and each image's patch grid
+        patches = _patch_inputs(model, config, accepts, batch, gen, dtype)
+        if patches is not None:
+            return patches
     encoder = getattr(getattr(model, "encoder", None), "main_input_name", None)
     if main == "inputs" and isinstance(encoder, str):  # a speech encoder-decoder: its encoder's input, by name
         main = encoder
@@ -68,6 +72,31 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
                             f"pad or bos token (nor a vocabulary size); pass "
                             f"example_inputs={{'{main}': ..., 'decoder_input_ids': ...}}")
         inputs["decoder_input_ids"] = decoder
+    return inputs
+
+
+def _patch_inputs(model: nn.Module, config: Any, accepts: set, batch: int, gen: torch.Generator,
+                  dtype: torch.dtype) -> Optional[Dict[str, Any]]:
+    """A vision tower that takes its images as flattened patches and a ``grid_thw`` (Qwen2-VL and the models
+    built on it): each image a grid of ``2 x spatial_merge_size`` patches a side, one frame; the patches, of
+    ``channels x temporal_patch_size x patch_size**2`` values each, under the forward's first parameter's
+    name (its ``main_input_name`` is often the text default). None where the config has no ``patch_size``."""
+    patch = getattr(config, "patch_size", None)
+    if not isinstance(patch, int) or isinstance(patch, bool):
+        return None
+    first = next((n for n in inspect.signature(model.forward).parameters if n not in ("self", "grid_thw")), None)
+    if first is None:
+        return None
+    temporal = getattr(config, "temporal_patch_size", None) or 1
+    channels = getattr(config, "in_channels", None) or getattr(config, "num_channels", None) or 3
+    merge = getattr(config, "spatial_merge_size", None) or 1
+    side = 2 * int(merge)
+    values = int(channels) * int(temporal) * patch * patch
+    inputs: Dict[str, Any] = {
+        first: torch.randn(batch * side * side, values, generator=gen, device=gen.device, dtype=dtype),
+        "grid_thw": torch.tensor([[1, side, side]] * batch, dtype=torch.long, device=gen.device)}
+    if "merge_sizes" in accepts:
+        inputs["merge_sizes"] = torch.full((batch,), int(merge), dtype=torch.long, device=gen.device)
     return inputs
 
 
