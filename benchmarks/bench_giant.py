@@ -69,7 +69,8 @@ def main() -> None:
         now = time.perf_counter()
         if now - last[0] >= 30 or event.index == event.total:
             left = f", about {event.remaining:.0f} s left" if event.remaining is not None else ""
-            print(f"  {event.phase} {event.index}/{event.total} {event.block} at {event.seconds:.0f} s{left}", flush=True)
+            print(f"  {event.phase} {event.index}/{event.total} {event.block} at {event.seconds:.0f} s{left}",
+                  flush=True)
             last[0] = now
 
     stages = _Stages() if opts.breakdown else None

@@ -185,8 +185,7 @@ def test_fastspeech2_gets_the_targets_it_needs_in_training_mode():
     _, kwargs = infer_inputs(model, 2, 0)
     assert set(kwargs) == {"input_ids", "duration_labels", "pitch_labels", "energy_labels", "spectrogram_labels"}
     assert kwargs["spectrogram_labels"].shape == (2, int(kwargs["duration_labels"].sum(dim=1)[0]), 20)
-    report = initlint.audit(model, batch_size=2)
-    assert report.error is None and report.probe.backward_ran
+    assert_probed(model, 2)
 
 
 def test_molmo2_gets_its_token_types():
@@ -216,8 +215,7 @@ def test_a_qwen_vl_vision_tower_gets_flattened_patches_and_their_grid():
     assert set(kwargs) == {"hidden_states", "grid_thw"}
     assert kwargs["grid_thw"].tolist() == [[1, 4, 4], [1, 4, 4]]  # 2 x spatial_merge_size patches a side
     assert kwargs["hidden_states"].shape == (2 * 16, 3 * 2 * 16 * 16)
-    report = initlint.audit(model, batch_size=2)
-    assert report.error is None and report.probe.backward_ran
+    assert_probed(model, 2)
 
 
 def test_a_perceiver_without_a_preprocessor_gets_inputs_of_its_width():

@@ -861,6 +861,7 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'std 3 give a mean normalised entropy of 0.41 over 16 keys, 0.44 over 64, 0.47 over 512\n'
                       'and 0.51 over 2048; std 2 gives 0.60 to 0.75 and std 4 0.31 to 0.35. So a short probe is\n'
                       'the stricter one, and scores near std 3 can be flagged at 512 tokens and pass at 2048.\n'
+                      '\n'
                       "At a width its init was not made for: Hugging Face's fixed std 0.02 in Llama-3-70B's shape\n"
                       '(hidden 8192, head dim 128) gives q and k a gain of 1.81 each (std x sqrt(fan_in)) on their\n'
                       'normalised input, and scores of std 3.3 (mean entropy 0.36-0.40 over 32 tokens; the 8B\n'
@@ -870,6 +871,7 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'with q and k at std ``1 / sqrt(fan_in)`` and the rest unchanged; scores of std 6 took\n'
                       "159-168 steps and std 10 231-246; the 8B's statistics 74-80. The finding then names the\n"
                       'projections, not the input, and the std the width needs.\n'
+                      '\n'
                       "The statistics come from at most 8 heads x 64 query rows per op (512 rows): a row's\n"
                       "normalised entropy lies in [0, 1], so the mean's standard error is below 0.022, and the\n"
                       'heads of a layer are alike at initialisation (i.i.d. weights).\n'

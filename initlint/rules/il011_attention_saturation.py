@@ -106,6 +106,7 @@ class AttentionSaturation(Rule):
     std 3 give a mean normalised entropy of 0.41 over 16 keys, 0.44 over 64, 0.47 over 512
     and 0.51 over 2048; std 2 gives 0.60 to 0.75 and std 4 0.31 to 0.35. So a short probe is
     the stricter one, and scores near std 3 can be flagged at 512 tokens and pass at 2048.
+
     At a width its init was not made for: Hugging Face's fixed std 0.02 in Llama-3-70B's shape
     (hidden 8192, head dim 128) gives q and k a gain of 1.81 each (std x sqrt(fan_in)) on their
     normalised input, and scores of std 3.3 (mean entropy 0.36-0.40 over 32 tokens; the 8B
@@ -115,6 +116,7 @@ class AttentionSaturation(Rule):
     with q and k at std ``1 / sqrt(fan_in)`` and the rest unchanged; scores of std 6 took
     159-168 steps and std 10 231-246; the 8B's statistics 74-80. The finding then names the
     projections, not the input, and the std the width needs.
+
     The statistics come from at most 8 heads x 64 query rows per op (512 rows): a row's
     normalised entropy lies in [0, 1], so the mean's standard error is below 0.022, and the
     heads of a layer are alike at initialisation (i.i.d. weights).
@@ -207,12 +209,12 @@ class AttentionSaturation(Rule):
         return self.finding(audit, site.scale_at, message, fix, value=site.entropy,
                             threshold=self.opts["min-entropy"])
 
-    def _oversized(self, audit: AuditContext, projections: List[Op]) -> List[Tuple[Op, float, float, int, Any]]:
-        """``(projection, gain, std, fan_in, input rms)`` of the q/k projections to redraw: those whose gain
-        (std x sqrt(fan_in)) is above 2; or, when their input is of about unit scale (rms at most 2, as a
-        norm leaves it), so that only the weights make the scores large, those whose gain is above 1 (a
+    @staticmethod
+    def _oversized(gains: List[Tuple[Op, float, float, int, Any]]) -> List[Tuple[Op, float, float, int, Any]]:
+        """Of the q/k projections' ``(projection, gain, std, fan_in, input rms)``, those to redraw: the ones
+        whose gain (std x sqrt(fan_in)) is above 2; or, when their input is of about unit scale (rms at most 2,
+        as a norm leaves it), so that only the weights make the scores large, those whose gain is above 1 (a
         fixed std 0.02 at hidden 8192: gain 1.81 each, scores of std 3.3)."""
-        gains = [(p, *self._gain(audit, p)) for p in projections]
         large = [g for g in gains if g[1] > 2.0]
         if large:
             return large
@@ -222,7 +224,7 @@ class AttentionSaturation(Rule):
 
     def _projection_finding(self, audit: AuditContext, site: _Site, message: str, projections: List[Op]) -> Finding:
         gains = [(p, *self._gain(audit, p)) for p in projections]
-        large = [(p, std, fan) for p, _, std, fan, _ in self._oversized(audit, projections)]
+        large = [(p, std, fan) for p, _, std, fan, _ in self._oversized(gains)]
         if large:
             parts = [f"{p.module or '<model>'} has weight std {fmt(std)}, {fmt(std * math.sqrt(fan))}x the "
                      f"1/sqrt(fan_in {fan}) = {fmt(fan ** -0.5)} that keeps its output at its input's scale"
@@ -283,7 +285,7 @@ class AttentionSaturation(Rule):
         why = f"attention rows near one-hot (scores std {fmt(site.score_std)})"
         ratio = site.scale * math.sqrt(site.head_dim)
         wrong_scale = site.standard_std <= self.opts["max-standard-score-std"] and ratio > 2.0
-        large = [g[0] for g in self._oversized(plan.ctx, projections)]
+        large = [g[0] for g in self._oversized([(p, *self._gain(plan.ctx, p)) for p in projections])]
         if large and not wrong_scale:
             for p in large:
                 std = reference_std(plan, p)

@@ -56,7 +56,8 @@ InitFn = Callable[[nn.Module], None]
 
 _CONTAINERS = (nn.ModuleList, nn.Sequential, nn.ModuleDict)
 _PARALLEL_FILL = 1 << 24
-"""Elements from which a random fill of a streamed block on CPU is drawn by several threads (:class:`_ParallelFills`)."""
+"""Elements from which a random fill of a streamed block on CPU is drawn by several threads
+(:class:`_ParallelFills`)."""
 _PROGRESS_AFTER = 2.0
 """Seconds after which block-by-block progress is printed (to a terminal only)."""
 
