@@ -8,7 +8,8 @@ For each model type that has a model class (``MODEL_MAPPING_NAMES``, else the fi
 that names one), a child process (``--child TYPE``), under ``RLIMIT_AS`` of ``--memory-gib`` and a
 wall-clock limit of ``--time-limit`` seconds, offline (``HF_HUB_OFFLINE=1``):
 
-* builds the class from its default config with the sizes shrunk, in the config and in every
+* builds the class from its default config with the sizes shrunk (``--sizes real``: the depth
+  only, widths and vocabularies as configured), in the config and in every
   sub-config (``text_config``, ``vision_config``, ``encoder``, ...): widths to 64, layers to 2,
   heads to 4, feed-forward widths to 128, head widths to 16; a size is only ever made smaller;
 * infers the probe inputs with initlint's own inference (:func:`initlint.inputs.load.infer_inputs`,
@@ -65,22 +66,28 @@ def model_types() -> List[Tuple[str, str]]:
     return list(out.items())
 
 
-def shrink(config: Any, seen: Optional[set] = None) -> None:
-    """Make the config's sizes small, in place, sub-configs included (a size is never raised)."""
+def shrink(config: Any, seen: Optional[set] = None, sizes: str = "shrunk") -> None:
+    """Make the config's sizes small, in place, sub-configs included (a size is never raised).
+
+    ``sizes="real"`` cuts the depth only (layers and per-stage depths to 2): widths, heads,
+    feed-forward widths and vocabularies stay the default config's.
+    """
     from transformers import PretrainedConfig
 
     seen = set() if seen is None else seen
     if id(config) in seen:
         return
     seen.add(id(config))
-    for key, target in LIST_TARGETS:  # per-stage sizes (Swin's depths and heads)
+    list_targets = LIST_TARGETS if sizes == "shrunk" else LIST_TARGETS[:1]
+    targets = TARGETS if sizes == "shrunk" else [(k, 2) for k in LAYERS]
+    for key, target in list_targets:  # per-stage sizes (Swin's depths and heads)
         value = getattr(config, key, None)
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value):
             try:
                 setattr(config, key, type(value)(min(v, target) for v in value))
             except Exception:  # noqa: BLE001
                 pass
-    for key, target in TARGETS:
+    for key, target in targets:
         value = getattr(config, key, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > target:
             try:
@@ -90,10 +97,10 @@ def shrink(config: Any, seen: Optional[set] = None) -> None:
     for key in list(getattr(config, "sub_configs", {}) or {}) + ["encoder", "decoder"]:
         sub = getattr(config, key, None)
         if isinstance(sub, PretrainedConfig):
-            shrink(sub, seen)
+            shrink(sub, seen, sizes)
 
 
-def build(kind: str, cls_name: str) -> Any:
+def build(kind: str, cls_name: str, sizes: str = "shrunk") -> Any:
     import torch
     import transformers
     from transformers import CONFIG_MAPPING
@@ -104,14 +111,14 @@ def build(kind: str, cls_name: str) -> Any:
         config = EncoderDecoderConfig.from_encoder_decoder_configs(BertConfig(), BertConfig())
     else:
         config = CONFIG_MAPPING[kind]()
-    shrink(config)
+    shrink(config, sizes=sizes)
     cls = getattr(transformers, cls_name)
     torch.manual_seed(0)
     return cls(config)
 
 
 # ------------------------------------------------------------------ one type, in a child
-def child(kind: str, cls_name: str, batch: int, mode: str) -> Dict[str, Any]:
+def child(kind: str, cls_name: str, batch: int, mode: str, sizes: str = "shrunk") -> Dict[str, Any]:
     import torch
 
     from initlint.inputs.load import infer_inputs
@@ -119,7 +126,7 @@ def child(kind: str, cls_name: str, batch: int, mode: str) -> Dict[str, Any]:
     rec: Dict[str, Any] = {"type": kind, "class": cls_name, "built": False}
     t0 = time.perf_counter()
     try:
-        model = build(kind, cls_name)
+        model = build(kind, cls_name, sizes)
     except Exception as exc:  # noqa: BLE001 - a type the harness cannot build is a count, not a stop
         rec["build_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         return rec
@@ -206,7 +213,7 @@ def run_child(kind: str, cls_name: str, args: argparse.Namespace, mode: str = "a
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, cls_name,
-                               "--batch", str(args.batch), "--mode", mode],
+                               "--batch", str(args.batch), "--mode", mode, "--sizes", args.sizes],
                               capture_output=True, text=True, env=env, timeout=args.time_limit, preexec_fn=limits)
     except subprocess.TimeoutExpired:
         return {"type": kind, "class": cls_name, "killed": f"time limit {args.time_limit:g} s"}
@@ -249,6 +256,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--memory-gib", type=float, default=6.0)
     ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--sizes", default="shrunk", choices=["shrunk", "real"],
+                    help="real: the default config's widths and vocabularies, depth cut to 2")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "hf_all.jsonl"))
     ap.add_argument("--memory", default="", help="types whose forward and audit peaks to compare")
     ap.add_argument("--summary-of", default="", help="print the summary of an existing JSON-lines file")
@@ -262,7 +271,7 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(1)
-        print(json.dumps(child(args.child[0], args.child[1], args.batch, args.mode)))
+        print(json.dumps(child(args.child[0], args.child[1], args.batch, args.mode, args.sizes)))
         return
     if args.summary_of:
         with open(args.summary_of) as fh:

@@ -238,6 +238,39 @@ def test_healthy_and_masked_attention_is_not_flagged():
     assert codes(report, "IL011") == set()
 
 
+class ReducedKeys(nn.Module):
+    """Attention whose keys and values are the tokens pooled to ``keys`` (SegFormer's spatial reduction)."""
+
+    def __init__(self, keys, gain=1.0):
+        super().__init__()
+        self.q, self.kv = nn.Linear(64, 64), nn.Linear(64, 128)
+        for layer in (self.q, self.kv):
+            nn.init.normal_(layer.weight, std=gain / 8)
+        self.keys = keys
+
+    def forward(self, x):
+        pooled = F.adaptive_avg_pool1d(x.transpose(1, 2), self.keys).transpose(1, 2)
+        q = self.q(x).unflatten(-1, (4, 16)).transpose(1, 2)
+        k, v = (t.unflatten(-1, (4, 16)).transpose(1, 2) for t in self.kv(pooled).chunk(2, -1))
+        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2)
+
+
+def test_attention_with_a_single_key_per_query_is_not_judged():
+    # SegFormer-B0 on a 32 x 32 image: stage 0 reduces its 8 x 8 tokens by 8 to one key, so every row
+    # is one-hot by shape; IL011 reported "mean entropy 0, mean max-probability 0" there
+    x = torch.randn(2, 64, 64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    assert codes(initlint.audit(ReducedKeys(1), x, select=["IL011"]), "IL011") == set()
+    # with 16 keys the same layers are judged: clean at 1 / sqrt(fan_in), flagged at 8 times it
+    for gain, expected in ((1.0, set()), (8.0, {"q"})):
+        torch.manual_seed(0)
+        assert codes(initlint.audit(ReducedKeys(16, gain), x, select=["IL011"]), "IL011") == expected
+    config = tf.SegformerConfig()
+    torch.manual_seed(0)
+    report = initlint.audit(tf.SegformerModel(config), torch.randn(2, 3, 32, 32), select=["IL011"])
+    assert report.error is None and codes(report, "IL011") == set()
+
+
 def test_a_large_unnormalised_input_is_named_as_the_cause():
     from transformer_models import CausalSelfAttention
 

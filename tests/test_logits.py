@@ -139,3 +139,45 @@ def test_a_large_vocabularys_logits_are_measured_on_a_bounded_number_of_rows(mon
     assert seen == [(run.logit_rows(50257), 50257)] and run.logit_rows(50257) == 64
     initlint.audit(nn.Sequential(nn.Linear(8, 10)), torch.randn(300, 8), logits=True, select=["IL004"])
     assert seen[-1] == (300, 10)
+
+
+class TopScoreRouter(nn.Module):
+    """A mixture-of-experts router that, like PhiMoE's sparse mixer, masks with -inf every score
+    further than ``keep`` (relative) below the row's top one, then takes the softmax."""
+
+    def __init__(self, width=256, experts=16, keep=0.02, gain=1.0):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.router = nn.Linear(width, experts, bias=False)
+        nn.init.normal_(self.router.weight, std=gain / math.sqrt(width))
+        self.keep = keep
+
+    def forward(self, x):
+        scores = self.router(self.norm(x))
+        top = scores.amax(-1, keepdim=True)
+        far = (top - scores) / scores.abs().clamp(min=top) > self.keep
+        return torch.softmax(scores.masked_fill(far, float("-inf")), dim=-1)
+
+
+def test_a_router_that_masks_all_but_its_top_score_is_not_a_saturated_softmax():
+    # PhiMoE's router (transformers' PhimoeTopKRouter) keeps the scores within 2 * jitter of the top one:
+    # nearly every row has a single entry left, by the mask, at any init
+    x = torch.randn(4, 64, 256, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    assert codes(initlint.audit(TopScoreRouter(), x), "IL004") == set()
+    # rows the mask leaves several entries are still judged: a wider keep with 30x the weights is flagged,
+    # and so is the same router without a mask
+    for keep in (0.9, 1e9):
+        torch.manual_seed(0)
+        assert codes(initlint.audit(TopScoreRouter(keep=keep, gain=30.0), x), "IL004") == {"router"}
+        torch.manual_seed(0)
+        assert codes(initlint.audit(TopScoreRouter(keep=keep), x), "IL004") == set()
+
+
+def test_phimoe_at_default_init_has_no_saturated_router():
+    config = tf.PhimoeConfig(vocab_size=1000, hidden_size=256, intermediate_size=128, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=4, num_local_experts=16)
+    torch.manual_seed(0)
+    report = initlint.audit(tf.PhimoeModel(config), ids(1000))
+    assert report.error is None
+    assert codes(report, "IL004") == set()

@@ -36,7 +36,9 @@ class SaturatedSoftmax(Rule):
     input embedding table (a tied language-model head). ``--no-logits`` turns both off. It
     reports the mean maximum probability, the mean entropy relative to ``ln(C)`` for ``C``
     classes (masked entries, such as the future positions of causal attention, do not count
-    as classes) and, for the logits, the expected cross-entropy at init against ``ln(C)``.
+    as classes; a row with one entry left counts as saturated, unless the softmax's input
+    holds the mask's ``-inf`` itself, as in PhiMoE's sparse router, which masks every score
+    but the top one: then only rows with two or more entries are judged) and, for the logits, the expected cross-entropy at init against ``ln(C)``.
 
     ## Why is this bad?
     An untrained classifier knows nothing, so its prediction should be close to uniform:
@@ -98,7 +100,10 @@ class SaturatedSoftmax(Rule):
             stats = audit.op_stats(op)
             src = measured(audit, audit.graph[op.inputs[0]]) if op.inputs else None
             scale = audit.op_stats(src).get("rms") if src is not None else None
-            finding = self._judge(audit, op, stats, f"{op.target} output", scale)
+            # an infinite input scale is a mask's -inf (or finfo.min) entries: rows left with one
+            # entry are the mask's doing (a sparse router keeps only its top score), not saturation
+            masked = scale is not None and not math.isfinite(scale)
+            finding = self._judge(audit, op, stats, f"{op.target} output", None if masked else scale, masked)
             if finding is not None:
                 yield finding
         logits = audit.probe.logits
@@ -119,10 +124,15 @@ class SaturatedSoftmax(Rule):
         outputs = [audit.graph[i] for i in audit.graph.outputs]
         return outputs[0] if outputs else None
 
-    def _judge(self, audit: AuditContext, op: Op, stats, what: str, scale: Optional[float]) -> Optional[Finding]:
+    def _judge(self, audit: AuditContext, op: Op, stats, what: str, scale: Optional[float],
+               masked: bool = False) -> Optional[Finding]:
         if "entropy" not in stats or stats.get("maxprob") != stats.get("maxprob"):
             return None  # NaN: non-finite logits are IL009's finding
         onehot = stats.get("onehot_rows", 0.0)
+        if masked:  # judged on the rows the mask leaves two or more entries, if any
+            if onehot >= 1.0:
+                return None
+            onehot = 0.0
         entropy = stats["entropy"] * (1.0 - onehot)  # one-hot rows have entropy 0
         if onehot <= 0.5 and stats["entropy"] >= self.opts["min-entropy"] or entropy != entropy:
             return None

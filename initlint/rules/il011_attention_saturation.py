@@ -163,6 +163,8 @@ class AttentionSaturation(Rule):
     def _site(self, audit: AuditContext, op: Op) -> Optional[_Site]:
         stats = audit.op_stats(op)
         if op.kind == "attention" and "entropy" in stats and "raw_rms" in stats:
+            if stats.get("onehot_rows", 0.0) >= 1.0:
+                return None  # no row sees two keys (SegFormer's reduced keys on a small image: one)
             head_dim = int(stats.get("head_dim", op.attrs.get("head_dim", 0)))
             return _Site(op, stats["entropy"], stats["maxprob"], stats["raw_rms"], 1.0, stats["scale"], head_dim, op,
                          not stats.get("default_scale", 1.0), op.attrs.get("q_input"), op.attrs.get("k_input"))
