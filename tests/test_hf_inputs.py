@@ -234,3 +234,18 @@ def test_an_audio_spectrogram_transformer_gets_frames_by_mel_bins():
     _, kwargs = infer_inputs(model, 2, 0)
     assert set(kwargs) == {"input_values"} and kwargs["input_values"].shape == (2, 64, 32)
     assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_an_audio_codec_gets_a_waveform_with_its_audio_channels():
+    # EnCodec and Mimi take (batch, audio_channels, samples); a (batch, samples) waveform reached their
+    # first Conv1d as one example of `batch` channels
+    torch.manual_seed(0)
+    model = tf.EncodecModel(tf.EncodecConfig(num_filters=8, hidden_size=32, codebook_dim=32, num_lstm_layers=1))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_values"} and kwargs["input_values"].shape[:2] == (2, 1)
+    report = initlint.audit(model, batch_size=2)
+    assert report.error is None and report.probe.forward_ran
+    # its convolutions are weight-normed: the weights are computed, not parameters, and the report says
+    # the backward probe could not measure them
+    assert not report.probe.backward_ran
+    assert any("weight_norm" in note for note in report.notes)

@@ -173,6 +173,9 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
         frames, bins = getattr(config, "max_length", None), getattr(config, "num_mel_bins", None)
         if isinstance(frames, int) and isinstance(bins, int):  # a spectrogram transformer (AST): frames x mel bins
             return torch.randn(batch, frames, bins, generator=gen, device=gen.device, dtype=dtype)
+        channels = getattr(config, "audio_channels", None)
+        if isinstance(channels, int) and not isinstance(channels, bool):  # a codec (EnCodec, Mimi): channels x samples
+            return torch.randn(batch, channels, AUDIO_SAMPLES, generator=gen, device=gen.device, dtype=dtype)
         return torch.randn(batch, AUDIO_SAMPLES, generator=gen, device=gen.device, dtype=dtype)
     if name == "input_features":
         shape = _feature_shape(audio_config(config))

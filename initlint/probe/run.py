@@ -1097,6 +1097,10 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
         judged = dict(weights)
         wanted = weights + [(n, p) for n, p in named.items() if p.requires_grad and n not in judged]
     if not wanted:
+        if any(op.kind in O.WEIGHT_KINDS for op in cap.graph):
+            result.notes.append("the backward probe was skipped: no weight layer's weight is a trainable parameter "
+                                "of the model (a parametrization such as weight_norm computes them), so no weight "
+                                "gradient was measured (IL006 did not run)")
         return
     # without a step, a weight whose every use is a product with few rows gets its gradient's statistics
     # from its products' inputs and output gradients: autograd does not form it
