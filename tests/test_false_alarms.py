@@ -513,3 +513,41 @@ def test_dead_units_and_saturation_judged_alike_at_1000_and_150000_units(units):
     saturated = nn.Sequential(nn.Linear(64, units), nn.Tanh(), nn.Linear(units, 1))
     nn.init.normal_(saturated[0].weight, std=1.0)
     assert ("IL007", "1") in found(initlint.audit(saturated, torch.randn(16, 64)))
+
+
+class PreNormBlocks(nn.Module):
+    """Pre-norm MLP blocks whose branch is small inside (fc1 at std 0.002, 0.011 of 1/sqrt(32)), a final norm;
+    ``branch_first`` writes the residual sum as ``branch + x``, as SegFormer's blocks do."""
+
+    def __init__(self, branch_first, width=32):
+        super().__init__()
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(2))
+        self.fc1 = nn.ModuleList(nn.Linear(width, 4 * width) for _ in range(2))
+        self.fc2 = nn.ModuleList(nn.Linear(4 * width, width) for _ in range(2))
+        for layer in list(self.fc1) + list(self.fc2):
+            nn.init.normal_(layer.weight, std=0.002 if layer in self.fc1 else 0.02)
+            nn.init.zeros_(layer.bias)
+        self.final = nn.LayerNorm(width)
+        self.branch_first = branch_first
+
+    def forward(self, x):
+        for norm, fc1, fc2 in zip(self.norms, self.fc1, self.fc2):
+            branch = fc2(F.gelu(fc1(norm(x))))
+            x = branch + x if self.branch_first else x + branch
+        return self.final(x)
+
+
+@pytest.mark.parametrize("branch_first", [False, True])
+def test_a_small_pre_norm_branch_before_a_norm_is_not_a_vanishing_signal_in_either_operand_order(branch_first):
+    # the norm's input is the residual sum; IL005 went back through the sum's first operand, so
+    # `branch + x` judged the branch's inner scale (SegFormer-B0: 0.0032x at stages.0.blocks.0.mlp.fc1)
+    x = torch.randn(4, 16, 32, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    assert found(initlint.audit(PreNormBlocks(branch_first), x)) == set()
+
+
+def test_segformer_b0_at_its_default_init_has_no_vanishing_signal():
+    tf = transformers()
+    torch.manual_seed(0)
+    model = tf.SegformerModel(tf.SegformerConfig())
+    assert found(initlint.audit(model, torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0)))) == set()

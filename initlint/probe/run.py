@@ -1100,7 +1100,7 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
         if any(op.kind in O.WEIGHT_KINDS for op in cap.graph):
             result.notes.append("the backward probe was skipped: no weight layer's weight is a trainable parameter "
                                 "of the model (a parametrization such as weight_norm computes them), so no weight "
-                                "gradient was measured (IL006 did not run)")
+                                "gradient was measured (the gradient rules did not run)")
         return
     # without a step, a weight whose every use is a product with few rows gets its gradient's statistics
     # from its products' inputs and output gradients: autograd does not form it

@@ -388,7 +388,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'log-probabilities of a near-uniform prediction over 33k words are all about\n'
                       '``-ln 33278 = -10.4``), so the signal is judged at their input; and the scale of a\n'
                       "weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):\n"
-                      "the signal is judged at that layer's input.\n"
+                      "the signal is judged at that layer's input. A residual sum that feeds a norm is judged\n"
+                      "itself, whichever operand is written first (SegFormer's ``branch + x`` once had its small\n"
+                      'pre-norm branch judged instead of the sum).\n'
                       '\n'
                       'Residual additions: only the inputs that carry the sum count (at least 1% of the\n'
                       "largest input's variance), so a deliberately small or zero-initialised branch does not\n"

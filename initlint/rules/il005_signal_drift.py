@@ -51,7 +51,9 @@ class SignalDrift(Rule):
     log-probabilities of a near-uniform prediction over 33k words are all about
     ``-ln 33278 = -10.4``), so the signal is judged at their input; and the scale of a
     weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):
-    the signal is judged at that layer's input.
+    the signal is judged at that layer's input. A residual sum that feeds a norm is judged
+    itself, whichever operand is written first (SegFormer's ``branch + x`` once had its small
+    pre-norm branch judged instead of the sum).
 
     Residual additions: only the inputs that carry the sum count (at least 1% of the
     largest input's variance), so a deliberately small or zero-initialised branch does not
@@ -282,12 +284,15 @@ class _Trace:
 
 
 def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
-    """Going back from a norm's input: the input of the weight layer that feeds the norm directly."""
+    """Going back from a norm's input: the input of the weight layer that feeds the norm directly.
+
+    A sum of two signals (a residual stream and its branch) is the norm's input itself, whichever
+    operand comes first: ``branch + x`` (SegFormer) as ``x + branch`` (GPT-2)."""
     current = op
     for current in graph.back(op, limit=64):
         if current.kind in O.WEIGHT_KINDS:
             return graph[current.inputs[0]] if current.inputs else None
-        if current.kind not in O.PASS_KINDS and current.kind not in ("add",):
+        if current.kind not in O.PASS_KINDS and current.kind != "add" or current.kind == "add" and len(current.inputs) > 1:
             return op
     return None if not current.inputs else op
 
