@@ -303,8 +303,8 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'classes (masked entries, such as the future positions of causal attention, do not count\n'
                       "as classes; a row with one entry left counts as saturated, unless the softmax's input\n"
                       "holds the mask's ``-inf`` itself, as in PhiMoE's sparse router, which masks every score\n"
-                      'but the top one: then only rows with two or more entries are judged) and, for the logits, the '
-                      'expected cross-entropy at init against ``ln(C)``.\n'
+                      'but the top one: then only rows with two or more entries are judged) and, for the logits,\n'
+                      'the expected cross-entropy at init against ``ln(C)``.\n'
                       '\n'
                       '## Why is this bad?\n'
                       'An untrained classifier knows nothing, so its prediction should be close to uniform:\n'

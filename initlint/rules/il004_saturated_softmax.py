@@ -38,7 +38,8 @@ class SaturatedSoftmax(Rule):
     classes (masked entries, such as the future positions of causal attention, do not count
     as classes; a row with one entry left counts as saturated, unless the softmax's input
     holds the mask's ``-inf`` itself, as in PhiMoE's sparse router, which masks every score
-    but the top one: then only rows with two or more entries are judged) and, for the logits, the expected cross-entropy at init against ``ln(C)``.
+    but the top one: then only rows with two or more entries are judged) and, for the logits,
+    the expected cross-entropy at init against ``ln(C)``.
 
     ## Why is this bad?
     An untrained classifier knows nothing, so its prediction should be close to uniform:

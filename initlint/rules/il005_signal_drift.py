@@ -292,7 +292,9 @@ def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
     for current in graph.back(op, limit=64):
         if current.kind in O.WEIGHT_KINDS:
             return graph[current.inputs[0]] if current.inputs else None
-        if current.kind not in O.PASS_KINDS and current.kind != "add" or current.kind == "add" and len(current.inputs) > 1:
+        if current.kind == "add" and len(current.inputs) > 1:
+            return op  # a sum of two signals
+        if current.kind not in O.PASS_KINDS and current.kind != "add":
             return op
     return None if not current.inputs else op
 
