@@ -2,6 +2,7 @@
 
     python benchmarks/residual_training.py [--scales 1,3,10,20,50] [--steps 250] [--seeds 0,1]
                                            [--norm pre,post] [--block N] [--half 32] [--batch 32]
+                                           [--warmup N]
 
 A small GPT (width 128, 4 blocks, 4 heads, causal ``F.scaled_dot_product_attention``,
 GPT-2's init: every weight ``N(0, 0.02)``, output projections ``N(0, 0.02 / sqrt(2 * blocks))``)
@@ -117,8 +118,10 @@ def batch(gen: torch.Generator, size: Optional[int] = None) -> torch.Tensor:
     return torch.cat([half] * REPEATS, dim=1)
 
 
-def train(model: nn.Module, steps: int, seed: int) -> list:
+def train(model: nn.Module, steps: int, seed: int, warmup: int = 0) -> list:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+    # --warmup N: the lr rises linearly from lr / N to lr over the first N steps (BERT's and ALBERT's recipes)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: min(1.0, (i + 1) / warmup)) if warmup else None
     gen = torch.Generator().manual_seed(1000 + seed)
     losses = []
     for _ in range(steps):
@@ -130,6 +133,8 @@ def train(model: nn.Module, steps: int, seed: int) -> list:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if sched is not None:
+            sched.step()
         losses.append(loss.item())
     return losses
 
@@ -170,6 +175,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--norm", default="pre,post")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=0, help="linear lr warm-up over this many steps")
     parser.add_argument("--block", type=int, default=None, help="scale only this block's projections")
     parser.add_argument("--half", type=int, default=HALF, help="tokens to copy (a sequence has twice as many)")
     parser.add_argument("--batch", type=int, default=BATCH, help="sequences per step")
@@ -182,6 +188,7 @@ def main() -> None:
     seeds = [int(s) for s in opts.seeds.split(",")]
     print(f"machine: {C.machine()}")
     print(f"code: {C.revision()}")
+    print(f"warm-up: {opts.warmup} steps")
     print(f"sequence: {REPEATS * HALF - 1} tokens ({HALF} random tokens, {REPEATS} times), batch {BATCH}")
     rows = []
     for norm in opts.norm.split(","):
@@ -195,7 +202,7 @@ def main() -> None:
                     found = il012(model)
                 if not opts.steps:
                     break
-                losses = train(model, opts.steps, seed)
+                losses = train(model, opts.steps, seed, opts.warmup)
                 finals.append(statistics.mean(losses[-50:]))
                 reached.append(first_below(losses))
             if not finals:

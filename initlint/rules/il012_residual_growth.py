@@ -89,6 +89,13 @@ class ResidualGrowth(Rule):
     to learn in 250 steps (post-norm x100, one pre-norm block x30), and so did post-norm x30
     (ratio 0.58) below them; the unscaled pre-norm model learned it in one seed of two, too few
     to move the limits.
+    Post-norm recipes train with a learning-rate warm-up (BERT, ALBERT), so the post-norm runs
+    were repeated with one (``--warmup``): over 25 of the 250 steps, x30 (ratio 0.59) learned at
+    steps 124-126 (without: 192 in one seed, never in the other) and x100 (ratio 1.95) never did;
+    over 100 steps, x100 learned in one seed of two, at step 239. The limit holds with a warm-up.
+    ALBERT's default config (xxlarge: hidden 4096, feed-forward 16384, std 0.02) is flagged at
+    2.2x; it was pre-trained from that init with LAMB and a 3125-step warm-up, a recipe these
+    runs do not reproduce.
     Default initialisations stay below the limits with room to spare, measured at real width
     and depth: post-norm BERT-base at most 0.37, ``nn.TransformerEncoder`` 0.26; pre-norm GPT-2
     (12 x 768) at most 2.0 (its first MLP on 32 tokens; 2.55 on 1024), Llama (hidden 1024, 32
