@@ -145,6 +145,25 @@ def test_one_block_at_a_time_gives_the_same_verdicts():
     assert blocks == whole and ("transformer.wpe.weight", "default") in whole
 
 
+def test_a_split_module_whose_init_redraws_its_children_is_replayed_with_them():
+    # Mamba2's _init_weights draws every Linear and Conv1d at N(0, 0.1), then, on the mixer (visited after its
+    # children), redraws conv1d and out_proj with kaiming_uniform_: at hidden 4096 the mixer is larger than the
+    # replay's budget, and judged apart its children were "still at PyTorch's default" against N(0, 0.1)
+    tf = pytest.importorskip("transformers")
+    config = tf.Mamba2Config(hidden_size=256, num_heads=8, head_dim=64, n_groups=1, state_size=16,
+                             num_hidden_layers=1, vocab_size=100)
+    torch.manual_seed(0)
+    model = tf.Mamba2Model(config)
+    mixer = model.layers[0].mixer
+    budget = sum(p.numel() for p in mixer.parameters()) - 1  # the mixer is split, its children are not
+    assert {(v.name, v.kind) for v in judge(model, 0.05, budget=budget)} == set()
+    assert {(v.name, v.kind) for v in judge(model, 0.05)} == set()
+    # its twin, with in_proj back at PyTorch's default (declared: N(0, 0.1)), is flagged either way
+    mixer.in_proj.reset_parameters()
+    flagged = {(v.name, v.kind) for v in judge(model, 0.05, budget=budget)}
+    assert flagged == {(v.name, v.kind) for v in judge(model, 0.05)} == {("layers.0.mixer.in_proj.weight", "default")}
+
+
 def test_family_tells_pytorch_default_from_declared_normal_at_equal_std():
     torch.manual_seed(0)
     uniform = nn.Linear(768, 768).weight  # std 1/sqrt(3 * 768) = 0.0208

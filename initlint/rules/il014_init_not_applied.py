@@ -368,6 +368,21 @@ def _units(m: nn.Module, path: str, budget: int) -> Iterator[Tuple[str, nn.Modul
         yield from _units(child, join_path(path, name), budget)
 
 
+WHOLE_CAP = 1 << 28
+"""Elements of the largest split module replayed whole when its own init reaches into its children (1 GiB
+in float32)."""
+
+
+def _inside(path: str, ancestor: str) -> bool:
+    return path != ancestor and (ancestor == "" or path.startswith(ancestor + "."))
+
+
+def _replayable_apart(model: nn.Module, path: str, unit: nn.Module, owners: Dict[int, "_Owner"],
+                      every: Optional[List[nn.Module]]) -> bool:
+    """Whether the declared init of ``unit``'s own tensors runs on a copy that holds none of its children."""
+    return declare_applied(model, unit, False, path, [unit], owners, lambda name, draw: False, every) is not None
+
+
 def _module_of(name: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name else ""
 
@@ -417,7 +432,19 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
         # what every such unit holds, drawn at once: one reduction per few samples and one transfer,
         # not one of each per unit (a 32-layer Llama has 160 units)
         actual.ensure(join_path(path, n) for path, unit, whole in units for n, _ in unit.named_parameters(recurse=whole))
+        # a module split into its children (larger than the budget) is replayed apart from them, its own
+        # tensors alone; when its own init reaches into its children (Mamba2's mixer re-initialises its conv1d
+        # and out_proj after their own _init_weights drew them) that fails, and its subtree is replayed whole
+        # instead, up to WHOLE_CAP elements: judged apart, the children would be compared with a draw their
+        # parent overwrites
+        rejoined: List[str] = []
         for path, unit, whole in units:
+            if any(_inside(path, r) for r in rejoined):
+                continue
+            if not whole and element_count(unit) <= WHOLE_CAP and not _replayable_apart(model, path, unit, owners,
+                                                                                          every):
+                whole = True
+                rejoined.append(path)
             if _wanted(path, unit, whole, params, judged):
                 yield from _judge_applied(model, path, unit, whole, owners, params, actual, judged, empty, tol,
                                           matched, deferred, every)
