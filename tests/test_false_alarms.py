@@ -551,3 +551,33 @@ def test_segformer_b0_at_its_default_init_has_no_vanishing_signal():
     torch.manual_seed(0)
     model = tf.SegformerModel(tf.SegformerConfig())
     assert found(initlint.audit(model, torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(0)))) == set()
+
+
+class LogDecayScan(nn.Module):
+    """A state-space scan in Mamba2's chunked form: per-head log-decays ``-A * dt`` (A = 1..heads), their
+    cumulative sum over positions, and its exponential as the decay applied to the values."""
+
+    def __init__(self, width=64, heads=128, exponential=True):
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.dt = nn.Linear(width, heads)
+        self.values = nn.Linear(width, heads)
+        self.out = nn.Linear(heads, width)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, heads + 1, dtype=torch.float32)))
+        self.exponential = exponential
+
+    def forward(self, x):
+        h = self.norm(x)
+        log_decay = torch.cumsum(-torch.exp(self.A_log) * F.softplus(self.dt(h)), dim=1)
+        decay = torch.exp(log_decay) if self.exponential else log_decay
+        return self.out(torch.einsum("bth,bth->bth", decay, self.values(h)))
+
+
+def test_a_cumulative_log_decay_read_through_exp_is_not_a_signal_explosion():
+    # Mamba2 (hidden 4096, 128 heads) got IL005 "signal explodes: 1 -> 4.7e3 at torch.cumsum" there
+    x = torch.randn(2, 64, 64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    assert found(initlint.audit(LogDecayScan(), x)) == set()
+    # the same cumulative sum used as a signal is flagged
+    torch.manual_seed(0)
+    assert "IL005" in codes(initlint.audit(LogDecayScan(exponential=False), x))

@@ -390,7 +390,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):\n"
                       "the signal is judged at that layer's input. A residual sum that feeds a norm is judged\n"
                       "itself, whichever operand is written first (SegFormer's ``branch + x`` once had its small\n"
-                      'pre-norm branch judged instead of the sum).\n'
+                      'pre-norm branch judged instead of the sum). What reaches an endpoint through ``exp`` is not\n'
+                      "judged: the exponential's input is a log-domain quantity, not the signal (Mamba2's\n"
+                      '``exp(cumsum(A * dt))``, whose log-decays of 128 heads reach a scale of 4.7e3 at init).\n'
                       '\n'
                       'Residual additions: only the inputs that carry the sum count (at least 1% of the\n'
                       "largest input's variance), so a deliberately small or zero-initialised branch does not\n"

@@ -53,7 +53,9 @@ class SignalDrift(Rule):
     weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):
     the signal is judged at that layer's input. A residual sum that feeds a norm is judged
     itself, whichever operand is written first (SegFormer's ``branch + x`` once had its small
-    pre-norm branch judged instead of the sum).
+    pre-norm branch judged instead of the sum). What reaches an endpoint through ``exp`` is not
+    judged: the exponential's input is a log-domain quantity, not the signal (Mamba2's
+    ``exp(cumsum(A * dt))``, whose log-decays of 128 heads reach a scale of 4.7e3 at init).
 
     Residual additions: only the inputs that carry the sum count (at least 1% of the
     largest input's variance), so a deliberately small or zero-initialised branch does not
@@ -160,7 +162,7 @@ class SignalDrift(Rule):
         log-probabilities of a near-uniform prediction over V classes are all about -ln V): the
         signal is judged at their input."""
         for current in audit.graph.back(op):
-            if current.kind in _START_KINDS or _created(current):
+            if current.kind in _START_KINDS or _created(current) or _exponential(current):
                 return None
             if _offset(current):
                 continue
@@ -345,6 +347,11 @@ def _deepest_path(graph: Graph, start: Op, end: Op) -> List[Op]:
 def _created(op: Op) -> bool:
     """A tensor made inside the forward (``torch.zeros(batch, hidden)``, ``x.new_ones(...)``, ``torch.arange``)."""
     return op.kind == "empty" or str(op.target).rsplit(".", 1)[-1] in _CREATED
+
+
+def _exponential(op: Op) -> bool:
+    """``exp``: what it reads is a log-domain quantity (a decay's log, a log-variance), not the signal."""
+    return op.target.rsplit(".", 1)[-1] in ("exp", "exp_", "exp2")
 
 
 def _offset(op: Op) -> bool:
