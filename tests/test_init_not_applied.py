@@ -164,6 +164,35 @@ def test_a_split_module_whose_init_redraws_its_children_is_replayed_with_them():
     assert flagged == {(v.name, v.kind) for v in judge(model, 0.05)} == {("layers.0.mixer.in_proj.weight", "default")}
 
 
+class _ZeroedValues(nn.Module):
+    """A root without tensors of its own whose init, applied after its children's, zeroes one of them (as
+    NeoMMEModel._init_weights zeroes value_embeddings)."""
+
+    def __init__(self):
+        super().__init__()
+        self.words = nn.Embedding(1000, 64)
+        self.values = nn.Embedding(1000, 64)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, _ZeroedValues):
+            nn.init.zeros_(m.values.weight)
+
+
+def test_a_split_root_without_tensors_whose_init_reaches_into_its_children_is_replayed_with_them():
+    torch.manual_seed(0)
+    model = _ZeroedValues()
+    assert {(v.name, v.kind) for v in judge(model, 0.05, budget=100_000)} == set()  # the root split
+    assert {(v.name, v.kind) for v in judge(model, 0.05)} == set()
+    with torch.no_grad():
+        model.values.weight.normal_(0, 0.02)  # the twin: the root's zeroing undone
+    expected = {("values.weight", "unscaled")}
+    assert {(v.name, v.kind) for v in judge(model, 0.05, budget=100_000)} == expected
+    assert {(v.name, v.kind) for v in judge(model, 0.05)} == expected
+
+
 def test_family_tells_pytorch_default_from_declared_normal_at_equal_std():
     torch.manual_seed(0)
     uniform = nn.Linear(768, 768).weight  # std 1/sqrt(3 * 768) = 0.0208

@@ -13,7 +13,7 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..probe.declared import (BLOCK, DECLARED_DIGITS, HUGE, Draw, declare_applied, declare_called,
                               defined_outside_torch, draws_of, element_count, join_path, largest_finite,
-                              may_be_unwritten, one_thread, own_element_count, own_random_stream, post_order, same,
+                              may_be_unwritten, one_thread, own_random_stream, post_order, same,
                               scan_memory)
 from ..report.findings import Finding
 from .base import AuditContext, Example, RepairPlan, Rule, fmt, py_path, to_host
@@ -358,12 +358,12 @@ def _called_method(m: nn.Module) -> Optional[str]:
     return None
 
 def _units(m: nn.Module, path: str, budget: int) -> Iterator[Tuple[str, nn.Module, bool]]:
-    """Subtrees of at most ``budget`` elements (whole), and the own tensors of larger modules (not whole)."""
+    """Subtrees of at most ``budget`` elements (whole), and the own tensors of larger modules (not whole;
+    also when they have none: :func:`judge` checks whether their own init reaches into their children)."""
     if element_count(m) <= budget:
         yield path, m, True
         return
-    if own_element_count(m):
-        yield path, m, False
+    yield path, m, False
     for name, child in m.named_children():
         yield from _units(child, join_path(path, name), budget)
 
