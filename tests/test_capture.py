@@ -263,3 +263,23 @@ def test_attention_dropout_given_by_position_is_turned_off_once():
     model = _PositionalDropoutAttention().train()
     report = initlint.audit(model, torch.randn(2, 5, 16))
     assert report.error is None and report.probe.forward_ran
+
+
+def test_a_tensor_made_with_tensor_new_is_uninitialised_memory_not_a_signal():
+    # torch 2.4's nn.init.orthogonal_ draws into `tensor.new(rows, cols)`: a model that initialised itself in
+    # its forward got IL009 "first NaN ... in Tensor.new" whenever that garbage held a NaN (3-5 in 150 audits)
+    class DrawsInForward(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(64, 64)
+
+        def forward(self, x):
+            w = x.new(64, 64)
+            w.normal_(0, 64 ** -0.5)
+            return self.fc(x @ w)
+
+    report = initlint.audit(DrawsInForward(), torch.randn(4, 64))
+    made = [op for op in report.graph if str(op.target).endswith(".new")]
+    assert [op.kind for op in made] == ["empty"]
+    assert all("norm" not in report.probe.ops.get(op.id, {}) for op in made)
+    assert "IL009" not in {f.code for f in report.findings}

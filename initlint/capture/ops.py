@@ -142,7 +142,9 @@ _names("pool", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool
 _names("attention", "scaled_dot_product_attention", "multi_head_attention_forward")
 _names("rnn", "lstm", "gru", "rnn_tanh", "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell")
 _names("reduce", "mean", "sum", "amax", "max", "min", "norm", "std", "var", "logsumexp")
-_names("empty", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")  # uninitialised memory
+# uninitialised memory; ``Tensor.new(rows, cols)`` too (torch 2.4's ``nn.init.orthogonal_`` draws into one:
+# its NaN-holding garbage was reported as the forward's first NaN when a model initialised in its forward)
+_names("empty", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "new")
 
 VIEW_SHAPE_ONLY = frozenset({"view", "reshape", "flatten", "unsqueeze", "squeeze", "contiguous", "clone", "to",
                              "float", "half", "double", "bfloat16", "type_as", "type", "view_as", "reshape_as",
