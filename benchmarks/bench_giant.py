@@ -1,6 +1,6 @@
 """A model too big to build: the streamed audit of a Llama-3-8B-shaped config on the meta device.
 
-    python benchmarks/bench_giant.py [--threads 2] [--layers 32] [--hidden 4096] [--tokens 32]
+    python benchmarks/bench_giant.py [--threads 2] [--layers 32] [--hidden 4096] [--tokens 32] [--device cpu]
 
 The config is Llama 3 8B's (hidden 4096, 32 layers, intermediate 14336, 32 heads, 8 key-value
 heads, vocabulary 128256: 8.03e9 parameters, 32.1 GB in float32), built under
@@ -12,7 +12,8 @@ the script in seconds. It runs once, not repeated: a full run draws 16e9 random 
 
 Llama 3 70B's shape: ``--layers 80 --hidden 8192 --intermediate 28672 --heads 64`` (70.55e9 parameters,
 282 GB in float32). ``--breakdown`` adds the wall time of the audit's stages (:class:`_Stages`);
-``--profile FILE`` writes a cProfile of the audit (the calling thread's only).
+``--profile FILE`` writes a cProfile of the audit (the calling thread's only). ``--device cuda`` streams
+the blocks onto the GPU instead (the model stays on meta) and prints the GPU's peak memory too.
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=32)
     parser.add_argument("--profile", default="", help="write a cProfile of the audit to this file")
     parser.add_argument("--breakdown", action="store_true", help="wall time of the audit's stages")
+    parser.add_argument("--device", default="cpu", help="where the blocks are streamed to (default cpu)")
     opts = parser.parse_args()
     # Threads that lose their core wait passively instead of spinning at OpenMP barriers (a shared machine).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -56,8 +58,13 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     ids = torch.randint(0, opts.vocab, (1, opts.tokens), generator=torch.Generator().manual_seed(0))
 
+    on_gpu = torch.device(opts.device).type == "cuda"
+    card = f", {torch.cuda.get_device_name(opts.device)}" if on_gpu else ""
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
-          f"{opts.threads}, load average before {os.getloadavg()[0]:.1f}")
+          f"{opts.threads}, load average before {os.getloadavg()[0]:.1f}; device {opts.device}{card}, "
+          f"torch {torch.__version__}")
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats(opts.device)
     print(f"code: {_revision()}")
     print(f"model: LlamaForCausalLM, {opts.layers} layers x {opts.hidden}, vocabulary {opts.vocab}: "
           f"{params / 1e9:.2f}e9 parameters, {params * 4 / 1e9:.1f} GB in float32, on the meta device")
@@ -73,7 +80,7 @@ def main() -> None:
                   flush=True)
             last[0] = now
 
-    stages = _Stages() if opts.breakdown else None
+    stages = _Stages(synchronise=on_gpu) if opts.breakdown else None
     profiler = None
     if opts.profile:
         import cProfile
@@ -82,9 +89,9 @@ def main() -> None:
         profiler.enable()
     if stages is not None:
         with stages.installed():
-            report = initlint.audit(model, {"input_ids": ids}, device="cpu", progress=progress)
+            report = initlint.audit(model, {"input_ids": ids}, device=opts.device, progress=progress)
     else:
-        report = initlint.audit(model, {"input_ids": ids}, device="cpu", progress=progress)
+        report = initlint.audit(model, {"input_ids": ids}, device=opts.device, progress=progress)
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(opts.profile)
@@ -92,6 +99,9 @@ def main() -> None:
     goals = "900 s, 12 GiB: the 70B shape" if params > 30e9 else "600 s, 6 GB: the 8B shape"
     print(f"audit: {wall:.0f} s wall, peak RSS {_peak_gb():.2f} GB ({rss_before:.2f} GB before the audit; goals "
           f"{goals}), load average after {os.getloadavg()[0]:.1f}")
+    if on_gpu:
+        print(f"GPU peak memory: {torch.cuda.max_memory_allocated(opts.device) / 2**30:.2f} GiB allocated, "
+              f"{torch.cuda.max_memory_reserved(opts.device) / 2**30:.2f} GiB reserved")
     if stages is not None:
         stages.report(wall)
     print(f"still on the meta device: {all(p.device.type == 'meta' for p in model.parameters())}")
@@ -121,9 +131,23 @@ class _Stages(_stages_base()):
     * ``other``: the rest (capture, copies, the report).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, synchronise: bool = False) -> None:
         super().__init__()
         self.seconds = {k: 0.0 for k in ("init draw", "drawn stats", "forward", "backward", "weight stats", "rules")}
+        self.synchronise = synchronise  # on a GPU: each stage waits for its kernels, so its time is its own
+
+    def _timed(self, stage, fn, subtract_nested=False):
+        if not self.synchronise:
+            return super()._timed(stage, fn, subtract_nested)
+        import torch
+
+        def synchronised(*args, **kwargs):
+            torch.cuda.synchronize()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                torch.cuda.synchronize()
+        return super()._timed(stage, synchronised, subtract_nested)
 
     def installed(self):
         import contextlib
