@@ -27,8 +27,10 @@ tests_pid=""
 if has tests; then
     xdist=""
     "$py" -c "import xdist" 2>/dev/null && xdist="-n ${XDIST:-6}"
-    timeout "$(cap "${TESTS_TIMEOUT:-300}" 240)" "$py" -m pytest -q -p no:cacheprovider --timeout 120 -rfs $xdist \
-        >"$out/tests.txt" 2>&1 &
+    # One torch thread per worker (16 threads in each of several workers starved the machine: load 56-96),
+    # and -rA with one line per test as it ends, so a run stopped at its timeout still names its failures.
+    OMP_NUM_THREADS=1 timeout "$(cap "${TESTS_TIMEOUT:-300}" 240)" "$py" -m pytest -v -p no:cacheprovider \
+        --timeout 120 -rfs $xdist >"$out/tests.txt" 2>&1 &
     tests_pid=$!
 fi
 syncs_pid=""
@@ -46,7 +48,7 @@ if [[ -n "$syncs_pid" ]]; then
     wait "$syncs_pid"; echo "syncs: exit $?"; cat "$out/syncs.md"
 fi
 if [[ -n "$tests_pid" ]]; then
-    wait "$tests_pid"; echo "tests: exit $?"; tail -40 "$out/tests.txt"
+    wait "$tests_pid"; echo "tests: exit $?"; grep -E "FAILED|ERROR" "$out/tests.txt" | head -40; tail -3 "$out/tests.txt"
 fi
 if has bench; then
     timeout "$(cap 150 110)" "$py" benchmarks/bench_real_size.py --device cuda --batch training --repeats 3 2>&1 \
