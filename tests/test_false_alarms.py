@@ -310,6 +310,83 @@ def test_drift_without_weight_layers_never_says_over_0_layers():
     assert "over 0" not in drift.message and "with no weight layer in between" in drift.message
 
 
+class FourierMixer(nn.Module):
+    """FNet's block (Lee-Thorp et al. 2021): ``LayerNorm(x + fft(x).real)`` with the unnormalised 2-D
+    DFT over tokens and features, then a post-norm feed-forward block; with ``to_output``, one more
+    Fourier transform after the last norm (the twin: its scale reaches the model output)."""
+
+    def __init__(self, width: int = 768, blocks: int = 2, to_output: bool = False):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(2 * blocks))
+        self.ffn = nn.ModuleList(nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width))
+                                 for _ in range(blocks))
+        self.to_output = to_output
+
+    def forward(self, x):
+        x = self.proj(x)
+        for i, ffn in enumerate(self.ffn):
+            x = self.norms[2 * i](x + torch.fft.fftn(x, dim=(1, 2)).real)
+            x = self.norms[2 * i + 1](x + ffn(x))
+        return torch.fft.fftn(x, dim=(1, 2)).real if self.to_output else x
+
+
+@pytest.mark.parametrize("tokens", [16, 512])
+def test_an_unnormalised_fourier_mixing_into_a_norm_is_no_drift_and_no_residual_branch(tokens):
+    # x + fft(x).real is ~sqrt(tokens x width) times x (108x at 16 x 768 in FNet): no weight layer sets it,
+    # the norm after it undoes it. It was IL005 "108x with no weight layer in between", and IL012 on the
+    # projection that computes x (the stream's own op counted as the branch's layer).
+    torch.manual_seed(0)
+    report = initlint.audit(FourierMixer(), torch.randn(2, tokens, 768), select=["IL005", "IL012"])
+    assert {(f.code, f.module) for f in report.findings} == set()
+
+
+def test_an_unnormalised_fourier_mixing_that_reaches_the_output_is_still_drift():
+    torch.manual_seed(0)
+    report = initlint.audit(FourierMixer(to_output=True), torch.randn(2, 64, 768), select=["IL005"])
+    [drift] = report.findings
+    assert drift.code == "IL005" and "with no weight layer in between" in drift.message and drift.value > 100
+
+
+class LocalMaskAttention(nn.Module):
+    """LongT5's local attention in small: a learnt relative-position bias (an embedding) plus a mask of
+    -1e10 outside a window of +-2 tokens, built from ``torch.arange``, added to the scores before the
+    softmax; ``gain`` multiplies a stack of linear layers before it (the twin: 3 layers at 100x)."""
+
+    def __init__(self, width: int = 64, gain: float = 0.0):
+        super().__init__()
+        self.stack = nn.Sequential(*(nn.Linear(width, width) for _ in range(3)))
+        if gain:
+            for layer in self.stack:
+                nn.init.normal_(layer.weight, std=gain / math.sqrt(width))
+        self.q, self.k, self.v = (nn.Linear(width, width) for _ in range(3))
+        self.bias = nn.Embedding(32, 1)
+        self.gain = gain
+
+    def forward(self, x):
+        if self.gain:
+            x = self.stack(x)
+        pos = torch.arange(x.shape[1], device=x.device)
+        rel = pos[None, :] - pos[:, None]
+        bias = self.bias(rel.clamp(-16, 15) + 16).squeeze(-1)
+        bias = bias + torch.where(rel.abs() <= 2, 0.0, -1e10)
+        scores = self.q(x) @ self.k(x).transpose(-1, -2) / math.sqrt(x.shape[-1]) + bias
+        return scores.softmax(-1) @ self.v(x)
+
+
+def test_a_mask_added_to_a_position_bias_is_not_a_signal_that_explodes():
+    # LongT5 at its default config: IL005 "0.0405 at relative_attention_bias -> 1e+10 at Tensor.add_"
+    torch.manual_seed(0)
+    report = initlint.audit(LocalMaskAttention(), torch.randn(2, 16, 64), select=["IL005"])
+    assert {(f.code, f.module) for f in report.findings} == set()
+
+
+def test_an_exploding_signal_beside_the_same_mask_is_still_flagged():
+    torch.manual_seed(0)
+    report = initlint.audit(LocalMaskAttention(gain=100.0), torch.randn(2, 16, 64), select=["IL005"])
+    assert [(f.code, f.module) for f in report.findings] == [("IL005", "stack.0")]
+
+
 class WordLM(nn.Module):
     """PyTorch's word-level language model example: embedding, 2-layer LSTM, decoder over WikiText-2's
     33278 words, log_softmax, uniform(-0.1, 0.1) init."""

@@ -22,6 +22,11 @@ HF_TOKENS = 16
 """Sequence length of the token ids built for a Hugging Face model (text tokens, placeholders excluded)."""
 AUDIO_SAMPLES = 4000
 """Length of a raw waveform (``input_values``)."""
+IMAGE_SIDE = 224
+"""Side of the images built for a vision model whose config gives no ``image_size`` (ResNet, ConvNeXt,
+HGNetV2 and most convolutional backbones): ImageNet's, at which nearly all were published. At 32 x 32 a
+backbone of stride 32 ends on 1 x 1 maps, where BatchNorm normalises 2 values per channel at batch 2
+(HGNetV2 then got an IL006 that 224 x 224 images do not give)."""
 
 # Modalities that fill placeholder tokens in the ids: the pixel or feature input, the config keys of
 # the placeholder token, the sub-config keys that size the input, and the method that encodes it.
@@ -163,7 +168,7 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
         return torch.randint(0, n, (batch, HF_TOKENS), generator=gen, device=gen.device) if n > 0 else None
     if name == "pixel_values":
         vis = vision_config(config)
-        size = getattr(vis, "image_size", None) or 32
+        size = getattr(vis, "image_size", None) or IMAGE_SIDE
         height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
         channels = getattr(vis, "num_channels", None) or getattr(config, "num_channels", None) or 3
         return torch.randn(batch, int(channels), height, width, generator=gen, device=gen.device, dtype=dtype)

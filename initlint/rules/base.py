@@ -512,8 +512,10 @@ def _branch_layers(graph: Graph, stream_id: int, branch_id: int, limit: int) -> 
     for i in sorted(ancestors):
         if i != stream_id and any(j in reached for j in graph[i].inputs):
             reached.add(i)
-    return [graph[i] for i in sorted(reached)
-            if graph[i].kind in O.WEIGHT_KINDS or (graph[i].kind == "attention" and graph[i].params)]
+    # the stream's own op is not the branch's: FNet's ``x + fft(x).real`` (x a projection's output) has
+    # no weight layer of its own, and its Fourier mixing's scale is no init's to fix
+    return [graph[i] for i in sorted(reached) if i != stream_id
+            and (graph[i].kind in O.WEIGHT_KINDS or (graph[i].kind == "attention" and graph[i].params))]
 
 
 @dataclass

@@ -393,6 +393,10 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'pre-norm branch judged instead of the sum). What reaches an endpoint through ``exp`` is not\n'
                       "judged: the exponential's input is a log-domain quantity, not the signal (Mamba2's\n"
                       '``exp(cumsum(A * dt))``, whose log-decays of 128 heads reach a scale of 4.7e3 at init).\n'
+                      'A drift with no weight layer in between that ends in a normalisation is not judged: no\n'
+                      "init sets its scale and the norm undoes it (FNet's unnormalised Fourier transform,\n"
+                      '``LayerNorm(x + fft(x).real)``, is about ``sqrt(tokens x width)`` times its input, 108x at\n'
+                      '16 tokens); one that reaches the model output still is.\n'
                       '\n'
                       'Residual additions: only the inputs that carry the sum count (at least 1% of the\n'
                       "largest input's variance), so a deliberately small or zero-initialised branch does not\n"

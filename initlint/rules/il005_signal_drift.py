@@ -20,6 +20,9 @@ neither start nor end a drift stretch, even when the capture links them to the t
 _CARRY = 0.1
 """An input of an addition with less than this fraction of the largest input's scale (1% of its
 variance) does not carry the sum."""
+_MASK_DOMINANCE = 1e3
+"""An addition whose input that is not the signal (a mask, a bias built from created tensors) is more
+than this many times the signal's scale is a masking, not the signal: no stretch goes through it."""
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -56,6 +59,10 @@ class SignalDrift(Rule):
     pre-norm branch judged instead of the sum). What reaches an endpoint through ``exp`` is not
     judged: the exponential's input is a log-domain quantity, not the signal (Mamba2's
     ``exp(cumsum(A * dt))``, whose log-decays of 128 heads reach a scale of 4.7e3 at init).
+    A drift with no weight layer in between that ends in a normalisation is not judged: no
+    init sets its scale and the norm undoes it (FNet's unnormalised Fourier transform,
+    ``LayerNorm(x + fft(x).real)``, is about ``sqrt(tokens x width)`` times its input, 108x at
+    16 tokens); one that reaches the model output still is.
 
     Residual additions: only the inputs that carry the sum count (at least 1% of the
     largest input's variance), so a deliberately small or zero-initialised branch does not
@@ -125,7 +132,7 @@ class SignalDrift(Rule):
         limit = math.log(self.opts["max-scale-ratio"])
         trace = _Trace(audit)
         worst: Optional[Tuple[float, Op, Op]] = None
-        for src, branch in self._judged_points(audit, trace):
+        for src, branch, normed in self._judged_points(audit, trace):
             rms = audit.op_stats(src).get("rms")
             start = trace.ref.get(src.id)
             if rms is None or start is None or not _finite(rms) or start[0] <= 0:
@@ -134,15 +141,18 @@ class SignalDrift(Rule):
             if branch and ratio < 0:
                 continue  # a small residual branch leaves the stream as it is
             if abs(ratio) > limit and (worst is None or abs(ratio) > abs(worst[0])):
+                if normed and abs(ratio - _code_gain(audit, audit.graph[start[1]], src)) <= limit:
+                    continue  # the drift is a parameter-free op's, into a norm that undoes it (FNet's FFT)
                 worst = (ratio, src, audit.graph[start[1]])
         if worst is None:
             return
         ratio, src, start_op = worst
         yield self._finding(audit, trace, ratio, src, start_op)
 
-    def _judged_points(self, audit: AuditContext, trace: "_Trace") -> Iterator[Tuple[Op, bool]]:
-        """Where the signal ends: the inputs of the endpoints and the model outputs, and the ends of the
-        residual branches the stream is not judged through (flagged True)."""
+    def _judged_points(self, audit: AuditContext, trace: "_Trace") -> Iterator[Tuple[Op, bool, bool]]:
+        """Where the signal ends, as ``(op, branch, normed)``: the inputs of the endpoints and the model
+        outputs, and the ends of the residual branches the stream is not judged through (``branch``);
+        ``normed``: the input of a normalisation."""
         outputs = set(audit.graph.outputs)
         ends = [(e, [e.id] if e.id in outputs else e.inputs, False) for e in self._endpoints(audit.graph)]
         ends += [(audit.graph[i], [i], True) for i in trace.branch_ends]
@@ -153,7 +163,7 @@ class SignalDrift(Rule):
                     src = _input_of_last_weight(audit.graph, src)  # its scale is the norm's to fix
                 src = self._judged_point(audit, src) if src is not None else None
                 if src is not None:
-                    yield src, branch
+                    yield src, branch, endpoint.kind in O.NORM_KINDS
 
     def _judged_point(self, audit: AuditContext, op: Op) -> Optional[Op]:
         """``op``, or the nearest op before it on its main path with at least ``min-units`` units.
@@ -237,6 +247,8 @@ class _Trace:
         ins = [i for i in op.inputs if i in ref]
         if not ins:
             return
+        if op.kind == "add" and len(op.inputs) > len(ins) and self._masked(op, ins):
+            return  # the signal plus a mask far larger than it (LongT5's -1e10 local mask): not the signal
         if op.kind == "add" and len(ins) > 1:
             ins = self._carriers(ins)
             rms = audit.op_stats(op).get("rms")
@@ -261,6 +273,14 @@ class _Trace:
                 self.embedding_outputs.add(op.id)
                 return True
         return False
+
+    def _masked(self, op: Op, ins: List[int]) -> bool:
+        """Whether an addition's input that is not the signal (built from created tensors: a mask, a
+        constant bias) outweighs its signal inputs more than :data:`_MASK_DOMINANCE` times."""
+        graph = self.audit.graph
+        signal = [s for i in ins if (s := measured_rms(self.audit, graph[i])) is not None and _finite(s)]
+        other = [s for i in op.inputs if i not in ins and (s := measured_rms(self.audit, graph[i])) is not None]
+        return bool(signal and other) and max(other) > _MASK_DOMINANCE * max(signal)
 
     def _carriers(self, ins: List[int]) -> List[int]:
         """The inputs of an addition that carry at least 1% of the largest one's variance."""
@@ -342,6 +362,36 @@ def _deepest_path(graph: Graph, start: Op, end: Op) -> List[Op]:
         path.append(graph[current])
         current = best[current][1]
     return list(reversed(path))
+
+
+def _code_gain(audit: AuditContext, start: Op, end: Op, limit: int = 256) -> float:
+    """The log of the scale that parameter-free ops of one signal (a constant factor, a Fourier
+    transform: ``mul``, ``div``, ``other`` without parameters) put on the path that carries the signal
+    from ``start`` to ``end``: back from ``end`` through the input of the largest scale at each op. A
+    run of such ops counts from the scale before it to the scale after it (a complex ``fftn`` between
+    has none of its own)."""
+    graph = audit.graph
+    path: List[Op] = []
+    current: Optional[Op] = end
+    while current is not None and current.id != start.id and len(path) < limit:
+        path.append(current)
+        ins = [graph[i] for i in current.inputs if i >= start.id]
+        current = max(ins, key=lambda o: measured_rms(audit, o) or -1.0) if ins else None
+    if current is None or current.id != start.id:
+        return 0.0
+    total, before, in_run = 0.0, audit.op_stats(start).get("rms"), False
+    for op in reversed(path):
+        rms = audit.op_stats(op).get("rms")
+        code = op.kind in ("mul", "div", "other") and not op.params and len(op.inputs) == 1
+        if code and not in_run:
+            in_run, anchor = True, before
+        if in_run and not code:
+            in_run = False
+        if in_run and rms and anchor and _finite(rms) and _finite(anchor) and rms > 0 and anchor > 0:
+            total += math.log(rms / anchor)
+            anchor = rms
+        before = rms if rms is not None else before
+    return total
 
 
 def _created(op: Op) -> bool:
