@@ -71,3 +71,28 @@ def test_funnels_tied_word_embeddings_keep_the_embedding_branchs_draw():
     twin = funnel_mlm()
     twin.funnel.encoder.blocks[0][0].ffn.linear_1.reset_parameters()
     assert loud(twin, select=["IL014"]) == {("IL014", "funnel.encoder.blocks.0.0.ffn.linear_1")}
+
+
+def longformer(**config):
+    return tf.LongformerModel(tf.LongformerConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2,
+                                                  num_attention_heads=4, intermediate_size=256, **config))
+
+
+def test_longformers_own_padding_to_its_window_is_not_token_collapse():
+    # LongformerModel pads 16 token ids to its 512-token attention window: 496 copies of one pad vector,
+    # masked out of attention. Measured over all 512 positions, the tokens' mean cosine was 0.97 after the
+    # first block and IL013 fired; the probe now measures the first 16 positions, the ids' own.
+    torch.manual_seed(0)
+    model = longformer(attention_window=512)
+    ids = torch.randint(2, 1000, (2, 16), generator=torch.Generator().manual_seed(0))
+    report = initlint.audit(model, {"input_ids": ids}, select=["IL013"])
+    assert [(f.code, f.module) for f in report.findings] == []
+    # its twin: the same model with every attention output projection at 30x (as IL013's bad example) collapses
+    torch.manual_seed(0)
+    twin = longformer(attention_window=512)
+    with torch.no_grad():
+        for layer in twin.encoder.layer:
+            layer.attention.self.value.weight.mul_(30)
+            layer.attention.output.dense.weight.mul_(30)
+    flagged = initlint.audit(twin, {"input_ids": ids}, select=["IL013"]).findings
+    assert [f.code for f in flagged] == ["IL013"]
