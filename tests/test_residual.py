@@ -221,3 +221,47 @@ def test_the_leading_positions_scale_is_measured_on_flattened_tokens():
         handle.remove()
     lead = captured["y"].reshape(2, 64, -1)[:, :LEAD_TOKENS]
     assert report.probe.ops[fc2.id].lead_rms == pytest.approx(lead.pow(2).mean().sqrt().item(), rel=1e-4)
+
+
+class QueryDecoder(torch.nn.Module):
+    """DETR's design in small (MaskFormer's transformer module): a residual self-attention encoder over the
+    input's tokens, then a decoder whose object queries start as ``torch.zeros_like(query_embed)`` and are
+    told apart only by the learnt positions added to their queries and keys, attending to each other and
+    then to the encoder's output. ``encoder_gain`` multiplies the encoder's value and output projections."""
+
+    def __init__(self, dim=128, queries=32, encoder_gain=1.0):
+        super().__init__()
+        self.enc = torch.nn.ModuleList(torch.nn.MultiheadAttention(dim, 4, batch_first=True) for _ in range(3))
+        self.enc_norms = torch.nn.ModuleList(torch.nn.LayerNorm(dim) for _ in range(3))
+        self.query_embed = torch.nn.Embedding(queries, dim)
+        self.self_attn = torch.nn.MultiheadAttention(dim, 4, batch_first=True)
+        self.cross_attn = torch.nn.MultiheadAttention(dim, 4, batch_first=True)
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(dim) for _ in range(2))
+        with torch.no_grad():
+            for bias in (self.self_attn.in_proj_bias, self.self_attn.out_proj.bias):  # as nn.Linear's (DETR's)
+                bias.uniform_(-dim ** -0.5, dim ** -0.5)
+            for attn in self.enc:
+                attn.in_proj_weight[2 * dim:].mul_(encoder_gain)
+                attn.out_proj.weight.mul_(encoder_gain)
+
+    def forward(self, x):
+        for attn, norm in zip(self.enc, self.enc_norms):
+            h = norm(x)
+            x = x + attn(h, h, h, need_weights=False)[0]
+        pos = self.query_embed.weight.unsqueeze(0).expand(x.shape[0], -1, -1)
+        tgt = torch.zeros_like(pos)
+        q = tgt + pos
+        tgt = self.norms[0](tgt + self.self_attn(q, q, tgt, need_weights=False)[0])
+        return self.norms[1](tgt + self.cross_attn(tgt, x, x, need_weights=False)[0])
+
+
+def test_object_queries_that_start_as_one_zero_vector_are_not_a_collapse_of_the_encoders_tokens():
+    # MaskFormer at its default config: IL013 compared its decoder's queries after their first self-attention
+    # (cosine 1: zeros plus the value projection's bias) with the start of its Swin backbone's patches
+    # (cosine -0.002), two different sequences; each residual stream is now judged from its own start
+    torch.manual_seed(0)
+    x = torch.randn(2, 64, 128, generator=torch.Generator().manual_seed(0))
+    assert codes(initlint.audit(QueryDecoder(), x, select=["IL013"]), "IL013") == set()
+    # the encoder's own stream is still judged: its branches at 30x collapse its tokens
+    torch.manual_seed(0)
+    assert codes(initlint.audit(QueryDecoder(encoder_gain=30.0), x, select=["IL013"]), "IL013") == {""}

@@ -402,6 +402,17 @@ zero-initialised last BatchNorm gamma, Fixup's and modded-nanoGPT's zero-initial
 _LOOK_THROUGH = frozenset({"view", "dropout", "identity"})
 
 
+CREATED = frozenset({"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like",
+                      "full_like", "new_zeros", "new_ones", "new_empty", "new_full", "empty_strided"})
+"""Tensors a forward creates (an RNN's zero initial state, a position index): not the signal, so they
+neither start nor end a drift stretch, even when the capture links them to the tensor they take a size from."""
+
+
+def created_tensor(op: Op) -> bool:
+    """A tensor made inside the forward (``torch.zeros(batch, hidden)``, ``x.new_ones(...)``, ``torch.arange``)."""
+    return op.kind == "empty" or str(op.target).rsplit(".", 1)[-1] in CREATED
+
+
 def measured_rms(audit: AuditContext, op: Op, limit: int = 64) -> Optional[float]:
     """The rms of ``op``'s output, read through views, dropout and identities (which carry no statistics)."""
     src = measured(audit, op, limit, through=_LOOK_THROUGH)

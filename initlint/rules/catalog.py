@@ -1116,7 +1116,11 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "that attends to another sequence (a decoder's cross-attention to the encoder output) is\n"
                       'not judged from that block on: near-uniform cross-attention adds the same summary of the\n'
                       "other sequence to every token by design (``nn.Transformer``'s post-norm decoder reaches\n"
-                      '0.98 at its default init and trains). The\n'
+                      '0.98 at its default init and trains). Each residual stream is judged from where it\n'
+                      "begins (an encoder's and a decoder's, a backbone's patches and a DETR-style decoder's\n"
+                      'object queries), and a stream that begins at a tensor the forward creates is not judged:\n'
+                      "DETR's and MaskFormer's queries start as one zero vector (``torch.zeros_like``), told\n"
+                      'apart only by the positions added to their queries and keys. The\n'
                       'similarity is measured on 2 sequences of the probe batch, 64 tokens each (2016 pairs per\n'
                       'sequence), cheap next to the layer itself.\n'
                       '\n'

@@ -9,14 +9,11 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from .base import AuditContext, Example, RepairPlan, Rule, fmt, gate_factor, lsuv_stretch, measured_rms
+from .base import (AuditContext, Example, RepairPlan, Rule, created_tensor, fmt, gate_factor, lsuv_stretch,
+                   measured_rms)
 from .il001_init_scale import scale_target
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
-_CREATED = frozenset({"zeros", "ones", "empty", "full", "arange", "zeros_like", "ones_like", "empty_like",
-                      "full_like", "new_zeros", "new_ones", "new_empty", "new_full", "empty_strided"})
-"""Tensors a forward creates (an RNN's zero initial state, a position index): not the signal, so they
-neither start nor end a drift stretch, even when the capture links them to the tensor they take a size from."""
 _CARRY = 0.1
 """An input of an addition with less than this fraction of the largest input's scale (1% of its
 variance) does not carry the sum."""
@@ -172,7 +169,7 @@ class SignalDrift(Rule):
         log-probabilities of a near-uniform prediction over V classes are all about -ln V): the
         signal is judged at their input."""
         for current in audit.graph.back(op):
-            if current.kind in _START_KINDS or _created(current) or _exponential(current):
+            if current.kind in _START_KINDS or created_tensor(current) or _exponential(current):
                 return None
             if _offset(current):
                 continue
@@ -216,7 +213,7 @@ class SignalDrift(Rule):
 class _Trace:
     """For each op, where its signal last started afresh: ``ref[id] = (scale there, op id)``.
 
-    Tensors the forward creates (:func:`_created`) carry no signal and are skipped. Fresh starts: the model input, an embedding module's output (after its own scaling, such as
+    Tensors the forward creates (:func:`~initlint.rules.base.created_tensor`) carry no signal and are skipped. Fresh starts: the model input, an embedding module's output (after its own scaling, such as
     Gemma's ``sqrt(hidden)``), a normalisation, and a branch gate (a LayerScale, a zero-initialised
     layer: small by design). At an addition only the inputs that carry the sum count (a gated or
     negligible branch does not), and the strongest of them carries on. When a residual branch
@@ -235,7 +232,7 @@ class _Trace:
 
     def _visit(self, op: Op) -> None:
         audit, ref = self.audit, self.ref
-        if _created(op):
+        if created_tensor(op):
             return  # not the signal: it carries no stretch on
         if self._starts(op):
             if op.kind not in _START_KINDS and op.inputs:
@@ -392,11 +389,6 @@ def _code_gain(audit: AuditContext, start: Op, end: Op, limit: int = 256) -> flo
             anchor = rms
         before = rms if rms is not None else before
     return total
-
-
-def _created(op: Op) -> bool:
-    """A tensor made inside the forward (``torch.zeros(batch, hidden)``, ``x.new_ones(...)``, ``torch.arange``)."""
-    return op.kind == "empty" or str(op.target).rsplit(".", 1)[-1] in _CREATED
 
 
 def _exponential(op: Op) -> bool:

@@ -10,8 +10,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from .base import (BRANCH_GAIN_MAX, AuditContext, Example, RepairPlan, Residual, Rule, attention_scores, fmt, gain_of,
-                   measured_rms, output_weight, projection_of, residuals_of, shrink_branch)
+from .base import (BRANCH_GAIN_MAX, AuditContext, Example, RepairPlan, Residual, Rule, attention_scores, created_tensor,
+                   fmt, gain_of, measured_rms, output_weight, projection_of, residuals_of, shrink_branch)
 
 
 
@@ -84,7 +84,11 @@ class TokenCollapse(Rule):
     that attends to another sequence (a decoder's cross-attention to the encoder output) is
     not judged from that block on: near-uniform cross-attention adds the same summary of the
     other sequence to every token by design (``nn.Transformer``'s post-norm decoder reaches
-    0.98 at its default init and trains). The
+    0.98 at its default init and trains). Each residual stream is judged from where it
+    begins (an encoder's and a decoder's, a backbone's patches and a DETR-style decoder's
+    object queries), and a stream that begins at a tensor the forward creates is not judged:
+    DETR's and MaskFormer's queries start as one zero vector (``torch.zeros_like``), told
+    apart only by the positions added to their queries and keys. The
     similarity is measured on 2 sequences of the probe batch, 64 tokens each (2016 pairs per
     sequence), cheap next to the layer itself.
 
@@ -126,7 +130,10 @@ class TokenCollapse(Rule):
     option_ranges = {"max-cosine": (0, 1), "min-rise": (0, 1)}
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
-        points, residual = self._points(audit)
+        for points, residual in self._streams(audit):
+            yield from self._judge(audit, points, residual)
+
+    def _judge(self, audit: AuditContext, points: List[Tuple[Op, float]], residual: bool) -> Iterator[Finding]:
         points = [p for p in points if math.isfinite(p[1])]  # non-finite tokens are IL009's finding
         if len(points) < 2:
             return
@@ -150,24 +157,50 @@ class TokenCollapse(Rule):
         at = first[0] if self._where(first[0]) == (first[0].module or "<model>") else self._where(first[0])
         yield self.finding(audit, at, message, fix, value=end[1], threshold=self.opts["max-cosine"])
 
+    def _streams(self, audit: AuditContext) -> List[Tuple[List[Tuple[Op, float]], bool]]:
+        """Each residual stream's block outputs in order, as ``(where to report, token cosine)`` after its
+        start, and whether the model has residual additions. Streams are told apart by where they begin
+        (back from a block's stream through earlier additions, norms and views): an encoder's and a
+        decoder's, a backbone's and a DETR-style decoder's object queries. A stream that begins at a
+        tensor the forward creates (DETR's ``tgt = torch.zeros_like(query_embed)``: every query the same
+        zero vector, told apart only by the positions added to its queries and keys) has no start of its
+        own to rise from, and is not judged."""
+        stats = audit.probe.ops
+        adds = self_attending(audit, residuals_of(audit))
+        if not adds:
+            return [self._points(audit)]
+        measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
+        every = {r.add.id: r for r in residuals_of(audit)}
+        streams: Dict[int, List[Residual]] = {}
+        for r in adds:
+            if "token_cos" in stats.get(r.add.id, {}):
+                streams.setdefault(_root(audit.graph, r, every).id, []).append(r)
+        found = []
+        for root_id, members in streams.items():
+            root = audit.graph[root_id]
+            if created_tensor(root):
+                continue
+            start = next((op for op in audit.graph.back(root, limit=64) if "token_cos" in stats.get(op.id, {})),
+                         measured[0] if measured else None)
+            ordered = sorted(members, key=lambda r: r.add.id)
+            if start is None or start.id >= ordered[0].add.id:
+                continue
+            found.append(([(start, stats[start.id]["token_cos"])]
+                          + [(r.add, stats[r.add.id]["token_cos"]) for r in ordered], True))
+        return found
+
     def _points(self, audit: AuditContext) -> Tuple[List[Tuple[Op, float]], bool]:
-        """Block outputs in order as ``(where to report, token cosine)``; the first is the network's start."""
+        """A stack without residual additions: each attention layer's output in order as ``(where to report,
+        token cosine)``, after the network's start."""
         stats = audit.probe.ops
         measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
-        if not measured:
+        outputs = [(site, out) for site in self._attention(audit) if (out := self._block_output(audit, site)) is not None]
+        if not measured or not outputs or measured[0].id >= outputs[0][1].id:
             return [], False
-        adds = self_attending(audit, residuals_of(audit))
-        if adds:
-            outputs = [(r.add, r.add) for r in adds if "token_cos" in stats.get(r.add.id, {})]
-        else:
-            outputs = [(site, out) for site in self._attention(audit)
-                       if (out := self._block_output(audit, site)) is not None]
-        if not outputs or measured[0].id >= outputs[0][1].id:
-            return [], bool(adds)
         start = measured[0]
         ordered = sorted({out.id: (site, out) for site, out in outputs}.values(), key=lambda pair: pair[1].id)
         return [(start, stats[start.id]["token_cos"])] + [(site, stats[out.id]["token_cos"]) for site, out in ordered], \
-            bool(adds)
+            False
 
     @staticmethod
     def _attention(audit: AuditContext) -> List[Op]:
@@ -253,6 +286,20 @@ def _origin(graph: Graph, op_id: Optional[int], limit: int = 16) -> Optional[int
     for origin in graph.back(origin, through=O.PASS_KINDS, limit=limit + 1):
         pass
     return origin.id
+
+
+def _root(graph: Graph, r: Residual, every: Dict[int, Residual], limit: int = 4096) -> Op:
+    """Where the stream of the residual addition ``r`` begins: back from its stream value through earlier
+    residual additions (their stream side), normalisations and views."""
+    current = r.stream
+    for _ in range(limit):
+        if current.id in every:
+            current = every[current.id].stream
+        elif (current.kind in O.NORM_KINDS or current.kind in O.PASS_KINDS) and current.inputs:
+            current = graph[current.inputs[0]]
+        else:
+            break
+    return current
 
 
 def _stream_add(graph: Graph, op: Op, by_add: Dict[int, Residual], limit: int = 16) -> Optional[int]:
