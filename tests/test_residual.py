@@ -265,3 +265,45 @@ def test_object_queries_that_start_as_one_zero_vector_are_not_a_collapse_of_the_
     # the encoder's own stream is still judged: its branches at 30x collapse its tokens
     torch.manual_seed(0)
     assert codes(initlint.audit(QueryDecoder(encoder_gain=30.0), x, select=["IL013"]), "IL013") == {""}
+
+
+class MergedImageTokens(torch.nn.Module):
+    """A vision-language model's first block in small (GOT-OCR2, LLaVA): token embeddings at std 0.02, image
+    features from a tower that ends in a LayerNorm written into the image tokens' places with
+    ``masked_scatter``, then a pre-norm MLP block whose branch is ``branch_std``'s scale."""
+
+    IMAGE = 7
+
+    def __init__(self, dim=256, branch_std=0.02):
+        super().__init__()
+        self.embed = torch.nn.Embedding(1000, dim)
+        self.tower = torch.nn.Sequential(torch.nn.Linear(48, dim), torch.nn.LayerNorm(dim))
+        self.projector = torch.nn.Linear(dim, dim)
+        self.norm = torch.nn.LayerNorm(dim)
+        self.up, self.down = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+        with torch.no_grad():
+            self.embed.weight.normal_(0, 0.02)
+            self.up.weight.normal_(0, 0.1)
+            self.down.weight.normal_(0, branch_std)
+
+    def forward(self, ids, patches):
+        x = self.embed(ids)
+        image = self.projector(self.tower(patches)).reshape(-1, x.shape[-1])
+        x = x.masked_scatter((ids == self.IMAGE).unsqueeze(-1), image)
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+def test_image_features_written_into_the_embeddings_leave_the_first_branch_on_the_embedding():
+    # GOT-OCR2 at its default config: IL012 warned "adds 0.195 to the residual stream of scale 0.02, 9.71x (limit
+    # 4x)" on its language model's first block, the limit of a built-up stream: the norm at the end of the
+    # vision tower, reached through masked_scatter's image features, hid that the stream is the embedding
+    torch.manual_seed(0)
+    ids = torch.randint(8, 1000, (2, 32), generator=torch.Generator().manual_seed(0))
+    ids[:, :4] = MergedImageTokens.IMAGE
+    patches = torch.randn(2, 4, 48, generator=torch.Generator().manual_seed(1))
+    report = initlint.audit(MergedImageTokens(branch_std=0.1), (ids, patches), select=["IL012"])  # 12x the stream
+    assert [(f.code, f.module) for f in report.findings] == []
+    # the same first branch at 20x that: past the embedding's limit (100x), still reported (as information)
+    torch.manual_seed(0)
+    [big] = initlint.audit(MergedImageTokens(branch_std=2.0), (ids, patches), select=["IL012"]).findings
+    assert (big.code, big.module, big.severity) == ("IL012", "down", "info") and "the embedding" in big.message

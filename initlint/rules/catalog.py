@@ -960,7 +960,10 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'Three kinds of addition have\n'
                       'their own limit: post-norm ones (``LN(x + f(x))`` on a normalised stream: BERT, the\n'
                       'original Transformer), the first branch added to an embedding or to the model input, and\n'
-                      'all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals).\n'
+                      'all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals). An\n'
+                      'embedding into which a vision-language model writes its image features\n'
+                      "(``masked_scatter``, as GOT-OCR2 and LLaVA do) is still an embedding: the vision tower's\n"
+                      'final norm does not make it a built-up stream.\n'
                       '\n'
                       "On sequences longer than 16 tokens, both scales are taken over each sequence's first 16\n"
                       'positions. Causal attention at init spreads each query evenly over the tokens before it, so\n'

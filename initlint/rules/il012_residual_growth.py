@@ -46,7 +46,10 @@ class ResidualGrowth(Rule):
     Three kinds of addition have
     their own limit: post-norm ones (``LN(x + f(x))`` on a normalised stream: BERT, the
     original Transformer), the first branch added to an embedding or to the model input, and
-    all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals).
+    all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals). An
+    embedding into which a vision-language model writes its image features
+    (``masked_scatter``, as GOT-OCR2 and LLaVA do) is still an embedding: the vision tower's
+    final norm does not make it a built-up stream.
 
     On sequences longer than 16 tokens, both scales are taken over each sequence's first 16
     positions. Causal attention at init spreads each query evenly over the tokens before it, so
@@ -325,7 +328,7 @@ _LIMITS = {"embedding": "max-embedding-ratio", "post-norm": "max-post-norm-ratio
 def _placement(audit: AuditContext, res: Residual, streams: Set[int]) -> str:
     """``embedding``: the first branch on an embedding or the input; ``post-norm``: ``LN(x + f(x))`` on a
     normalised stream; ``stream``: any other residual addition (pre-norm blocks, plain residuals)."""
-    if _from_embedding(audit, res, streams):
+    if _from_embedding(audit, res.stream, streams):
         return "embedding"
     if _through_pass(audit, res.stream, back=True) and _through_pass(audit, res.add, back=False):
         return "post-norm"
@@ -361,9 +364,13 @@ def _fix(audit: AuditContext, proj: Op, ratio: float) -> str:
     return f"nn.init.normal_({py_path(name)}, std={fmt(std)})  # now {fmt(stats['rms'])}; the branch then matches the stream"
 
 
-def _from_embedding(audit: AuditContext, res: Residual, streams: Set[int], limit: int = 64) -> bool:
-    """The stream is an embedding or the model input, with no residual addition or norm before this add."""
-    frontier = [res.stream]
+def _from_embedding(audit: AuditContext, stream: Op, streams: Set[int], limit: int = 64) -> bool:
+    """``stream`` is an embedding or the model input, with no residual addition or norm before it.
+
+    What an op of kind ``other`` writes into its first input (a vision-language model's
+    ``inputs_embeds.masked_scatter(mask, image_features)``: the image features come from a tower
+    that ends in a norm) is not the stream's history: the walk follows such an op's first input."""
+    frontier = [stream]
     seen: Set[int] = set()
     reached = False
     while frontier and len(seen) < limit:
@@ -376,9 +383,19 @@ def _from_embedding(audit: AuditContext, res: Residual, streams: Set[int], limit
         if op.kind in ("embedding", "input"):
             reached = True
             continue
-        if op.kind in O.PASS_KINDS or op.kind in ("add", "mul", "other", "conv", "linear"):
+        if op.kind == "other" and _scatters_into(audit, op):
+            frontier.append(audit.graph[op.inputs[0]])
+        elif op.kind in O.PASS_KINDS or op.kind in ("add", "mul", "other", "conv", "linear"):
             frontier.extend(audit.graph[i] for i in op.inputs)
     return reached
+
+
+def _scatters_into(audit: AuditContext, op: Op) -> bool:
+    """``op`` writes values into a copy of its first input, of which its output has the shape
+    (``masked_scatter``, ``index_put``, ``scatter``, ``where``-merges of features into embeddings)."""
+    name = str(op.target).rsplit(".", 1)[-1].rstrip("_")
+    return len(op.inputs) > 1 and name in ("masked_scatter", "index_put", "scatter", "index_copy", "where") \
+        and audit.shape(op) == audit.shape(audit.graph[op.inputs[0]])
 
 
 def _scales(stream: OpStats, branch: OpStats) -> Tuple[Optional[float], Optional[float]]:
