@@ -393,10 +393,13 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'pre-norm branch judged instead of the sum). What reaches an endpoint through ``exp`` is not\n'
                       "judged: the exponential's input is a log-domain quantity, not the signal (Mamba2's\n"
                       '``exp(cumsum(A * dt))``, whose log-decays of 128 heads reach a scale of 4.7e3 at init).\n'
-                      'A drift with no weight layer in between that ends in a normalisation is not judged: no\n'
-                      "init sets its scale and the norm undoes it (FNet's unnormalised Fourier transform,\n"
-                      '``LayerNorm(x + fft(x).real)``, is about ``sqrt(tokens x width)`` times its input, 108x at\n'
-                      '16 tokens); one that reaches the model output still is.\n'
+                      'Into a normalisation, the scale that parameter-free ops of one signal put on the path (a\n'
+                      'constant factor, a Fourier transform) is not counted: no init sets it and the norm undoes\n'
+                      "it (FNet's unnormalised ``LayerNorm(x + fft(x).real)`` is about ``sqrt(tokens x width)``\n"
+                      'times its input, 108x at 16 tokens); on the way to the model output it still counts. An\n'
+                      'addition of a tensor that is not the signal (a mask built from created tensors) and over\n'
+                      "1000x the signal's scale is a masking, not the signal (LongT5's local mask of -1e10 added\n"
+                      'to its position bias): no stretch goes through it.\n'
                       '\n'
                       'Residual additions: only the inputs that carry the sum count (at least 1% of the\n'
                       "largest input's variance), so a deliberately small or zero-initialised branch does not\n"

@@ -392,9 +392,9 @@ def _from_embedding(audit: AuditContext, stream: Op, streams: Set[int], limit: i
 
 def _scatters_into(audit: AuditContext, op: Op) -> bool:
     """``op`` writes values into a copy of its first input, of which its output has the shape
-    (``masked_scatter``, ``index_put``, ``scatter``, ``where``-merges of features into embeddings)."""
+    (``masked_scatter``, ``index_put``, ``scatter``, ``index_copy`` of features into embeddings)."""
     name = str(op.target).rsplit(".", 1)[-1].rstrip("_")
-    return len(op.inputs) > 1 and name in ("masked_scatter", "index_put", "scatter", "index_copy", "where") \
+    return len(op.inputs) > 1 and name in ("masked_scatter", "index_put", "scatter", "index_copy") \
         and audit.shape(op) == audit.shape(audit.graph[op.inputs[0]])
 
 
