@@ -142,6 +142,36 @@ def test_handwritten_rmsnorm_counts_as_normalisation():
     assert initlint.audit(model).clean
 
 
+class FunctionalNorms(nn.Module):
+    """Normalisations written as small functional ops inside one module (Qwen3-Next's gated RMSNorm and its
+    gated delta rule's L2 normalisation of queries and keys are written so), and two that are not ones."""
+
+    def __init__(self, width=32):
+        super().__init__()
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        h = self.proj(x)
+        rms = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)  # RMS
+        l2 = h.float() * torch.rsqrt((h * h).sum(dim=-1, keepdim=True) + 1e-6)  # L2, through a cast
+        by_norm = h / h.norm(dim=-1, keepdim=True).clamp_min(1e-6)  # L2, as a division
+        normalize = F.normalize(h, dim=-1)
+        by_other = h * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)  # another tensor's statistic
+        by_mean = h * h.mean(-1, keepdim=True)  # a mean, not an inverse norm
+        return rms + l2 + by_norm + normalize + by_other + by_mean
+
+
+def test_normalisations_written_as_functional_ops_are_normalisations_in_both_backends():
+    for backend, division in (("fx", "operator.truediv"), ("runtime", "Tensor.div")):
+        cap = capture(FunctionalNorms(), order=(backend,))
+        cap.run((torch.randn(4, 32),), {}, lambda op, v: None)
+        multiply = "operator.mul" if backend == "fx" else "Tensor.mul"
+        assert [op.target for op in cap.graph.of_kind("rms_norm")] == [multiply, multiply, division, "F.normalize"]
+        statistic = [op for op in cap.graph if op.attrs.get("norm_statistic")]
+        # pow, mean, add, rsqrt; mul, sum, add, rsqrt; norm, clamp_min
+        assert len(statistic) == 10, (backend, [op.target for op in statistic])
+
+
 def test_wrappers_are_unwrapped_and_paths_are_the_users():
     torch.manual_seed(0)
     model = mlp(8)

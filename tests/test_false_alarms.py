@@ -658,3 +658,100 @@ def test_a_cumulative_log_decay_read_through_exp_is_not_a_signal_explosion():
     # the same cumulative sum used as a signal is flagged
     torch.manual_seed(0)
     assert "IL005" in codes(initlint.audit(LogDecayScan(exponential=False), x))
+
+
+# ----------------------------------------------------------- normalised scans (linear attention, SSD)
+class ScaledIntoNorm(nn.Module):
+    """Three bias-free tanh layers at a twentieth of LeCun's scale, then an L2 normalisation written as
+    functional ops (as the gated delta rule normalises its queries and keys), then a head; ``biased``:
+    the same layers with PyTorch's default biases, which a shrunk signal no longer dominates."""
+
+    def __init__(self, width=256, biased=False):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width, bias=biased) for _ in range(3))
+        for layer in self.layers:
+            nn.init.normal_(layer.weight, std=0.05 / math.sqrt(width))
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        x = x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+        return self.head(x)
+
+
+def test_a_bias_free_stack_into_a_normalisation_is_a_rescale_the_norm_undoes():
+    # it was IL001 on the three layers ("shrinks 4.1e+15x before Tensor.sum", the norm's own statistic, whose
+    # x * x doubled the drift) and on the head (the shrink carried through the norm to the output)
+    x = torch.randn(8, 256, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    report = initlint.audit(ScaledIntoNorm(), x, select=["IL001", "IL005"])
+    assert {(f.code, f.module) for f in report.findings} == set()
+    torch.manual_seed(0)
+    report = initlint.audit(ScaledIntoNorm(biased=True), x, select=["IL001", "IL005"])
+    assert {(f.code, f.module) for f in report.findings} == {("IL001", "layers.0"), ("IL001", "layers.1"),
+                                                             ("IL001", "layers.2")}
+
+
+class SigmoidGate(nn.Module):
+    """A value path gated by ``sigmoid(W_b x)`` with ``W_b`` far below its scale (the gated delta rule's
+    ``beta``): a small input leaves the sigmoid at 1/2. ``centred``: a tanh gate, whose output shrinks with it."""
+
+    def __init__(self, width=256, centred=False):
+        super().__init__()
+        self.value = nn.Linear(width, width, bias=False)
+        self.gate = nn.Linear(width, width, bias=False)
+        nn.init.normal_(self.gate.weight, std=0.003 / math.sqrt(width))
+        self.act = torch.tanh if centred else torch.sigmoid
+        self.out = nn.Linear(width, width)
+
+    def forward(self, x):
+        return self.out(self.value(x) * self.act(self.gate(x)))
+
+
+def test_a_small_input_to_a_sigmoid_gate_does_not_shrink_what_it_gates():
+    # it was IL001 on gate, value and out ("shrinks 1e+06x before the model output")
+    x = torch.randn(8, 256, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    assert initlint.audit(SigmoidGate(), x, select=["IL001"]).findings == []
+    torch.manual_seed(0)
+    report = initlint.audit(SigmoidGate(centred=True), x, select=["IL001"])
+    # the gate's shrink compounds with the value path's PyTorch-default layers (1/sqrt(3) each)
+    assert {(f.code, f.module) for f in report.findings} == {("IL001", "gate"), ("IL001", "value"), ("IL001", "out")}
+
+
+def lara_mini(tf, biased_conv=False):
+    """Lara-mini (Qwen3-Next's gated delta rule and full attention) at the widths of
+    ``benchmarks/hf_init_training.py --model lara_mini``, at Hugging Face's init (the depthwise conv at
+    std 0.02); ``biased_conv``: its conv given a bias of 0.1, which a signal at 1e-2 no longer dominates."""
+    torch.manual_seed(0)
+    model = tf.LaraMiniForCausalLM(tf.LaraMiniConfig(
+        vocab_size=64, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=64, layer_types=["linear_attention", "full_attention"] * 2, linear_key_head_dim=64,
+        linear_value_head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4, num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=256, shared_expert_intermediate_size=256,
+        sliding_window=64, max_position_embeddings=256))
+    if biased_conv:
+        for layer in model.model.layers:
+            if hasattr(layer, "linear_attn"):
+                conv = layer.linear_attn.conv1d
+                conv.bias = nn.Parameter(torch.full((conv.out_channels,), 0.1))
+    return model
+
+
+@pytest.mark.parametrize("length", [16, 256])
+def test_the_gated_delta_rule_at_hugging_faces_init_is_clean(length):
+    # it was IL001 on in_proj_qkv, in_proj_b and the conv ("shrinks 1.6e+05x before linalg_solve_triangular")
+    # and IL005 ("signal vanishes" inside linear_attn); that init learnt the copy task of
+    # benchmarks/hf_init_training.py (steps 352 and 365), PyTorch's default conv (clean) did not in 400 steps.
+    # Its queries and keys are L2-normalised, its output a gated RMSNorm's (both written as functional ops).
+    tf = transformers()
+    report = initlint.audit(lara_mini(tf), tokens(64, 2, length), select=["IL001", "IL005"])
+    assert {(f.code, f.module) for f in report.findings if f.severity != "info"} == set()
+
+
+def test_the_gated_delta_rule_with_a_bias_that_swamps_its_shrunk_values_is_still_flagged():
+    tf = transformers()
+    report = initlint.audit(lara_mini(tf, biased_conv=True), tokens(64, 2, 64), select=["IL001"])
+    assert {(f.code, f.module) for f in report.findings} >= {
+        ("IL001", "model.layers.0.linear_attn"), ("IL001", "model.layers.2.linear_attn")}

@@ -33,7 +33,9 @@ class Op:
     params: Dict[str, str] = field(default_factory=dict)
     """Role -> qualified parameter name, e.g. ``{"weight": "fc.weight", "bias": "fc.bias"}``."""
     attrs: Dict[str, Any] = field(default_factory=dict)
-    """Kind-specific facts: ``negative_slope``, ``dim``, ``fan_in``, ``channel_axis``, ``shape`` ..."""
+    """Kind-specific facts: ``negative_slope``, ``dim``, ``fan_in``, ``channel_axis``, ``shape`` ...;
+    ``norm_statistic`` on the ops that compute what a normalisation written as functional ops divides
+    by (:func:`initlint.capture.ops.own_norm_statistic`)."""
     location: Optional[Tuple[str, int]] = None
     """Source file and line that created the module (module ops) or made the call (functional ops)."""
     users: List[int] = field(default_factory=list)
@@ -127,6 +129,11 @@ class Graph:
         """Append an op and wire the user edges of its inputs."""
         if self.frozen:
             raise FrozenGraph("the graph is read-only after capture: cannot add an op")
+        statistic = O.own_norm_statistic(self.ops, kind, inputs, extra.get("params"))
+        if statistic is not None:
+            kind = "rms_norm"  # a normalisation written as functional ops: it resets the scale as a module does
+            for i in statistic:
+                self.ops[i].attrs["norm_statistic"] = True
         op = Op(id=len(self.ops), kind=kind, target=target, module=module, inputs=list(inputs), **extra)
         self.ops.append(op)
         for i in op.inputs:

@@ -9,7 +9,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -40,6 +40,9 @@ class Activation:
     """Output range of a bounded (saturating) activation."""
     init_name: str = "linear"
     """``nonlinearity`` argument of ``nn.init.kaiming_*`` / ``calculate_gain`` for the fix."""
+    at_zero: float = 0.0
+    """The output for an input of 0: a small input leaves sigmoid at 1/2 and softplus at ln 2, whatever
+    its scale, so the scale of what such an activation outputs does not follow its input's scale down."""
 
 
 def _fixed(lo: float, hi: Optional[float] = None) -> Callable[[Dict[str, Any]], Tuple[float, float]]:
@@ -85,8 +88,8 @@ ACTIVATIONS: Dict[str, Activation] = {
     "hardtanh": Activation(_fixed(1.0, 5.0 / 3.0), bounds=(-1.0, 1.0), init_name="tanh"),
     "softsign": Activation(_fixed(1.0, 5.0 / 3.0), bounds=(-1.0, 1.0), init_name="tanh"),
     # sigmoid: PyTorch's gain is 1; its slope at 0 is 1/4, so up to 4 is defensible.
-    "sigmoid": Activation(_fixed(1.0, 4.0), bounds=(0.0, 1.0), init_name="sigmoid"),
-    "hardsigmoid": Activation(_fixed(1.0, 4.0), bounds=(0.0, 1.0), init_name="sigmoid"),
+    "sigmoid": Activation(_fixed(1.0, 4.0), bounds=(0.0, 1.0), init_name="sigmoid", at_zero=0.5),
+    "hardsigmoid": Activation(_fixed(1.0, 4.0), bounds=(0.0, 1.0), init_name="sigmoid", at_zero=0.5),
     # SELU is self-normalising with LeCun normal (gain 1); PyTorch suggests 3/4.
     "selu": Activation(_fixed(0.75, 1.0), init_name="selu"),
     "gelu": Activation(_numeric(F.gelu)),
@@ -94,7 +97,7 @@ ACTIVATIONS: Dict[str, Activation] = {
     "mish": Activation(_numeric(F.mish)),
     "elu": Activation(_numeric(F.elu)),
     "celu": Activation(_numeric(F.celu)),
-    "softplus": Activation(_numeric(F.softplus)),
+    "softplus": Activation(_numeric(F.softplus), at_zero=math.log(2.0)),
     "hardswish": Activation(_numeric(F.hardswish)),
     "identity": Activation(_fixed(1.0)),
 }
@@ -122,7 +125,7 @@ _names("batch_norm", "batch_norm")
 _names("instance_norm", "instance_norm")
 _names("layer_norm", "layer_norm")
 _names("group_norm", "group_norm")
-_names("rms_norm", "rms_norm")
+_names("rms_norm", "rms_norm", "normalize")  # F.normalize: an L2 (or Lp) normalisation along an axis
 _names("softmax", "softmax", "_softmax")
 _names("log_softmax", "log_softmax", "_log_softmax")
 _names("add", "add", "__add__", "__radd__", "__iadd__", "iadd", "sub", "__sub__", "__rsub__", "__isub__", "isub", "rsub")
@@ -133,7 +136,7 @@ _names("dropout", "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropo
 _names("view", "view", "reshape", "flatten", "permute", "transpose", "t", "contiguous", "unsqueeze", "squeeze",
        "expand", "expand_as", "getitem", "__getitem__", "chunk", "split", "unbind", "narrow", "select", "clone",
        "to", "float", "half", "double", "bfloat16", "type_as", "type", "view_as", "reshape_as", "movedim",
-       "swapaxes", "unflatten", "repeat", "tile", "detach", "cuda", "cpu", "contiguous", "T", "mT")
+       "swapaxes", "unflatten", "repeat", "repeat_interleave", "tile", "detach", "cuda", "cpu", "contiguous", "T", "mT")
 _names("cat", "cat", "concat", "concatenate", "stack", "hstack", "vstack")
 _names("pad", "pad", "constant_pad_nd")
 _names("pool", "max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
@@ -145,6 +148,19 @@ _names("reduce", "mean", "sum", "amax", "max", "min", "norm", "std", "var", "log
 # uninitialised memory; ``Tensor.new(rows, cols)`` too (torch 2.4's ``nn.init.orthogonal_`` draws into one:
 # its NaN-holding garbage was reported as the forward's first NaN when a model initialised in its forward)
 _names("empty", "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "new")
+
+SOLVES = frozenset({"linalg_solve_triangular", "solve_triangular", "triangular_solve", "linalg_solve",
+                    "cholesky_solve"})
+"""Linear solves, ``A^-1 B``: like a matrix product, their output's scale is their inputs' scales combined
+(a delta-rule linear attention solves a triangular system with its values on the right-hand side)."""
+
+
+def is_product(op: Any) -> bool:
+    """A matrix product of two signals, or a linear solve (:data:`SOLVES`): its output's scale is the
+    product of its inputs' scales (a solve's, the right-hand side's over the matrix's)."""
+    return len(op.inputs) >= 2 and not op.params and (
+        op.kind == "matmul" or op.target.rsplit(".", 1)[-1] in SOLVES)
+
 
 VIEW_SHAPE_ONLY = frozenset({"view", "reshape", "flatten", "unsqueeze", "squeeze", "contiguous", "clone", "to",
                              "float", "half", "double", "bfloat16", "type_as", "type", "view_as", "reshape_as",
@@ -502,7 +518,11 @@ def _float_tensor(t: Any) -> bool:
 
 def scalar_attrs(kind: str, name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """The Python-number factor of a ``mul``/``div`` by a constant, and ``alpha`` of ``baddbmm``:
-    how an attention pattern scales its scores (``q @ k^T * scale``, ``/ math.sqrt(d)``)."""
+    how an attention pattern scales its scores (``q @ k^T * scale``, ``/ math.sqrt(d)``); the exponent
+    of a ``pow`` by a number (``x.pow(2)``, ``x ** 2``)."""
+    if name in ("pow", "__pow__") and len(args) == 2 and isinstance(args[1], (int, float)) \
+            and not isinstance(args[1], bool):
+        return {"exponent": float(args[1])}
     if kind in ("mul", "div") and len(args) == 2:
         number = next((a for a in args if isinstance(a, (int, float)) and not isinstance(a, bool)), None)
         if number is not None and number != 0:
@@ -514,3 +534,78 @@ def scalar_attrs(kind: str, name: str, args: Tuple[Any, ...], kwargs: Dict[str, 
         alpha = kwargs.get("alpha", 1)
         return {"scalar": float(alpha)} if isinstance(alpha, (int, float)) else {}
     return {}
+
+
+# ------------------------------------------------------------------ hand-written normalisations
+_SQUARE_NAMES = frozenset({"pow", "__pow__", "square"})
+_STAT_PASS = frozenset({"clamp", "clamp_min", "clip", "maximum", "max", "contiguous"})
+_ROOT_POWERS = {"rsqrt": -0.5, "sqrt": 0.5, "reciprocal": -1.0}
+_NORM_NAMES = frozenset({"norm", "linalg_vector_norm", "vector_norm"})
+
+
+def _bare(target: str) -> str:
+    name = target.rsplit(".", 1)[-1]
+    return name[:-1] if name.endswith("_") and not name.endswith("__") else name
+
+
+def _base(ops: Any, op_id: int) -> int:
+    """``op_id`` with the views of one input in front of it looked through (``x.float()``, ``x.view(...)``)."""
+    for _ in range(16):
+        op = ops[op_id]
+        if op.kind != "view" or len(op.inputs) != 1 or op.params:
+            break
+        op_id = op.inputs[0]
+    return op_id
+
+
+def _power_of_norm(ops: Any, scale: int, signal: int) -> Optional[Tuple[float, List[int]]]:
+    """``(p, ops)`` when the tensor made by op ``scale`` is ``||signal||^p`` (up to an added epsilon, a clamp
+    and constant factors) along an axis, and the ops that compute it from ``signal``: ``rsqrt(x.pow(2).mean(-1)
+    + eps)`` has ``p`` -1, ``x.norm(dim=-1)`` and ``sqrt((x * x).sum(-1))`` 1. None for anything else."""
+    power, current, base, walked = 1.0, scale, _base(ops, signal), []
+    for _ in range(12):
+        op = ops[current]
+        name = _bare(op.target)
+        walked.append(current)
+        if op.params or not op.inputs:
+            return None
+        if op.kind == "reduce" or name in _NORM_NAMES:
+            if name in _NORM_NAMES and _base(ops, op.inputs[0]) == base:
+                return power, walked
+            if name not in ("sum", "mean"):
+                return None
+            square = ops[_base(ops, op.inputs[0])]
+            squared = (square.kind == "mul" and set(square.inputs) == {square.inputs[0]}
+                       and "scalar" not in square.attrs) \
+                or (_bare(square.target) in _SQUARE_NAMES and len(square.inputs) == 1
+                    and square.attrs.get("exponent", 2.0) == 2.0)
+            if squared and square.inputs and _base(ops, square.inputs[0]) == base:
+                return 2 * power, walked + [square.id]
+            return None
+        if len(op.inputs) != 1:
+            return None
+        if name in _ROOT_POWERS:
+            power *= _ROOT_POWERS[name]
+        elif not (op.kind == "view" or (op.kind in ("add", "mul", "div") and len(op.inputs) == 1)
+                  or name in _STAT_PASS):
+            return None
+        current = op.inputs[0]
+    return None
+
+
+def own_norm_statistic(ops: Any, kind: str, inputs: Any, params: Any) -> Optional[List[int]]:
+    """The ops that compute the statistic when a ``mul``/``div`` of two tensors scales a signal by the inverse
+    of its own root-mean-square or L2 norm along an axis, else None: a hand-written normalisation written as
+    small functional ops, ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)`` (an RMSNorm: Qwen3-Next's
+    gated one, whose module also multiplies by a gate), ``x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)``
+    or ``x / x.norm(dim=-1, keepdim=True)`` (an L2 normalisation: the gated-delta-rule's queries and keys).
+    Its output's scale does not depend on its input's, as a normalisation module's does not."""
+    if kind not in ("mul", "div") or params or len(inputs) != 2 or inputs[0] == inputs[1]:
+        return None
+    a, b = inputs
+    pairs = [(b, a, 1.0)] if kind == "div" else [(b, a, -1.0), (a, b, -1.0)]
+    for scale, signal, wanted in pairs:
+        found = _power_of_norm(ops, scale, signal)
+        if found is not None and found[0] == wanted:
+            return found[1]
+    return None

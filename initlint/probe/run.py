@@ -711,8 +711,9 @@ def _derive(stats: Dict[str, float]) -> None:
 def _param_stats(c: _Collector, params: List[Tuple[str, torch.Tensor]],
                  units: Optional[Dict[str, Units]] = None, extremes: bool = True) -> None:
     """Weights: scale, duplicated units, and extremes (without ``extremes``: only for the weights that
-    may be zero or constant, see :func:`confirm_extremes`). Biases: the mean is all a rule uses
-    (IL003 names a large negative bias)."""
+    may be zero or constant, see :func:`confirm_extremes`). Biases: the mean (IL003 names a large
+    negative bias) and the rms (an all-zero bias adds nothing: IL001 and IL005 read a layer with one as
+    a rescale of its input)."""
     weights = [(n, p) for n, p in params if p.dim() >= 2]
     biases = [(n, p) for n, p in params if p.dim() < 2]
     c.units = units or {}
@@ -724,6 +725,8 @@ def _param_stats(c: _Collector, params: List[Tuple[str, torch.Tensor]],
     for items in _grouped(biases, lambda b: (b.shape, b.dtype, b.device)):
         stack = torch.stack([b for _, b in items]).reshape(len(items), -1)
         c.put_many("params", [n for n, _ in items], "mean", stack.mean(dim=1, dtype=_acc(stack)))
+        c.put_many("params", [n for n, _ in items], "rms",
+                   torch.linalg.vector_norm(stack, dim=1, dtype=_acc(stack)) / math.sqrt(max(stack.shape[1], 1)))
 
 
 def weight_units(graph: Graph, model: nn.Module, named: Dict[str, torch.Tensor],

@@ -422,13 +422,21 @@ def measured_rms(audit: AuditContext, op: Op, limit: int = 64) -> Optional[float
 def gate_factor(audit: AuditContext, op: Op) -> Optional[float]:
     """The fraction of its input's scale that ``op`` lets through when it gates a branch, else ``None``.
 
-    A gate is a multiply by a parameter (``gamma * x``), a normalisation whose output is far below
-    the unit scale it normalises to (its weight is ~0), or a weight layer whose weight is exactly
-    zero. Read from the graph and the measured scales, not from class names.
+    A gate is a multiply by a parameter (``gamma * x``), a multiply by a decay (the exponential of a
+    log-domain quantity: a state-space or linear-attention recurrence's ``x * exp(cumsum(g))``), a
+    normalisation whose output is far below the unit scale it normalises to (its weight is ~0), or a
+    weight layer whose weight is exactly zero. Read from the graph and the measured scales, not from
+    class names.
     """
     factor: Optional[float] = None
+    signal = None
     if op.kind == "mul" and op.params and len(op.inputs) == 1:
-        out, inp = measured_rms(audit, op), measured_rms(audit, audit.graph[op.inputs[0]])
+        signal = op.inputs[0]
+    elif op.kind == "mul" and not op.params and len(op.inputs) == 2:
+        decays = [i for i in op.inputs if _decay(audit.graph, i)]
+        signal = next((i for i in op.inputs if i not in decays), None) if len(decays) == 1 else None
+    if signal is not None:
+        out, inp = measured_rms(audit, op), measured_rms(audit, audit.graph[signal])
         if out is not None and inp and inp > 0 and out == out:
             factor = out / inp
     elif op.kind in O.NORM_KINDS and op.params.get("weight"):
@@ -437,6 +445,38 @@ def gate_factor(audit: AuditContext, op: Op) -> Optional[float]:
         weight = audit.probe.params.get(op.params.get("weight", ""), {})
         factor = 0.0 if weight.get("rms") == 0.0 else None
     return factor if factor is not None and factor <= GATE_MAX else None
+
+
+def rescales_only(audit: AuditContext, op: Op) -> Optional[bool]:
+    """Whether ``op`` can only rescale a small signal, never shift it: a weight layer without a bias (or with
+    an all-zero one), an activation that is 0 at 0 (ReLU, GELU, SiLU, tanh: linear or homogeneous for a
+    small input), a multiply, a view. False for what adds an offset (a bias, a constant, sigmoid's 1/2);
+    None for an op that combines signals (its inputs decide)."""
+    if op.kind in O.WEIGHT_KINDS or op.kind in ("conv_transpose", "embedding"):
+        bias = op.params.get("bias")
+        return bias is None or audit.probe.params.get(bias, {}).get("rms") == 0.0
+    if op.kind in O.ACTIVATIONS:
+        return not O.ACTIVATIONS[op.kind].at_zero
+    if op.kind == "add":
+        return None if len(op.inputs) > 1 else False
+    if op.kind in ("mul", "div", "cat", "matmul"):
+        return None if len(op.inputs) > 1 else True
+    return op.kind in O.PASS_KINDS
+
+
+def copies(op: Op) -> bool:
+    """``dst.copy_(src)``: its output holds the values of its last input."""
+    return op.target.rsplit(".", 1)[-1] == "copy_" and len(op.inputs) == 2
+
+
+def _decay(graph: Graph, op_id: int, limit: int = 8) -> bool:
+    """Whether op ``op_id`` is an exponential (``exp``), seen through views and pads of it."""
+    for current in graph.back(graph[op_id], limit=limit):
+        if current.target.rsplit(".", 1)[-1] in ("exp", "exp_"):
+            return True
+        if current.kind not in ("view", "pad") or len(current.inputs) != 1:
+            return False
+    return False
 
 
 def gated_ops(audit: AuditContext) -> Dict[int, bool]:

@@ -86,15 +86,27 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "``6^8``: the biases take over, half of the last layer's units die, and gradients vanish.\n"
                       'Randomly drawn ``randn`` weights do the opposite and explode.\n'
                       '\n'
-                      'A normalisation layer (BatchNorm, LayerNorm, GroupNorm, RMSNorm, also hand-written ones)\n'
-                      'resets the scale, so a layer whose output reaches one before the next weight layer is not\n'
-                      'judged, and compounding restarts after every normalisation. At a residual addition the\n'
-                      "larger of the two signals carries on: a deliberately small residual branch (GPT-2's\n"
-                      '``N(0, 0.02)`` behind LayerNorm, zero-initialised last layers) is not a defect.\n'
+                      'A normalisation layer (BatchNorm, LayerNorm, GroupNorm, RMSNorm, also hand-written ones, and\n'
+                      'ones written as functional ops: ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)``,\n'
+                      'an L2 normalisation ``x / x.norm(dim=-1, keepdim=True)``, ``F.normalize``) resets the scale,\n'
+                      'so a layer whose output reaches one before the next weight layer is not judged, and\n'
+                      'compounding restarts after every normalisation. A shrink that reaches a normalisation through\n'
+                      'layers without a bias (or with an all-zero one) and activations that are 0 at 0 is a rescaled\n'
+                      'copy of the signal, which the normalisation undoes: it is not judged there (the gated delta\n'
+                      'rule of Qwen3-Next and Lara-mini normalises its queries and keys this way, and its values\n'
+                      "with a gated RMSNorm; at Hugging Face's init, its depthwise conv of std 0.02 at fan-in 4, that\n"
+                      "model learnt the copy task of ``benchmarks/hf_init_training.py`` sooner than with PyTorch's\n"
+                      "default conv). A layer's bias that a shrunk signal no longer dominates makes it more than a\n"
+                      'rescale, and the shrink is judged. At a residual addition the larger of the two signals\n'
+                      "carries on: a deliberately small residual branch (GPT-2's ``N(0, 0.02)`` behind LayerNorm,\n"
+                      'zero-initialised last layers) is not a defect. A product of two signals (a gate, ``q @ k^T``,\n'
+                      'a linear solve) multiplies their scales and carries the shrinks of both on, to the softmax or\n'
+                      'normalisation that ends them; a small input leaves a sigmoid at 1/2 (softplus at ln 2), so\n'
+                      'its output does not shrink with it.\n'
                       '\n'
                       "The rule flags the layers that contribute to a compounded change of the signal's second\n"
                       'moment beyond ``max-variance-drift`` (either way) by the time the signal reaches a\n'
-                      'normalisation, a softmax or attention, or the model output. Layers within\n'
+                      'normalisation, a softmax or attention, an op of unknown gain, or the model output. Layers within\n'
                       '``tolerance`` of their target (sampling noise of a finite weight matrix) contribute nothing.\n'
                       '\n'
                       '## Example\n'
@@ -388,11 +400,19 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'log-probabilities of a near-uniform prediction over 33k words are all about\n'
                       '``-ln 33278 = -10.4``), so the signal is judged at their input; and the scale of a\n'
                       "weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):\n"
-                      "the signal is judged at that layer's input. A residual sum that feeds a norm is judged\n"
+                      "the signal is judged at that layer's input. A shrink into a normalisation (or into a product\n"
+                      "whose output reaches one through ops that only rescale it, as a gated delta rule's or a\n"
+                      "state-space scan's products reach their gated RMSNorm) through layers without a bias (or with\n"
+                      'an all-zero one) and activations that are 0 at 0 is a rescaled copy of the signal, which the\n'
+                      'normalisation undoes: it is not judged (as in IL001). A residual sum that feeds a norm is judged\n'
                       "itself, whichever operand is written first (SegFormer's ``branch + x`` once had its small\n"
                       'pre-norm branch judged instead of the sum). What reaches an endpoint through ``exp`` is not\n'
                       "judged: the exponential's input is a log-domain quantity, not the signal (Mamba2's\n"
-                      '``exp(cumsum(A * dt))``, whose log-decays of 128 heads reach a scale of 4.7e3 at init).\n'
+                      '``exp(cumsum(A * dt))``, whose log-decays of 128 heads reach a scale of 4.7e3 at init), and\n'
+                      "the exponential carries none of it on. A product of two signals (``q @ k^T``, a scan's\n"
+                      'einsum) is small at init when they are unrelated (the cosine of two random vectors is about\n'
+                      '``1 / sqrt(d)``, and a sequence padded to the chunk of a chunked scan dilutes it further):\n'
+                      'only its growth is judged, not its shrink.\n'
                       'Into a normalisation, the scale that parameter-free ops of one signal put on the path (a\n'
                       'constant factor, a Fourier transform) is not counted: no init sets it and the norm undoes\n'
                       "it (FNet's unnormalised ``LayerNorm(x + fft(x).real)`` is about ``sqrt(tokens x width)``\n"
@@ -411,8 +431,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '(a plain residual network) compounds, and is followed through every block.\n'
                       '\n'
                       'Branch gates are recognised from the graph and the measured scales, not from class\n'
-                      'names: a multiply by a parameter that leaves at most a quarter of the signal\n'
-                      "(LayerScale at 1e-6 as in ConvNeXt, CaiT's and DINOv2's LayerScale, ReZero's and\n"
+                      'names: a multiply by a parameter, or by a decay (an exponential), that leaves at most a\n'
+                      "quarter of the signal (LayerScale at 1e-6 as in ConvNeXt, CaiT's and DINOv2's LayerScale, ReZero's "
+                      'and\n'
                       "SkipInit's alpha = 0), a normalisation whose weight is ~0 (``zero_init_residual``), a\n"
                       "weight layer whose weight is exactly zero (Fixup, modded-nanoGPT's output\n"
                       'projections). They make a branch near identity by design: the branch is judged up to\n'

@@ -10,7 +10,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Op
 from ..report.findings import Finding
-from .base import AuditContext, Example, RepairPlan, Rule, activation_after, downstream, fmt, init_fix
+from .base import (AuditContext, Example, RepairPlan, Rule, activation_after, copies, created_tensor, downstream,
+                   fmt, init_fix, rescales_only)
 
 
 
@@ -88,15 +89,27 @@ class InitScale(Rule):
     ``6^8``: the biases take over, half of the last layer's units die, and gradients vanish.
     Randomly drawn ``randn`` weights do the opposite and explode.
 
-    A normalisation layer (BatchNorm, LayerNorm, GroupNorm, RMSNorm, also hand-written ones)
-    resets the scale, so a layer whose output reaches one before the next weight layer is not
-    judged, and compounding restarts after every normalisation. At a residual addition the
-    larger of the two signals carries on: a deliberately small residual branch (GPT-2's
-    ``N(0, 0.02)`` behind LayerNorm, zero-initialised last layers) is not a defect.
+    A normalisation layer (BatchNorm, LayerNorm, GroupNorm, RMSNorm, also hand-written ones, and
+    ones written as functional ops: ``x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)``,
+    an L2 normalisation ``x / x.norm(dim=-1, keepdim=True)``, ``F.normalize``) resets the scale,
+    so a layer whose output reaches one before the next weight layer is not judged, and
+    compounding restarts after every normalisation. A shrink that reaches a normalisation through
+    layers without a bias (or with an all-zero one) and activations that are 0 at 0 is a rescaled
+    copy of the signal, which the normalisation undoes: it is not judged there (the gated delta
+    rule of Qwen3-Next and Lara-mini normalises its queries and keys this way, and its values
+    with a gated RMSNorm; at Hugging Face's init, its depthwise conv of std 0.02 at fan-in 4, that
+    model learnt the copy task of ``benchmarks/hf_init_training.py`` sooner than with PyTorch's
+    default conv). A layer's bias that a shrunk signal no longer dominates makes it more than a
+    rescale, and the shrink is judged. At a residual addition the larger of the two signals
+    carries on: a deliberately small residual branch (GPT-2's ``N(0, 0.02)`` behind LayerNorm,
+    zero-initialised last layers) is not a defect. A product of two signals (a gate, ``q @ k^T``,
+    a linear solve) multiplies their scales and carries the shrinks of both on, to the softmax or
+    normalisation that ends them; a small input leaves a sigmoid at 1/2 (softplus at ln 2), so
+    its output does not shrink with it.
 
     The rule flags the layers that contribute to a compounded change of the signal's second
     moment beyond ``max-variance-drift`` (either way) by the time the signal reaches a
-    normalisation, a softmax or attention, or the model output. Layers within
+    normalisation, a softmax or attention, an op of unknown gain, or the model output. Layers within
     ``tolerance`` of their target (sampling noise of a finite weight matrix) contribute nothing.
 
     ## Fix
@@ -176,25 +189,39 @@ class InitScale(Rule):
         return judged
 
     def _endpoints(self, audit: AuditContext, judged: Dict[int, _Judged]) -> Iterator[Tuple[Op, float, Tuple[int, ...]]]:
-        """Propagate the predicted log-variance drift through the graph; yield it where the signal ends."""
-        drift: Dict[int, Tuple[float, Tuple[int, ...]]] = {}
-        zero: Tuple[float, Tuple[int, ...]] = (0.0, ())
+        """Propagate the predicted log-variance drift through the graph; yield it where the signal ends.
+
+        Each entry also says whether everything since the chain's start only rescaled the signal
+        (:func:`~initlint.rules.base.rescales_only`): such a shrunk signal is a rescaled copy of a healthy
+        one, and a normalisation that receives it undoes the rescale."""
+        drift: Dict[int, Tuple[float, Tuple[int, ...], bool]] = {}
+        zero: Tuple[float, Tuple[int, ...], bool] = (0.0, (), True)
         for op in audit.graph:
             ins = [drift[i] for i in op.inputs if i in drift] or [zero]
-            if op.id in judged:
-                total, chain = ins[0]
-                d = judged[op.id].drift
-                drift[op.id] = (total + d, chain + ((op.id,) if d else ()))
-            elif op.kind in O.ENDPOINT_KINDS:
-                for total, chain in ins:
-                    yield op, total, chain
+            if op.attrs.get("norm_statistic") or created_tensor(op):
+                # what a hand-written norm divides by is the norm's own; zeros_like(x) reads no value of x
                 drift[op.id] = zero
-            elif op.kind == "mul" and len(ins) >= 2:
-                drift[op.id] = (sum(t for t, _ in ins), tuple(sorted({c for _, ch in ins for c in ch})))
-            elif op.kind in ("add", "cat"):
-                drift[op.id] = max(ins, key=lambda x: x[0])
+            elif copies(op):
+                drift[op.id] = ins[-1]  # dst.copy_(src) holds src's values
+            elif op.kind in O.ENDPOINT_KINDS and not O.is_product(op) and op.id not in judged:
+                for total, chain, scaled in ins:
+                    if not (op.kind in O.NORM_KINDS and total < 0 and scaled):
+                        yield op, total, chain
+                drift[op.id] = zero
+            elif op.kind in O.ACTIVATIONS and O.ACTIVATIONS[op.kind].at_zero and ins[0][0] < 0:
+                drift[op.id] = zero  # a shrunk input leaves sigmoid at 1/2: its output does not shrink with it
             else:
-                drift[op.id] = ins[0]
+                if (op.kind == "mul" or O.is_product(op)) and len(ins) >= 2:
+                    total, chain = sum(t for t, _, _ in ins), tuple(sorted({c for _, ch, _ in ins for c in ch}))
+                    scaled = all(s for _, _, s in ins)
+                elif op.kind in ("add", "cat"):
+                    total, chain, scaled = max(ins, key=lambda x: x[0])
+                else:
+                    total, chain, scaled = ins[0]
+                own = rescales_only(audit, op)
+                scaled = (scaled or not chain) and own is not False  # what came before the first drift is not judged
+                d = judged[op.id].drift if op.id in judged else 0.0
+                drift[op.id] = (total + d, chain + ((op.id,) if d else ()), scaled)
         for out in audit.graph.outputs:
             if out in drift:
                 yield audit.graph[out], drift[out][0], drift[out][1]

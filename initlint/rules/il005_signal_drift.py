@@ -9,8 +9,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from .base import (AuditContext, Example, RepairPlan, Rule, created_tensor, fmt, gate_factor, lsuv_stretch,
-                   measured_rms)
+from .base import (AuditContext, Example, RepairPlan, Rule, copies, created_tensor, fmt, gate_factor,
+                   lsuv_stretch, measured_rms, rescales_only)
 from .il001_init_scale import scale_target
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
@@ -51,11 +51,19 @@ class SignalDrift(Rule):
     log-probabilities of a near-uniform prediction over 33k words are all about
     ``-ln 33278 = -10.4``), so the signal is judged at their input; and the scale of a
     weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):
-    the signal is judged at that layer's input. A residual sum that feeds a norm is judged
+    the signal is judged at that layer's input. A shrink into a normalisation (or into a product
+    whose output reaches one through ops that only rescale it, as a gated delta rule's or a
+    state-space scan's products reach their gated RMSNorm) through layers without a bias (or with
+    an all-zero one) and activations that are 0 at 0 is a rescaled copy of the signal, which the
+    normalisation undoes: it is not judged (as in IL001). A residual sum that feeds a norm is judged
     itself, whichever operand is written first (SegFormer's ``branch + x`` once had its small
     pre-norm branch judged instead of the sum). What reaches an endpoint through ``exp`` is not
     judged: the exponential's input is a log-domain quantity, not the signal (Mamba2's
-    ``exp(cumsum(A * dt))``, whose log-decays of 128 heads reach a scale of 4.7e3 at init).
+    ``exp(cumsum(A * dt))``, whose log-decays of 128 heads reach a scale of 4.7e3 at init), and
+    the exponential carries none of it on. A product of two signals (``q @ k^T``, a scan's
+    einsum) is small at init when they are unrelated (the cosine of two random vectors is about
+    ``1 / sqrt(d)``, and a sequence padded to the chunk of a chunked scan dilutes it further):
+    only its growth is judged, not its shrink.
     Into a normalisation, the scale that parameter-free ops of one signal put on the path (a
     constant factor, a Fourier transform) is not counted: no init sets it and the norm undoes
     it (FNet's unnormalised ``LayerNorm(x + fft(x).real)`` is about ``sqrt(tokens x width)``
@@ -74,8 +82,8 @@ class SignalDrift(Rule):
     (a plain residual network) compounds, and is followed through every block.
 
     Branch gates are recognised from the graph and the measured scales, not from class
-    names: a multiply by a parameter that leaves at most a quarter of the signal
-    (LayerScale at 1e-6 as in ConvNeXt, CaiT's and DINOv2's LayerScale, ReZero's and
+    names: a multiply by a parameter, or by a decay (an exponential), that leaves at most a
+    quarter of the signal (LayerScale at 1e-6 as in ConvNeXt, CaiT's and DINOv2's LayerScale, ReZero's and
     SkipInit's alpha = 0), a normalisation whose weight is ~0 (``zero_init_residual``), a
     weight layer whose weight is exactly zero (Fixup, modded-nanoGPT's output
     projections). They make a branch near identity by design: the branch is judged up to
@@ -140,9 +148,14 @@ class SignalDrift(Rule):
             ratio = math.log(max(rms, 1e-300) / start[0])
             if branch and ratio < 0:
                 continue  # a small residual branch leaves the stream as it is
+            if ratio < 0 and src.id in trace.products:
+                continue  # q @ k^T of unrelated vectors is small at init (a cosine over sqrt(d)): no lost signal
             if abs(ratio) > limit and (worst is None or abs(ratio) > abs(worst[0])):
                 if normed and abs(ratio - _code_gain(audit, audit.graph[start[1]], src)) <= limit:
                     continue  # the drift is a parameter-free op's, into a norm that undoes it (FNet's FFT)
+                if normed and ratio < 0 and all(rescales_only(audit, op) is not False
+                                                for op in _deepest_path(audit.graph, audit.graph[start[1]], src)):
+                    continue  # a rescaled copy of the signal, into a norm that undoes the rescale
                 worst = (ratio, src, audit.graph[start[1]])
         if worst is None:
             return
@@ -156,14 +169,17 @@ class SignalDrift(Rule):
         outputs = set(audit.graph.outputs)
         ends = [(e, [e.id] if e.id in outputs else e.inputs, False) for e in self._endpoints(audit.graph)]
         ends += [(audit.graph[i], [i], True) for i in trace.branch_ends]
+        into_norm: Dict[int, bool] = {}
         for endpoint, sources, branch in ends:
+            normed = endpoint.kind in O.NORM_KINDS or (
+                not branch and O.is_product(endpoint) and _rescaled_into_norm(audit, endpoint, into_norm))
             for src_id in sources:
                 src: Optional[Op] = audit.graph[src_id]
                 if endpoint.kind in O.NORM_KINDS:
                     src = _input_of_last_weight(audit.graph, src)  # its scale is the norm's to fix
                 src = self._judged_point(audit, src) if src is not None else None
                 if src is not None:
-                    yield src, branch, endpoint.kind in O.NORM_KINDS
+                    yield src, branch, normed
 
     def _judged_point(self, audit: AuditContext, op: Op) -> Optional[Op]:
         """``op``, or the nearest op before it on its main path with at least ``min-units`` units.
@@ -230,13 +246,17 @@ class _Trace:
         self.ref: Dict[int, Tuple[float, int]] = {}
         self.branch_ends: List[int] = []
         self.embedding_outputs: Set[int] = set()
+        self.products: Set[int] = set()
+        """Ops whose signal went through a matrix product of two signals since it started."""
         for op in audit.graph:
             self._visit(op)
 
     def _visit(self, op: Op) -> None:
         audit, ref = self.audit, self.ref
-        if created_tensor(op):
-            return  # not the signal: it carries no stretch on
+        if created_tensor(op) or op.attrs.get("norm_statistic") or _exponential(op):
+            # not the signal: what a hand-written norm divides by is the norm's own, and exp reads a
+            # log-domain quantity (a decay's log); no stretch goes on from them
+            return
         if self._starts(op):
             if op.kind not in _START_KINDS and op.inputs:
                 self.branch_ends.append(op.inputs[0])  # a gated branch is judged up to its gate
@@ -256,11 +276,13 @@ class _Trace:
                 self.branch_ends.extend(ins)
                 ref[op.id] = (rms, op.id)
                 return
-        if op.kind in ("add", "cat", "mul") and len(ins) > 1:
+        if op.kind in ("add", "cat", "mul", "other") and len(ins) > 1:
             best = max(ins, key=lambda i: _rel(audit, audit.graph[i], ref))  # relative to its own start
         else:
             best = ins[0]
         ref[op.id] = ref[best]
+        if best in self.products or (O.is_product(op) and len(ins) > 1):
+            self.products.add(op.id)
 
     def _starts(self, op: Op) -> bool:
         if op.kind in _START_KINDS or gate_factor(self.audit, op) is not None:
@@ -303,6 +325,37 @@ class _Trace:
                                                          for j in op.inputs):
                 found.append(i)
         return found
+
+
+def _rescaled_into_norm(audit: AuditContext, op: Op, memo: Dict[int, bool], budget: int = 4096) -> bool:
+    """Whether everything ``op``'s output reaches goes through ops that only rescale it
+    (:func:`~initlint.rules.base.rescales_only`, products with other signals, sums of them) into a
+    normalisation, and none reaches the model output another way (a value nothing reads ends nowhere): a
+    delta-rule or state-space scan's
+    products whose output a gated RMSNorm normalises. Then a factor that shrank by a rescale is undone there."""
+    graph, outputs = audit.graph, set(audit.graph.outputs)
+    stack, seen, order = [op.id], set(), []
+    while stack:  # the ops reachable from op, without the normalisations that end each path
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        order.append(current)
+        if len(seen) > budget:
+            return False
+        for user in graph[current].users:
+            u = graph[user]
+            if u.kind not in O.NORM_KINDS and not created_tensor(u) and not u.attrs.get("norm_statistic"):
+                stack.append(user)
+    for current in sorted(order, reverse=True):  # users come after their inputs
+        if current in memo:
+            continue
+        o = graph[current]
+        own = current == op.id or rescales_only(audit, o) is not False or copies(o)
+        users = [graph[u] for u in o.users if not created_tensor(graph[u]) and not graph[u].attrs.get("norm_statistic")]
+        memo[current] = own and current not in outputs and all(  # a value nothing reads (a cache) ends nowhere
+            u.kind in O.NORM_KINDS or memo.get(u.id, False) for u in users)
+    return memo[op.id]
 
 
 def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
