@@ -664,18 +664,22 @@ def test_a_cumulative_log_decay_read_through_exp_is_not_a_signal_explosion():
 class ScaledIntoNorm(nn.Module):
     """Three bias-free tanh layers at a twentieth of LeCun's scale, then an L2 normalisation written as
     functional ops (as the gated delta rule normalises its queries and keys), then a head; ``biased``:
-    the same layers with PyTorch's default biases, which a shrunk signal no longer dominates."""
+    the same layers with PyTorch's default biases, which a shrunk signal no longer dominates; ``eps``:
+    a LayerNorm with that epsilon instead (1e-5 outweighs the shrunk signal's mean square, 1.6e-8)."""
 
-    def __init__(self, width=256, biased=False):
+    def __init__(self, width=256, biased=False, eps=None):
         super().__init__()
         self.layers = nn.ModuleList(nn.Linear(width, width, bias=biased) for _ in range(3))
         for layer in self.layers:
             nn.init.normal_(layer.weight, std=0.05 / math.sqrt(width))
+        self.norm = nn.LayerNorm(width, eps=eps) if eps is not None else None
         self.head = nn.Linear(width, 10)
 
     def forward(self, x):
         for layer in self.layers:
             x = torch.tanh(layer(x))
+        if self.norm is not None:
+            return self.head(self.norm(x))
         x = x * torch.rsqrt((x * x).sum(-1, keepdim=True) + 1e-6)
         return self.head(x)
 
@@ -688,9 +692,23 @@ def test_a_bias_free_stack_into_a_normalisation_is_a_rescale_the_norm_undoes():
     report = initlint.audit(ScaledIntoNorm(), x, select=["IL001", "IL005"])
     assert {(f.code, f.module) for f in report.findings} == set()
     torch.manual_seed(0)
+    report = initlint.audit(ScaledIntoNorm(eps=1e-12), x, select=["IL001", "IL005"])
+    assert {(f.code, f.module) for f in report.findings} == set()
+    torch.manual_seed(0)
     report = initlint.audit(ScaledIntoNorm(biased=True), x, select=["IL001", "IL005"])
     assert {(f.code, f.module) for f in report.findings} == {("IL001", "layers.0"), ("IL001", "layers.1"),
                                                              ("IL001", "layers.2")}
+
+
+def test_a_normalisation_starved_by_its_epsilon_does_not_undo_a_shrink():
+    # LayerNorm(eps=1e-5) of a signal whose mean square is 1.6e-8 outputs about x / sqrt(1e-5): the shrink
+    # goes on through it to the model output (with the head's PyTorch-default scale, 0.57x)
+    x = torch.randn(8, 256, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    report = initlint.audit(ScaledIntoNorm(eps=1e-5), x, select=["IL001"])
+    assert {(f.code, f.module) for f in report.findings} == {
+        ("IL001", "layers.0"), ("IL001", "layers.1"), ("IL001", "layers.2"), ("IL001", "head")}
+    assert "before the model output" in report.findings[0].message
 
 
 class SigmoidGate(nn.Module):
@@ -755,3 +773,33 @@ def test_the_gated_delta_rule_with_a_bias_that_swamps_its_shrunk_values_is_still
     report = initlint.audit(lara_mini(tf, biased_conv=True), tokens(64, 2, 64), select=["IL001"])
     assert {(f.code, f.module) for f in report.findings} >= {
         ("IL001", "model.layers.0.linear_attn"), ("IL001", "model.layers.2.linear_attn")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,cls", [("nemotron_h", "NemotronHModel"), ("falcon_h1", "FalconH1Model")])
+def test_the_state_space_scans_of_hybrids_at_real_width_are_no_vanishing_signal(kind, cls):
+    # their default configs (hidden 4096, vocabularies 131072 and 128000), depth cut to 2: IL005 "signal
+    # vanishes" at an einsum of the chunked scan (4.5e-5x and 0.00075x): its B, C and x come from a bias-free
+    # in_proj and conv at std 0.02, and the scan's output reaches a gated RMSNorm through products only
+    tf = transformers()
+    config = tf.CONFIG_MAPPING[kind]()
+    config.num_hidden_layers = 2
+    torch.manual_seed(0)
+    model = getattr(tf, cls)(config)
+    report = initlint.audit(model, tokens(config.vocab_size), select=["IL001", "IL005"])
+    assert {(f.code, f.module) for f in report.findings if f.severity != "info"} == set()
+
+
+def test_a_cosine_attentions_window_mask_and_position_bias_are_no_signal_growth():
+    # Swin2SR (Swin-v2's cosine attention: F.normalize(q) @ F.normalize(k)^T times a logit scale, plus a
+    # position bias computed from a coordinate table, plus the shifted window's mask of -100) at its default
+    # config, depth cut to 2 per stage: the scores plus the mask (rms 67) were judged against the normalised
+    # queries (0.25) once F.normalize counted as a normalisation; an addition of tensors that carry no signal
+    # shifts it, and the signal is judged at its own input
+    tf = transformers()
+    config = tf.Swin2SRConfig(depths=[2, 2])
+    torch.manual_seed(0)
+    model = tf.Swin2SRModel(config)
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    report = initlint.audit(model, {"pixel_values": x}, select=["IL005"])
+    assert report.findings == []

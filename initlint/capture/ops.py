@@ -205,6 +205,9 @@ def call_attrs(kind: str, name: str, args: Tuple[Any, ...], kwargs: Dict[str, An
         attrs["transpose"] = (-2, -1)
     if kind == "view" and name in VIEW_SHAPE_ONLY:
         attrs["shape_only"] = True
+    eps = norm_eps(name, args, kwargs) if kind in NORM_KINDS else None
+    if eps is not None:
+        attrs["eps"] = eps
     attrs.update(scalar_attrs(kind, name, args, kwargs))
     return attrs
 
@@ -287,9 +290,30 @@ def module_attrs(kind: str, module: nn.Module) -> Dict[str, Any]:
         attrs["negative_slope"] = (module.lower + module.upper) / 2
     elif kind in ("softmax", "log_softmax"):
         attrs["dim"] = -1 if module.dim is None else int(module.dim)
+    elif kind in NORM_KINDS:
+        eps = getattr(module, "eps", None)
+        eps = getattr(module, "variance_epsilon", None) if eps is None else eps
+        if isinstance(eps, (int, float)) and not isinstance(eps, bool):
+            attrs["eps"] = float(eps)
     if kind == "view":
         attrs["shape_only"] = True
     return attrs
+
+
+_NORM_EPS = {"layer_norm": (4, 1e-5), "group_norm": (4, 1e-5), "batch_norm": (7, 1e-5), "instance_norm": (7, 1e-5),
+             "rms_norm": (3, None)}
+"""Functional norms: the position of ``eps`` and its default (``F.rms_norm``'s None is the dtype's epsilon)."""
+
+
+def norm_eps(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[float]:
+    """The ``eps`` of a ``F.layer_norm``/``group_norm``/``batch_norm``/``instance_norm``/``rms_norm`` call."""
+    if name not in _NORM_EPS:
+        return None
+    index, default = _NORM_EPS[name]
+    eps = args[index] if len(args) > index else kwargs.get("eps", default)
+    if eps is None:
+        eps = torch.finfo(torch.float32).eps
+    return float(eps) if isinstance(eps, (int, float)) and not isinstance(eps, bool) else None
 
 
 def product_operands(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Tuple[Any, Any]]:

@@ -439,8 +439,8 @@ def gate_factor(audit: AuditContext, op: Op) -> Optional[float]:
         out, inp = measured_rms(audit, op), measured_rms(audit, audit.graph[signal])
         if out is not None and inp and inp > 0 and out == out:
             factor = out / inp
-    elif op.kind in O.NORM_KINDS and op.params.get("weight"):
-        factor = audit.op_stats(op).get("rms")
+    elif op.kind in O.NORM_KINDS and op.params.get("weight") and not starved(audit, op):
+        factor = audit.op_stats(op).get("rms")  # (a norm starved by its epsilon outputs little too, but gates nothing)
     elif op.kind in O.WEIGHT_KINDS:
         weight = audit.probe.params.get(op.params.get("weight", ""), {})
         factor = 0.0 if weight.get("rms") == 0.0 else None
@@ -462,6 +462,28 @@ def rescales_only(audit: AuditContext, op: Op) -> Optional[bool]:
     if op.kind in ("mul", "div", "cat", "matmul"):
         return None if len(op.inputs) > 1 else True
     return op.kind in O.PASS_KINDS
+
+
+def starved(audit: AuditContext, op: Op) -> bool:
+    """Whether the normalisation ``op`` did not normalise: its epsilon outweighs its input's mean square
+    (``x / sqrt(mean(x^2) + eps)`` is then about ``x / sqrt(eps)``, and the input's scale passes through).
+    Read from the ``eps`` the capture recorded and the input's measured scale, or, for a normalisation
+    written as functional ops, from its statistic before and after the epsilon was added."""
+    if op.kind not in O.NORM_KINDS or not op.inputs:
+        return False
+    graph = audit.graph
+    eps = op.attrs.get("eps")
+    if eps is not None:
+        rms = measured_rms(audit, graph[op.inputs[0]])
+        return rms is not None and rms == rms and rms * rms < eps
+    for i in op.inputs:
+        for current in graph.back(graph[i], limit=12):
+            if not current.attrs.get("norm_statistic"):
+                break
+            if current.kind == "add" and len(current.inputs) == 1:
+                after, before = measured_rms(audit, current), measured_rms(audit, graph[current.inputs[0]])
+                return after is not None and before is not None and after > 2 * before
+    return False
 
 
 def copies(op: Op) -> bool:

@@ -97,7 +97,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "with a gated RMSNorm; at Hugging Face's init, its depthwise conv of std 0.02 at fan-in 4, that\n"
                       "model learnt the copy task of ``benchmarks/hf_init_training.py`` sooner than with PyTorch's\n"
                       "default conv). A layer's bias that a shrunk signal no longer dominates makes it more than a\n"
-                      'rescale, and the shrink is judged. At a residual addition the larger of the two signals\n'
+                      'rescale, and the shrink is judged; so is a shrink into a normalisation whose epsilon outweighs\n'
+                      "its input's mean square, which then does not normalise: the shrink goes on through it. At a "
+                      'residual addition the larger of the two signals\n'
                       "carries on: a deliberately small residual branch (GPT-2's ``N(0, 0.02)`` behind LayerNorm,\n"
                       'zero-initialised last layers) is not a defect. A product of two signals (a gate, ``q @ k^T``,\n'
                       'a linear solve) multiplies their scales and carries the shrinks of both on, to the softmax or\n'
@@ -398,13 +400,17 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'the next normalisation, softmax or attention, or at the model output. A (log-)softmax\n'
                       'or the addition of a constant shifts the signal without scaling it (the\n'
                       'log-probabilities of a near-uniform prediction over 33k words are all about\n'
-                      '``-ln 33278 = -10.4``), so the signal is judged at their input; and the scale of a\n'
+                      '``-ln 33278 = -10.4``), so the signal is judged at their input, as it is at the input of an\n'
+                      "addition of tensors that carry no signal to it (a shifted window's mask of -100, a position\n"
+                      'bias computed from a table of coordinates); and the scale of a\n'
                       "weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):\n"
                       "the signal is judged at that layer's input. A shrink into a normalisation (or into a product\n"
                       "whose output reaches one through ops that only rescale it, as a gated delta rule's or a\n"
                       "state-space scan's products reach their gated RMSNorm) through layers without a bias (or with\n"
                       'an all-zero one) and activations that are 0 at 0 is a rescaled copy of the signal, which the\n'
-                      'normalisation undoes: it is not judged (as in IL001). A residual sum that feeds a norm is judged\n'
+                      'normalisation undoes: it is not judged (as in IL001). A normalisation whose epsilon outweighs its\n'
+                      "input's mean square does not normalise: the signal does not start afresh there, and its scale\n"
+                      'goes on through it. A residual sum that feeds a norm is judged\n'
                       "itself, whichever operand is written first (SegFormer's ``branch + x`` once had its small\n"
                       'pre-norm branch judged instead of the sum). What reaches an endpoint through ``exp`` is not\n'
                       "judged: the exponential's input is a log-domain quantity, not the signal (Mamba2's\n"

@@ -11,7 +11,7 @@ from ..capture import ops as O
 from ..capture.graph import Op
 from ..report.findings import Finding
 from .base import (AuditContext, Example, RepairPlan, Rule, activation_after, copies, created_tensor, downstream,
-                   fmt, init_fix, rescales_only)
+                   fmt, init_fix, rescales_only, starved)
 
 
 
@@ -100,7 +100,8 @@ class InitScale(Rule):
     with a gated RMSNorm; at Hugging Face's init, its depthwise conv of std 0.02 at fan-in 4, that
     model learnt the copy task of ``benchmarks/hf_init_training.py`` sooner than with PyTorch's
     default conv). A layer's bias that a shrunk signal no longer dominates makes it more than a
-    rescale, and the shrink is judged. At a residual addition the larger of the two signals
+    rescale, and the shrink is judged; so is a shrink into a normalisation whose epsilon outweighs
+    its input's mean square, which then does not normalise: the shrink goes on through it. At a residual addition the larger of the two signals
     carries on: a deliberately small residual branch (GPT-2's ``N(0, 0.02)`` behind LayerNorm,
     zero-initialised last layers) is not a defect. A product of two signals (a gate, ``q @ k^T``,
     a linear solve) multiplies their scales and carries the shrinks of both on, to the softmax or
@@ -203,6 +204,10 @@ class InitScale(Rule):
                 drift[op.id] = zero
             elif copies(op):
                 drift[op.id] = ins[-1]  # dst.copy_(src) holds src's values
+            elif op.kind in O.NORM_KINDS and starved(audit, op):
+                # its epsilon outweighs its input: it does not normalise, and the shrink goes on through it
+                drift[op.id] = next((drift[i] for i in op.inputs
+                                     if i in drift and not audit.graph[i].attrs.get("norm_statistic")), zero)
             elif op.kind in O.ENDPOINT_KINDS and not O.is_product(op) and op.id not in judged:
                 for total, chain, scaled in ins:
                     if not (op.kind in O.NORM_KINDS and total < 0 and scaled):

@@ -10,7 +10,7 @@ from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
 from .base import (AuditContext, Example, RepairPlan, Rule, copies, created_tensor, fmt, gate_factor,
-                   lsuv_stretch, measured_rms, rescales_only)
+                   lsuv_stretch, measured_rms, rescales_only, starved)
 from .il001_init_scale import scale_target
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
@@ -49,13 +49,17 @@ class SignalDrift(Rule):
     the next normalisation, softmax or attention, or at the model output. A (log-)softmax
     or the addition of a constant shifts the signal without scaling it (the
     log-probabilities of a near-uniform prediction over 33k words are all about
-    ``-ln 33278 = -10.4``), so the signal is judged at their input; and the scale of a
+    ``-ln 33278 = -10.4``), so the signal is judged at their input, as it is at the input of an
+    addition of tensors that carry no signal to it (a shifted window's mask of -100, a position
+    bias computed from a table of coordinates); and the scale of a
     weight layer that feeds a normalisation directly is the norm's to fix (as in IL001):
     the signal is judged at that layer's input. A shrink into a normalisation (or into a product
     whose output reaches one through ops that only rescale it, as a gated delta rule's or a
     state-space scan's products reach their gated RMSNorm) through layers without a bias (or with
     an all-zero one) and activations that are 0 at 0 is a rescaled copy of the signal, which the
-    normalisation undoes: it is not judged (as in IL001). A residual sum that feeds a norm is judged
+    normalisation undoes: it is not judged (as in IL001). A normalisation whose epsilon outweighs its
+    input's mean square does not normalise: the signal does not start afresh there, and its scale
+    goes on through it. A residual sum that feeds a norm is judged
     itself, whichever operand is written first (SegFormer's ``branch + x`` once had its small
     pre-norm branch judged instead of the sum). What reaches an endpoint through ``exp`` is not
     judged: the exponential's input is a log-domain quantity, not the signal (Mamba2's
@@ -167,7 +171,7 @@ class SignalDrift(Rule):
         outputs, and the ends of the residual branches the stream is not judged through (``branch``);
         ``normed``: the input of a normalisation."""
         outputs = set(audit.graph.outputs)
-        ends = [(e, [e.id] if e.id in outputs else e.inputs, False) for e in self._endpoints(audit.graph)]
+        ends = [(e, [e.id] if e.id in outputs else e.inputs, False) for e in self._endpoints(audit)]
         ends += [(audit.graph[i], [i], True) for i in trace.branch_ends]
         into_norm: Dict[int, bool] = {}
         for endpoint, sources, branch in ends:
@@ -177,31 +181,41 @@ class SignalDrift(Rule):
                 src: Optional[Op] = audit.graph[src_id]
                 if endpoint.kind in O.NORM_KINDS:
                     src = _input_of_last_weight(audit.graph, src)  # its scale is the norm's to fix
-                src = self._judged_point(audit, src) if src is not None else None
+                src = self._judged_point(audit, src, trace) if src is not None else None
                 if src is not None:
                     yield src, branch, normed
 
-    def _judged_point(self, audit: AuditContext, op: Op) -> Optional[Op]:
+    def _judged_point(self, audit: AuditContext, op: Op, trace: "_Trace") -> Optional[Op]:
         """``op``, or the nearest op before it on its main path with at least ``min-units`` units.
 
         A (log-)softmax and a shift by a constant change the offset of the signal, not its scale (the
         log-probabilities of a near-uniform prediction over V classes are all about -ln V): the
-        signal is judged at their input."""
-        for current in audit.graph.back(op):
-            if current.kind in _START_KINDS or created_tensor(current) or _exponential(current):
+        signal is judged at their input. So is an addition of tensors that carry no signal to it (a
+        mask of -100 on a shifted window's scores, a position bias computed from a table of
+        coordinates): the signal is judged at its own input."""
+        current: Optional[Op] = op
+        for _ in range(4096):
+            if current is None:
+                break
+            if _starts_afresh(audit, current) or created_tensor(current) or _exponential(current):
                 return None
-            if _offset(current):
+            shifted = [i for i in current.inputs if i in trace.ref]
+            if _offset(current) or (current.kind == "add" and len(current.inputs) > 1 and len(shifted) == 1):
+                current = audit.graph[shifted[0] if current.kind == "add" and shifted else current.inputs[0]]
                 continue
             shape = audit.shape(current)
             if shape and "rms" in audit.op_stats(current):
                 axis = audit.graph.unit_axis(current) % len(shape) if len(shape) > 1 else 0
                 if len(shape) > 1 and shape[axis] >= self.opts["min-units"]:
                     return current
+            current = audit.graph[current.inputs[0]] if current.inputs else None
         return None
 
     @staticmethod
-    def _endpoints(graph: Graph) -> List[Op]:
-        ends = [op for op in graph if op.kind in O.ENDPOINT_KINDS and op.kind not in ("other", "reduce", "embedding")]
+    def _endpoints(audit: AuditContext) -> List[Op]:
+        graph = audit.graph
+        ends = [op for op in graph if op.kind in O.ENDPOINT_KINDS and op.kind not in ("other", "reduce", "embedding")
+                and not (op.kind in O.NORM_KINDS and starved(audit, op))]
         ends += [graph[i] for i in graph.outputs]
         return ends
 
@@ -285,7 +299,7 @@ class _Trace:
             self.products.add(op.id)
 
     def _starts(self, op: Op) -> bool:
-        if op.kind in _START_KINDS or gate_factor(self.audit, op) is not None:
+        if _starts_afresh(self.audit, op) or gate_factor(self.audit, op) is not None:
             return True
         # an embedding module scaling its own lookup (Gemma's x * sqrt(hidden)): its output is the start
         signals = [i for i in op.inputs if i in self.ref]
@@ -345,7 +359,7 @@ def _rescaled_into_norm(audit: AuditContext, op: Op, memo: Dict[int, bool], budg
             return False
         for user in graph[current].users:
             u = graph[user]
-            if u.kind not in O.NORM_KINDS and not created_tensor(u) and not u.attrs.get("norm_statistic"):
+            if not _normalises(audit, u) and not created_tensor(u) and not u.attrs.get("norm_statistic"):
                 stack.append(user)
     for current in sorted(order, reverse=True):  # users come after their inputs
         if current in memo:
@@ -354,8 +368,19 @@ def _rescaled_into_norm(audit: AuditContext, op: Op, memo: Dict[int, bool], budg
         own = current == op.id or rescales_only(audit, o) is not False or copies(o)
         users = [graph[u] for u in o.users if not created_tensor(graph[u]) and not graph[u].attrs.get("norm_statistic")]
         memo[current] = own and current not in outputs and all(  # a value nothing reads (a cache) ends nowhere
-            u.kind in O.NORM_KINDS or memo.get(u.id, False) for u in users)
+            _normalises(audit, u) or memo.get(u.id, False) for u in users)
     return memo[op.id]
+
+
+def _normalises(audit: AuditContext, op: Op) -> bool:
+    """A normalisation that normalised its input (not one starved by its epsilon)."""
+    return op.kind in O.NORM_KINDS and not starved(audit, op)
+
+
+def _starts_afresh(audit: AuditContext, op: Op) -> bool:
+    """The model input, an embedding, or a normalisation that normalised (not one starved by its epsilon,
+    through which the input's scale passes: :func:`~initlint.rules.base.starved`)."""
+    return op.kind in _START_KINDS and (op.kind not in O.NORM_KINDS or _normalises(audit, op))
 
 
 def _input_of_last_weight(graph: Graph, op: Op) -> Optional[Op]:
