@@ -344,9 +344,9 @@ class _Trace:
 def _rescaled_into_norm(audit: AuditContext, op: Op, memo: Dict[int, bool], budget: int = 4096) -> bool:
     """Whether everything ``op``'s output reaches goes through ops that only rescale it
     (:func:`~initlint.rules.base.rescales_only`, products with other signals, sums of them) into a
-    normalisation, and none reaches the model output another way (a value nothing reads ends nowhere): a
-    delta-rule or state-space scan's
-    products whose output a gated RMSNorm normalises. Then a factor that shrank by a rescale is undone there."""
+    normalisation that normalises, and none reaches the model output another way (a value nothing reads
+    ends nowhere): the products of a delta-rule or state-space scan, whose output a gated RMSNorm
+    normalises. A factor that shrank by a rescale is undone there."""
     graph, outputs = audit.graph, set(audit.graph.outputs)
     stack, seen, order = [op.id], set(), []
     while stack:  # the ops reachable from op, without the normalisations that end each path
