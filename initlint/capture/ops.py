@@ -562,7 +562,7 @@ def scalar_attrs(kind: str, name: str, args: Tuple[Any, ...], kwargs: Dict[str, 
 
 # ------------------------------------------------------------------ hand-written normalisations
 _SQUARE_NAMES = frozenset({"pow", "__pow__", "square"})
-_STAT_PASS = frozenset({"clamp", "clamp_min", "clip", "maximum", "max", "contiguous"})
+_STAT_PASS = frozenset({"clamp", "clamp_min", "clip", "maximum"})
 _ROOT_POWERS = {"rsqrt": -0.5, "sqrt": 0.5, "reciprocal": -1.0}
 _NORM_NAMES = frozenset({"norm", "linalg_vector_norm", "vector_norm"})
 
@@ -599,11 +599,11 @@ def _power_of_norm(ops: Any, scale: int, signal: int) -> Optional[Tuple[float, L
             if name not in ("sum", "mean"):
                 return None
             square = ops[_base(ops, op.inputs[0])]
-            squared = (square.kind == "mul" and set(square.inputs) == {square.inputs[0]}
-                       and "scalar" not in square.attrs) \
+            squared = bool(square.inputs) and (
+                (square.kind == "mul" and set(square.inputs) == {square.inputs[0]} and "scalar" not in square.attrs)
                 or (_bare(square.target) in _SQUARE_NAMES and len(square.inputs) == 1
-                    and square.attrs.get("exponent", 2.0) == 2.0)
-            if squared and square.inputs and _base(ops, square.inputs[0]) == base:
+                    and square.attrs.get("exponent", 2.0) == 2.0))
+            if squared and _base(ops, square.inputs[0]) == base:
                 return 2 * power, walked + [square.id]
             return None
         if len(op.inputs) != 1:

@@ -208,7 +208,7 @@ class InitScale(Rule):
                 # its epsilon outweighs its input: it does not normalise, and the shrink goes on through it
                 drift[op.id] = next((drift[i] for i in op.inputs
                                      if i in drift and not audit.graph[i].attrs.get("norm_statistic")), zero)
-            elif op.kind in O.ENDPOINT_KINDS and not O.is_product(op) and op.id not in judged:
+            elif op.kind in O.ENDPOINT_KINDS and not O.is_product(op):
                 for total, chain, scaled in ins:
                     if not (op.kind in O.NORM_KINDS and total < 0 and scaled):
                         yield op, total, chain
