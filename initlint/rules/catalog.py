@@ -1261,7 +1261,7 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '  ``c_proj`` to ``0.02 / sqrt(2 n_layer)``; a ``c_proj`` at 0.02 lost the scaling;\n'
                       '- **never initialised**: denormal values, or magnitudes of ``1e20`` and more, that no\n'
                       '  init draws (the memory of ``torch.empty`` / ``module.to_empty()``; a huge value is found\n'
-                      "  through the tensor's norm, denormals through a sample of 65536 elements in 256 runs,\n"
+                      "  through the tensor's norm, denormals through a sample of 16384 elements in 256 runs,\n"
                       '  and a tensor showing either is then read in full), or exact zeros\n'
                       "  where the declared init draws at random and the layer's output feeds further weight\n"
                       '  layers (a zero-initialised residual output or head is deliberate; see IL008).\n'
