@@ -156,9 +156,10 @@ class FunctionalNorms(nn.Module):
         l2 = h.float() * torch.rsqrt((h * h).sum(dim=-1, keepdim=True) + 1e-6)  # L2, through a cast
         by_norm = h / h.norm(dim=-1, keepdim=True).clamp_min(1e-6)  # L2, as a division
         normalize = F.normalize(h, dim=-1)
+        by_power = h / torch.pow(torch.sum(torch.pow(h, 2), dim=-1, keepdim=True), 0.5)  # L2, as AIMv2 writes it
         by_other = h * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)  # another tensor's statistic
         by_mean = h * h.mean(-1, keepdim=True)  # a mean, not an inverse norm
-        return rms + l2 + by_norm + normalize + by_other + by_mean
+        return rms + l2 + by_norm + normalize + by_power + by_other + by_mean
 
 
 def test_normalisations_written_as_functional_ops_are_normalisations_in_both_backends():
@@ -166,10 +167,11 @@ def test_normalisations_written_as_functional_ops_are_normalisations_in_both_bac
         cap = capture(FunctionalNorms(), order=(backend,))
         cap.run((torch.randn(4, 32),), {}, lambda op, v: None)
         multiply = "operator.mul" if backend == "fx" else "Tensor.mul"
-        assert [op.target for op in cap.graph.of_kind("rms_norm")] == [multiply, multiply, division, "F.normalize"]
+        assert [op.target for op in cap.graph.of_kind("rms_norm")] == [multiply, multiply, division, "F.normalize",
+                                                                                   division]
         statistic = [op for op in cap.graph if op.attrs.get("norm_statistic")]
-        # pow, mean, add, rsqrt; mul, sum, add, rsqrt; norm, clamp_min
-        assert len(statistic) == 10, (backend, [op.target for op in statistic])
+        # pow, mean, add, rsqrt; mul, sum, add, rsqrt; norm, clamp_min; pow, sum, pow
+        assert len(statistic) == 13, (backend, [op.target for op in statistic])
 
 
 def test_wrappers_are_unwrapped_and_paths_are_the_users():

@@ -585,7 +585,8 @@ def _base(ops: Any, op_id: int) -> int:
 def _power_of_norm(ops: Any, scale: int, signal: int) -> Optional[Tuple[float, List[int]]]:
     """``(p, ops)`` when the tensor made by op ``scale`` is ``||signal||^p`` (up to an added epsilon, a clamp
     and constant factors) along an axis, and the ops that compute it from ``signal``: ``rsqrt(x.pow(2).mean(-1)
-    + eps)`` has ``p`` -1, ``x.norm(dim=-1)`` and ``sqrt((x * x).sum(-1))`` 1. None for anything else."""
+    + eps)`` has ``p`` -1, ``x.norm(dim=-1)``, ``sqrt((x * x).sum(-1))`` and ``x.pow(2).sum(-1).pow(0.5)`` 1.
+    None for anything else."""
     power, current, base, walked = 1.0, scale, _base(ops, signal), []
     for _ in range(12):
         op = ops[current]
@@ -610,6 +611,8 @@ def _power_of_norm(ops: Any, scale: int, signal: int) -> Optional[Tuple[float, L
             return None
         if name in _ROOT_POWERS:
             power *= _ROOT_POWERS[name]
+        elif name in _SQUARE_NAMES and isinstance(op.attrs.get("exponent"), float):
+            power *= op.attrs["exponent"]  # a root as a power (AIMv2's and CLIP-style towers' `pow(s, 0.5)`)
         elif not (op.kind == "view" or (op.kind in ("add", "mul", "div") and len(op.inputs) == 1)
                   or name in _STAT_PASS):
             return None
