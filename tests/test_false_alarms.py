@@ -803,3 +803,18 @@ def test_a_cosine_attentions_window_mask_and_position_bias_are_no_signal_growth(
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(0))
     report = initlint.audit(model, {"pixel_values": x}, select=["IL005"])
     assert report.findings == []
+
+
+def test_projections_into_a_clip_style_l2_normalisation_are_a_rescale():
+    # AIMv2's default config (vision 1024 wide, text 768), one layer per tower: Hugging Face's generic init
+    # draws both projections at std 1 (its `initializer_factor`), and the embeddings are divided by
+    # `pow(sum(x ** 2), 0.5)` before the logits. It was IL001 on both projections ("32x", "27.7x") and the
+    # vision head ("with no normalisation before the model output"); what feeds that normalisation through
+    # bias-free (or zero-bias) layers is a rescale it undoes
+    tf = transformers()
+    torch.manual_seed(0)
+    model = tf.Aimv2Model(tf.Aimv2Config(vision_config=dict(num_hidden_layers=1, image_size=56),
+                                         text_config=dict(num_hidden_layers=1, vocab_size=1000)))
+    inputs = {"input_ids": tokens(1000, 2, 16),
+              "pixel_values": torch.randn(2, 3, 56, 56, generator=torch.Generator().manual_seed(1))}
+    assert initlint.audit(model, inputs, select=["IL001"]).findings == []
