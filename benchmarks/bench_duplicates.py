@@ -30,8 +30,8 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import _common as C  # noqa: E402
-from initlint.probe.run import (ProbeResult, Units, _Collector, _duplicate_rows, _param_stats,  # noqa: E402
-                            confirm_duplicates)
+from initlint.probe.duplicates import Units, _duplicate_rows, confirm_duplicates  # noqa: E402
+from initlint.probe.run import ProbeResult, _Collector, _param_stats  # noqa: E402
 
 
 def weight_stats(weight: torch.Tensor, bias: torch.Tensor) -> None:

@@ -1,4 +1,4 @@
-"""How far the logits' statistics move when fewer rows are measured (:func:`initlint.probe.run.logit_rows`).
+"""How far the logits' statistics move when fewer rows are measured (:func:`initlint.probe.rows.logit_rows`).
 
     python benchmarks/logit_rows.py [--batch 16] [--models gpt2,t5,...]
 
@@ -26,14 +26,14 @@ LANGUAGE_MODELS = "gpt2,llama32,qwen3,gemma3,mixtral,opt,pythia,mamba,bert,t5,ba
 
 def _recording(put_softmax, stats: dict):
     """``put_softmax`` that also copies the logits' figures into ``stats``."""
-    from initlint.probe import run
+    from initlint.probe import rows as sampled
 
     def recording(c, scope, key, *args, **kwargs):
         before, consts = len(c.values), len(c.consts)
         put_softmax(c, scope, key, *args, **kwargs)
         if scope == "logits":
             y, dim = args[0], args[1]
-            stats["rows"] = min(y.numel() // y.shape[dim], run.SOFTMAX_ROWS)
+            stats["rows"] = min(y.numel() // y.shape[dim], sampled.SOFTMAX_ROWS)
             stats.update((name, float(value)) for (_, _, name), value in zip(c.keys[before:], c.values[before:]))
             stats.update((name, value) for _, _, name, value in c.consts[consts:])
     return recording
@@ -50,6 +50,7 @@ def main() -> None:
 
     import initlint
     from initlint.inputs.load import infer_inputs, normalise_inputs
+    from initlint.probe import rows as sampled
     from initlint.probe import run
 
     names = [n for n in opts.models.split(",") if n]
@@ -58,7 +59,7 @@ def main() -> None:
         parser.error(f"no model {', '.join(unknown)} in the zoo; it has {', '.join(zoo_real.ZOO)}" if unknown
                      else "--batch takes a positive number of examples")
     zoo_real.BATCH = opts.batch
-    budget, original = run.LOGIT_VALUES, run.put_softmax
+    budget, original = sampled.LOGIT_VALUES, run.put_softmax
     rows = []
     for name in names:
         torch.manual_seed(0)
@@ -67,12 +68,12 @@ def main() -> None:
         figures = []
         for label, values in (("all rows", 1 << 62), ("budget", budget)):
             stats: dict = {}
-            run.LOGIT_VALUES = values
+            sampled.LOGIT_VALUES = values
             run.put_softmax = _recording(original, stats)
             try:
                 report = initlint.audit(model, C.example(pair), logits=True)
             finally:
-                run.LOGIT_VALUES, run.put_softmax = budget, original
+                sampled.LOGIT_VALUES, run.put_softmax = budget, original
             figures.append((label, stats, sorted({f.code for f in report.findings if f.severity != "info"})))
         for label, stats, codes in figures:
             classes = stats.get("classes", float("nan"))

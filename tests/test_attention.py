@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 import initlint
 from initlint.capture import FxCapture, RuntimeCapture
-from initlint.probe.run import _Collector, ProbeResult, put_attention, run_probe
+from initlint.probe.rows import put_attention
+from initlint.probe.run import _Collector, ProbeResult, run_probe
 from initlint.capture import ops as O
 from test_sync import counting_syncs
 from transformer_models import AttentionOnly, NanoGPT, ViT

@@ -208,7 +208,7 @@ def test_a_bias_added_by_its_own_op_is_part_of_the_unit():
 def test_units_alike_in_their_first_weights_are_compared_in_full():
     """The keys read each unit's first weights only: units that differ further on are candidates, and the
     comparison in full tells them apart from the one real copy."""
-    from initlint.probe.run import KEYED
+    from initlint.probe.duplicates import KEYED
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4 * KEYED, 256), nn.ReLU(), nn.Linear(256, 10))
@@ -224,7 +224,7 @@ def test_units_alike_in_their_first_weights_are_compared_in_full():
 
 
 def test_zero_filters_before_a_norm_are_counted_in_full_not_from_their_first_weights():
-    from initlint.probe.run import KEYED
+    from initlint.probe.duplicates import KEYED
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(16, 32, 3), nn.BatchNorm2d(32), nn.ReLU(), nn.Flatten(), nn.Linear(32 * 36, 10))

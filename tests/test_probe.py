@@ -84,7 +84,7 @@ def test_counts_stay_exact_next_to_half_precision_values():
 
 def test_token_similarity_is_the_mean_cosine_of_the_sampled_token_pairs():
     """IL013's statistic from two sums over the tokens equals the mean off-diagonal cosine of their Gram matrix."""
-    from initlint.probe.run import TOKEN_COUNT, TOKEN_SEQUENCES, _row_positions, put_token_cosine
+    from initlint.probe.rows import TOKEN_COUNT, TOKEN_SEQUENCES, _row_positions, put_token_cosine
 
     def direct(y: torch.Tensor) -> float:
         seqs = y[:TOKEN_SEQUENCES].double()

@@ -2,7 +2,7 @@
 
 Without a step, the probe asks autograd for the gradients of the products' outputs instead of their
 weights, and takes each weight's gradient norm and mean from those and the products' inputs
-(``initlint.probe.run._product_grads``). These tests hold the figures to the formed gradients'
+(``initlint.probe.products._product_grads``). These tests hold the figures to the formed gradients'
 (their norms summed in float64) and check which weights take which path."""
 from __future__ import annotations
 

@@ -203,7 +203,7 @@ def test_a_causal_model_gets_the_same_residual_verdict_at_16_and_2048_tokens(sca
 def test_the_leading_positions_scale_is_measured_on_flattened_tokens():
     """A block that flattens its tokens to ``(batch * tokens, features)`` (OPT's MLP) is measured over the
     same leading positions of each sequence as a 3-D output."""
-    from initlint.probe.run import LEAD_TOKENS
+    from initlint.probe.rows import LEAD_TOKENS
 
     config = tf.OPTConfig(hidden_size=256, ffn_dim=1024, num_hidden_layers=1, num_attention_heads=4, vocab_size=1000,
                           word_embed_proj_dim=256, max_position_embeddings=512, dropout=0.0, attention_dropout=0.0,

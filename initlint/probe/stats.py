@@ -168,7 +168,7 @@ class OpStats(TensorStats, SoftmaxStats):
     token_cos: Optional[float] = None
     """Mean pairwise cosine of the token vectors of a sequence (IL013)."""
     lead_rms: Optional[float] = None
-    """A ``(batch, tokens, features)`` output longer than :data:`~initlint.probe.run.LEAD_TOKENS`: the rms
+    """A ``(batch, tokens, features)`` output longer than :data:`~initlint.probe.rows.LEAD_TOKENS`: the rms
     over its first ``LEAD_TOKENS`` positions (IL012), which a causal model computes alike at any length."""
     head_dim: Optional[float] = None
     """Attention: the width of a head."""

@@ -10,7 +10,7 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from ..probe.run import KEYED, unit_matrix
+from ..probe.duplicates import KEYED, unit_matrix
 from .base import (AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix, py_path,
                    to_host)
 from .il001_init_scale import scale_target

@@ -46,9 +46,9 @@ from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory, _
 from ..inputs.load import LoadError
 from ..probe import draw
 from ..probe.guard import saved_rng, seed_devices
+from ..probe.duplicates import confirm_duplicates_now
 from ..probe.run import (GRAD_EXTREMES, ProbeResult, StatsObserver, _Collector, _param_stats, backward_possible,
-                         confirm_duplicates_now, confirm_extremes, primary_output, put_logits, summarise, used_params,
-                         weight_units)
+                         confirm_extremes, primary_output, put_logits, summarise, used_params, weight_units)
 from ..probe.declared import defined_outside_torch, draw_of, post_order
 from ..rules.il014_init_not_applied import _arity, _hf_base
 
