@@ -15,6 +15,15 @@ then the same 32: the loss on the second half, ``--target`` x ln 64). The publis
 attention's ``ShortConvolution``) leaves the depthwise conv of kernel 4 at PyTorch's default (std 0.29)
 where HF's generic init draws 0.02 (initlint: IL001 on it, IL005 "signal vanishes" inside the linear
 attention).
+``convbert``: ConvBERT-base's widths (hidden 768, 12 heads, span kernel 9), 2 layers, on a shift task (64 random
+tokens of 64; each position names the token before it). HF draws the span-based dynamic convolution's depthwise
+Conv1d (kernel 9, one channel per group) at std 0.02 (initlint: IL005 "signal vanishes" into the kernel's
+softmax, 0.007x); the clean twin leaves it at Conv1d's own default (std 0.19).
+``aimv2``: AIMv2's default widths (vision 1024, text 768, projections to 768), one layer per tower, 56 x 56
+images, on a matching task (:class:`Concepts`; CLIP's symmetric loss over batches of 16). HF's generic init
+draws both projections at std 1 (its ``initializer_factor``), 32x and 28x their ``1 / sqrt(fan_in)``, and they
+feed the L2 normalisation of the embeddings (initlint: IL006, the vision projection's weight gradient 1.3e3x
+below the vision head's); the twin draws them at ``1 / sqrt(fan_in)``, as CLIP does.
 
 The task is synthetic and learnable: a fixed random teacher (two random convolutions with a ReLU)
 labels each pixel (segformer) or each image (focalnet) with one of 8 classes; AdamW at lr 1e-3, batch
@@ -37,6 +46,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CLASSES = 8
 VOCAB = 64  # the copy task's
+AIM_VOCAB = 1000
+CONCEPTS = 64
+"""The matching task's pairs: each concept has an image prototype and a token sequence."""
 
 
 def build(model: str, init: str, seed: int) -> nn.Module:
@@ -44,6 +56,23 @@ def build(model: str, init: str, seed: int) -> nn.Module:
 
     tf.logging.set_verbosity_error()
     torch.manual_seed(seed)
+    if model == "aimv2":
+        net = tf.Aimv2Model(tf.Aimv2Config(vision_config=dict(num_hidden_layers=1, image_size=56),
+                                           text_config=dict(num_hidden_layers=1, vocab_size=AIM_VOCAB)))
+        if init == "published":
+            torch.manual_seed(seed + 1000)
+            for proj in (net.visual_projection, net.text_projection):  # CLIP's: std 1 / sqrt(fan_in)
+                nn.init.normal_(proj.weight, 0.0, proj.in_features ** -0.5)
+        return net
+    if model == "convbert":
+        net = tf.ConvBertForMaskedLM(tf.ConvBertConfig(vocab_size=VOCAB, num_hidden_layers=2,
+                                                       max_position_embeddings=128))
+        if init == "published":
+            torch.manual_seed(seed + 1000)
+            for name, m in net.named_modules():
+                if name.endswith("key_conv_attn_layer.depthwise"):  # the clean twin: Conv1d's own init
+                    m.reset_parameters()
+        return net
     if model == "lara_mini":
         net = tf.LaraMiniForCausalLM(tf.LaraMiniConfig(
             vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -93,7 +122,36 @@ def copy_batch(gen: torch.Generator, size: int = 16) -> torch.Tensor:
     return torch.cat([half, half], dim=1)
 
 
+class Concepts:
+    """The matching task: :data:`CONCEPTS` concepts, each a 56 x 56 image prototype and 16 tokens; a batch
+    pairs noisy images (noise std 1) with their concepts' tokens, a quarter of them replaced at random."""
+
+    def __init__(self, seed: int):
+        g = torch.Generator().manual_seed(20_000 + seed)
+        self.images = torch.randn(CONCEPTS, 3, 56, 56, generator=g)
+        self.texts = torch.randint(0, AIM_VOCAB, (CONCEPTS, 16), generator=g)
+
+    def batch(self, gen: torch.Generator, size: int = 16):
+        which = torch.randperm(CONCEPTS, generator=gen)[:size]
+        images = self.images[which] + torch.randn(size, 3, 56, 56, generator=gen)
+        texts = self.texts[which].clone()
+        swap = torch.rand(texts.shape, generator=gen) < 0.25
+        texts[swap] = torch.randint(0, AIM_VOCAB, (int(swap.sum()),), generator=gen)
+        return {"input_ids": texts, "pixel_values": images}
+
+
+def shift_batch(gen: torch.Generator, size: int = 16) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (size, 64), generator=gen)
+
+
 def loss_of(model: str, net: nn.Module, teacher: Teacher, x: torch.Tensor) -> torch.Tensor:
+    if model == "aimv2":  # CLIP's symmetric loss: each image names its own text among the batch's, and back
+        logits = net(**x).logits_per_image
+        labels = torch.arange(logits.shape[0])
+        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
+    if model == "convbert":  # each position names the token before it (a bidirectional model sees both)
+        logits = net(input_ids=x).logits[:, 1:]
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, :-1].reshape(-1))
     if model == "lara_mini":  # predict the second half of each copy from what came before
         logits = net(input_ids=x).logits[:, 32:-1]
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 33:].reshape(-1))
@@ -110,31 +168,35 @@ def run(model: str, init: str, seed: int, steps: int, target: float, lr: float =
     import initlint
 
     net = build(model, init, seed)
-    probe = copy_batch(torch.Generator().manual_seed(seed), 2) if model == "lara_mini" else \
-        torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(seed))
+    tokens = model in ("lara_mini", "convbert")
+    concepts = Concepts(seed) if model == "aimv2" else None
+    probe = (copy_batch if model == "lara_mini" else shift_batch)(torch.Generator().manual_seed(seed), 2) if tokens \
+        else concepts.batch(torch.Generator().manual_seed(seed), 2) if concepts is not None \
+        else torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(seed))
     report = initlint.audit(net, probe)
     warnings = sorted({f.code for f in report.findings if f.severity != "info" and f.code != "IL014"})
     teacher = Teacher(seed)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(seed)
     losses, first = [], None
+    chance = math.log(VOCAB if tokens else 16 if concepts is not None else CLASSES)
     net.train()
     for step in range(steps):
-        x = copy_batch(gen) if model == "lara_mini" else torch.randn(8, 3, 64, 64, generator=gen)
+        x = copy_batch(gen) if model == "lara_mini" else shift_batch(gen) if model == "convbert" else \
+            concepts.batch(gen) if concepts is not None else torch.randn(8, 3, 64, 64, generator=gen)
         loss = loss_of(model, net, teacher, x)
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
-        if first is None and step >= 9 and sum(losses[-10:]) / 10 < target * math.log(VOCAB if model == "lara_mini"
-                                                                                      else CLASSES):
+        if first is None and step >= 9 and sum(losses[-10:]) / 10 < target * chance:
             first = step
     return warnings, losses, first
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=["segformer", "focalnet", "lara_mini"], default="segformer")
+    ap.add_argument("--model", choices=["segformer", "focalnet", "lara_mini", "convbert", "aimv2"], default="segformer")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--steps", type=int, default=150)
@@ -142,7 +204,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"{'init':10s} {'seed':>4s} {'warnings':18s} " + " ".join(f"{'loss@' + str(s):>9s}" for s in (0, 50, 100))
-          + f" {'last10':>7s} {'first<' + str(args.target) + ('ln64' if args.model == 'lara_mini' else 'ln8'):>11s} {'s':>5s}")
+          + f" {'last10':>7s} {'first<' + str(args.target) + ('ln64' if args.model in ('lara_mini', 'convbert') else 'ln16' if args.model == 'aimv2' else 'ln8'):>11s} {'s':>5s}")
     for seed in [int(s) for s in args.seeds.split(",")]:
         for init in ("hf", "published"):
             t0 = time.perf_counter()

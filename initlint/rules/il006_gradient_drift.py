@@ -9,7 +9,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from .base import AuditContext, Example, RepairPlan, Rule, downstream, fmt, gated_ops, lsuv_stretch, measured_rms
+from .base import (AuditContext, Example, RepairPlan, Rule, created_tensor, downstream, fmt, gated_ops, lsuv_stretch,
+                   measured_rms, rescales_only, starved)
 from .il001_init_scale import scale_target
 
 _SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
@@ -48,7 +49,7 @@ class GradientDrift(Rule):
     count (a conv -> conv -> global mean-pool -> linear network at He init spreads its
     per-position gradients by the square of the number of positions, with nothing wrong).
 
-    Layers left out, because their gradient is legitimately tiny or zero at init:
+    Layers left out, because their gradient is legitimately tiny or zero at init, or says nothing of it:
     - embeddings (their gradient is sparse by nature: only the rows of the sampled tokens
       get one);
     - one factor of a product of two signals, directly or through an activation, and every
@@ -64,6 +65,15 @@ class GradientDrift(Rule):
       (a diffusion UNet's timestep embedding added to every pixel of every block, FiLM and
       AdaLN modulations), directly or through other layers: their gradient gathers every
       position they reach, and no fan ratio predicts how many;
+    - layers whose scale is free: their output reaches only normalisations, through layers
+      without a bias (or with an all-zero one), activations that are 0 at 0, views and products,
+      so that scaling the weight by ``c`` changes nothing the model computes and its gradient by
+      ``1 / c``. Hugging Face's generic init draws AIMv2's two projections into the L2
+      normalisation of its embeddings at std 1 (32x ``1 / sqrt(fan_in)``): the vision
+      projection's gradient was 1.3e3x below the vision head's, and that init reached the
+      matching task of ``benchmarks/hf_init_training.py --model aimv2`` at steps 20-27, where
+      the projections at ``1 / sqrt(fan_in)`` took 36-49 (4 seeds). What the first step of the
+      optimizer does to such a weight is IL015's;
     - layers whose gradient is exactly zero (dead units are IL003's, symmetric weights
       IL008's).
 
@@ -193,6 +203,7 @@ class GradientDrift(Rule):
                 uses.setdefault(op.params["weight"], []).append(op)
         gated = gated_ops(audit)
         left_out = broadcast_sources(audit) | product_branches(audit.graph)
+        invariant: Dict[int, bool] = {}
         layers = []
         for name, ops in uses.items():
             stats = audit.probe.grads.get(name)
@@ -200,6 +211,8 @@ class GradientDrift(Rule):
                 continue  # exactly zero gradients are IL003's (dead units) or IL008's (symmetry) business
             if any(gated.get(op.id) or op.id in left_out or _feeds_product(audit.graph, op) for op in ops):
                 continue
+            if all(_scale_invariant(audit, op, invariant) for op in ops):
+                continue  # its gradient is the inverse of its own scale, which the norm makes free
             # the weight's gradient sums over every call (an unrolled cell runs once per step)
             positions = sum(_positions(audit.shape(op), op.kind) for op in ops)
             layers.append((ops[0], stats["std"] / math.sqrt(positions)))
@@ -269,6 +282,32 @@ def _feeds_product(graph: Graph, op: Op) -> bool:
         if t.kind in O.ACTIVATIONS:
             frontier += downstream(graph, t)
     return any(t.kind in _SCORE_KINDS or (t.kind == "mul" and len(t.inputs) > 1) for t in frontier)
+
+
+def _scale_invariant(audit: AuditContext, op: Op, memo: Dict[int, bool]) -> bool:
+    """Whether the layer's output reaches nothing but normalisations that normalise (not starved by their
+    epsilon), through ops that only rescale it (layers without a bias or with an all-zero one, activations
+    that are 0 at 0, views) and products with other signals: scaling its weight by ``c`` then changes
+    nothing the model computes, and its gradient by ``1 / c`` (a CLIP-style projection into the L2
+    normalisation of the embeddings; a bias-free layer before a norm). A sum with another signal, the model
+    output or anything else ends that."""
+    graph, outputs = audit.graph, set(audit.graph.outputs)
+
+    def walk(current: Op, depth: int) -> bool:
+        if current.id in memo:
+            return memo[current.id]
+        memo[current.id] = False  # while walking: a cycle or a deep path is not invariant
+        users = [graph[u] for u in current.users
+                 if not created_tensor(graph[u]) and not graph[u].attrs.get("norm_statistic")]
+        ok = depth < 64 and current.id not in outputs and bool(users) and all(
+            (u.kind in O.NORM_KINDS and not starved(audit, u)) or
+            ((rescales_only(audit, u) is True or (u.kind in ("mul", "div", "matmul") and len(u.inputs) > 1))
+             and walk(u, depth + 1))
+            for u in users)
+        memo[current.id] = ok
+        return ok
+
+    return rescales_only(audit, op) is True and walk(op, 0)
 
 
 def _positions(shape: Optional[Tuple[int, ...]], kind: str) -> int:
