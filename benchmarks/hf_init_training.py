@@ -19,6 +19,9 @@ attention).
 tokens of 64; each position names the token before it). HF draws the span-based dynamic convolution's depthwise
 Conv1d (kernel 9, one channel per group) at std 0.02 (initlint: IL005 "signal vanishes" into the kernel's
 softmax, 0.007x); the clean twin leaves it at Conv1d's own default (std 0.19).
+``electra``: ELECTRA-small (its default config: embeddings 128 wide projected to hidden 256), 4 layers, on the
+shift task. HF draws ``embeddings_project`` at std 0.02 (initlint: IL006, its weight gradient 382x spread
+against the first attention output's); the twin draws it at ``1 / sqrt(fan_in)`` (clean).
 ``aimv2``: AIMv2's default widths (vision 1024, text 768, projections to 768), one layer per tower, 56 x 56
 images, on a matching task (:class:`Concepts`; CLIP's symmetric loss over batches of 16). HF's generic init
 draws both projections at std 1 (its ``initializer_factor``), 32x and 28x their ``1 / sqrt(fan_in)``, and they
@@ -51,57 +54,66 @@ CONCEPTS = 64
 """The matching task's pairs: each concept has an image prototype and a token sequence."""
 
 
+def _to_fan_in(*layers: nn.Linear) -> None:
+    """Redraw each layer's weight from N(0, 1 / fan_in)."""
+    for layer in layers:
+        nn.init.normal_(layer.weight, 0.0, layer.in_features ** -0.5)
+
+
+def _reset(net: nn.Module, suffix: str = "", kind: type = nn.Module) -> None:
+    """Each ``kind`` module whose name ends with ``suffix`` back at PyTorch's own init."""
+    for name, m in net.named_modules():
+        if isinstance(m, kind) and name.endswith(suffix) and hasattr(m, "reset_parameters"):
+            m.reset_parameters()
+
+
+def _mmseg_convs(net: nn.Module) -> None:
+    """mmseg's init of SegFormer's backbone convolutions: normal(0, sqrt(2 / fan_out)), bias 0."""
+    for m in net.segformer.modules():
+        if isinstance(m, nn.Conv2d):
+            fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels // m.groups
+            nn.init.normal_(m.weight, 0.0, math.sqrt(2.0 / fan_out))
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+MODELS = {
+    # name: (the model at Hugging Face's init, what the published code or the clean twin draws instead)
+    "segformer": (lambda tf: tf.SegformerForSemanticSegmentation(tf.SegformerConfig(depths=[1, 1, 1, 1],
+                                                                                    num_labels=CLASSES)),
+                  _mmseg_convs),  # the head keeps HF's init
+    "focalnet": (lambda tf: tf.FocalNetForImageClassification(tf.FocalNetConfig(depths=[1, 1, 1, 1],
+                                                                                 num_labels=CLASSES)),
+                 lambda net: _reset(net.focalnet, kind=nn.Conv2d)),  # FocalNet's code: PyTorch's default
+    "lara_mini": (lambda tf: tf.LaraMiniForCausalLM(tf.LaraMiniConfig(
+        vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=64, layer_types=["linear_attention", "full_attention"] * 2, linear_key_head_dim=64,
+        linear_value_head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4, num_experts=4,
+        num_experts_per_tok=2, moe_intermediate_size=256, shared_expert_intermediate_size=256,
+        sliding_window=64, max_position_embeddings=256)),
+        lambda net: _reset(net, kind=nn.Conv1d)),  # fla's ShortConvolution: nn.Conv1d's own init
+    "convbert": (lambda tf: tf.ConvBertForMaskedLM(tf.ConvBertConfig(vocab_size=VOCAB, num_hidden_layers=2,
+                                                                     max_position_embeddings=128)),
+                 lambda net: _reset(net, "key_conv_attn_layer.depthwise")),  # the clean twin: Conv1d's own init
+    "electra": (lambda tf: tf.ElectraForMaskedLM(tf.ElectraConfig(vocab_size=VOCAB, num_hidden_layers=4,
+                                                                  max_position_embeddings=128)),
+                lambda net: _to_fan_in(net.electra.embeddings_project)),  # the clean twin
+    "aimv2": (lambda tf: tf.Aimv2Model(tf.Aimv2Config(vision_config=dict(num_hidden_layers=1, image_size=56),
+                                                      text_config=dict(num_hidden_layers=1, vocab_size=AIM_VOCAB))),
+              lambda net: _to_fan_in(net.visual_projection, net.text_projection)),  # CLIP's
+}
+
+
 def build(model: str, init: str, seed: int) -> nn.Module:
     import transformers as tf
 
     tf.logging.set_verbosity_error()
     torch.manual_seed(seed)
-    if model == "aimv2":
-        net = tf.Aimv2Model(tf.Aimv2Config(vision_config=dict(num_hidden_layers=1, image_size=56),
-                                           text_config=dict(num_hidden_layers=1, vocab_size=AIM_VOCAB)))
-        if init == "published":
-            torch.manual_seed(seed + 1000)
-            for proj in (net.visual_projection, net.text_projection):  # CLIP's: std 1 / sqrt(fan_in)
-                nn.init.normal_(proj.weight, 0.0, proj.in_features ** -0.5)
-        return net
-    if model == "convbert":
-        net = tf.ConvBertForMaskedLM(tf.ConvBertConfig(vocab_size=VOCAB, num_hidden_layers=2,
-                                                       max_position_embeddings=128))
-        if init == "published":
-            torch.manual_seed(seed + 1000)
-            for name, m in net.named_modules():
-                if name.endswith("key_conv_attn_layer.depthwise"):  # the clean twin: Conv1d's own init
-                    m.reset_parameters()
-        return net
-    if model == "lara_mini":
-        net = tf.LaraMiniForCausalLM(tf.LaraMiniConfig(
-            vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-            head_dim=64, layer_types=["linear_attention", "full_attention"] * 2, linear_key_head_dim=64,
-            linear_value_head_dim=64, linear_num_key_heads=2, linear_num_value_heads=4, num_experts=4,
-            num_experts_per_tok=2, moe_intermediate_size=256, shared_expert_intermediate_size=256,
-            sliding_window=64, max_position_embeddings=256))
-        if init == "published":
-            torch.manual_seed(seed + 1000)
-            for m in net.modules():
-                if isinstance(m, nn.Conv1d):  # fla's ShortConvolution: nn.Conv1d's own init
-                    m.reset_parameters()
-        return net
-    if model == "segformer":
-        net = tf.SegformerForSemanticSegmentation(tf.SegformerConfig(depths=[1, 1, 1, 1], num_labels=CLASSES))
-    else:
-        net = tf.FocalNetForImageClassification(tf.FocalNetConfig(depths=[1, 1, 1, 1], num_labels=CLASSES))
+    make, published = MODELS[model]
+    net = make(tf)
     if init == "published":
         torch.manual_seed(seed + 1000)
-        backbone = net.segformer if model == "segformer" else net.focalnet  # the heads keep HF's init
-        for m in backbone.modules():
-            if isinstance(m, nn.Conv2d):
-                if model == "segformer":  # mmseg: normal(0, sqrt(2 / fan_out)), bias 0
-                    fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels // m.groups
-                    nn.init.normal_(m.weight, 0.0, math.sqrt(2.0 / fan_out))
-                    if m.bias is not None:
-                        nn.init.zeros_(m.bias)
-                else:  # FocalNet's code: PyTorch's default
-                    m.reset_parameters()
+        published(net)
     return net
 
 
@@ -149,7 +161,7 @@ def loss_of(model: str, net: nn.Module, teacher: Teacher, x: torch.Tensor) -> to
         logits = net(**x).logits_per_image
         labels = torch.arange(logits.shape[0])
         return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2
-    if model == "convbert":  # each position names the token before it (a bidirectional model sees both)
+    if model in ("convbert", "electra"):  # each position names the token before it (a bidirectional model sees both)
         logits = net(input_ids=x).logits[:, 1:]
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, :-1].reshape(-1))
     if model == "lara_mini":  # predict the second half of each copy from what came before
@@ -168,7 +180,7 @@ def run(model: str, init: str, seed: int, steps: int, target: float, lr: float =
     import initlint
 
     net = build(model, init, seed)
-    tokens = model in ("lara_mini", "convbert")
+    tokens = model in ("lara_mini", "convbert", "electra")
     concepts = Concepts(seed) if model == "aimv2" else None
     probe = (copy_batch if model == "lara_mini" else shift_batch)(torch.Generator().manual_seed(seed), 2) if tokens \
         else concepts.batch(torch.Generator().manual_seed(seed), 2) if concepts is not None \
@@ -182,7 +194,7 @@ def run(model: str, init: str, seed: int, steps: int, target: float, lr: float =
     chance = math.log(VOCAB if tokens else 16 if concepts is not None else CLASSES)
     net.train()
     for step in range(steps):
-        x = copy_batch(gen) if model == "lara_mini" else shift_batch(gen) if model == "convbert" else \
+        x = copy_batch(gen) if model == "lara_mini" else shift_batch(gen) if tokens else \
             concepts.batch(gen) if concepts is not None else torch.randn(8, 3, 64, 64, generator=gen)
         loss = loss_of(model, net, teacher, x)
         opt.zero_grad()
@@ -196,7 +208,7 @@ def run(model: str, init: str, seed: int, steps: int, target: float, lr: float =
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", choices=["segformer", "focalnet", "lara_mini", "convbert", "aimv2"], default="segformer")
+    ap.add_argument("--model", choices=sorted(MODELS), default="segformer")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--steps", type=int, default=150)
@@ -204,7 +216,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"{'init':10s} {'seed':>4s} {'warnings':18s} " + " ".join(f"{'loss@' + str(s):>9s}" for s in (0, 50, 100))
-          + f" {'last10':>7s} {'first<' + str(args.target) + ('ln64' if args.model in ('lara_mini', 'convbert') else 'ln16' if args.model == 'aimv2' else 'ln8'):>11s} {'s':>5s}")
+          + f" {'last10':>7s} {'first<' + str(args.target) + ('ln64' if args.model in ('lara_mini', 'convbert', 'electra') else 'ln16' if args.model == 'aimv2' else 'ln8'):>11s} {'s':>5s}")
     for seed in [int(s) for s in args.seeds.split(",")]:
         for init in ("hf", "published"):
             t0 = time.perf_counter()
