@@ -858,3 +858,18 @@ def test_layers_whose_scale_a_normalisation_makes_free_are_not_compared_by_their
 def test_aimv2s_projections_into_its_normalised_embeddings_are_not_compared_by_their_gradients():
     # it was IL006 on visual_projection ("spans 1.32e+03x across 2 layers", against the vision head)
     assert initlint.audit(*aimv2_one_layer(), select=["IL006"]).findings == []
+
+
+def test_electra_smalls_projection_of_its_embeddings_at_std_0_02_is_still_flagged():
+    # true by training (benchmarks/hf_init_training.py --model electra): at Hugging Face's init ELECTRA-small did
+    # not learn a shift task in 1000 steps (3 seeds, no warm-up); with embeddings_project at 1/sqrt(fan_in)
+    # (clean) it did at steps 306-841. The projection is no scale-free layer: it feeds the residual stream
+    tf = transformers()
+    for fixed in (False, True):
+        torch.manual_seed(0)
+        model = tf.ElectraForMaskedLM(tf.ElectraConfig(vocab_size=64, num_hidden_layers=4, max_position_embeddings=128))
+        if fixed:
+            nn.init.normal_(model.electra.embeddings_project.weight, std=128 ** -0.5)
+        report = initlint.audit(model, tokens(64, 2, 64), select=["IL006"])
+        expected = set() if fixed else {("IL006", "electra.encoder.layer.0.attention.output.dense")}
+        assert {(f.code, f.module) for f in report.findings} == expected
