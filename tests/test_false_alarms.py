@@ -873,3 +873,16 @@ def test_electra_smalls_projection_of_its_embeddings_at_std_0_02_is_still_flagge
         report = initlint.audit(model, tokens(64, 2, 64), select=["IL006"])
         expected = set() if fixed else {("IL006", "electra.encoder.layer.0.attention.output.dense")}
         assert {(f.code, f.module) for f in report.findings} == expected
+
+
+def test_gradients_exploding_through_a_deep_batchnorm_stack_are_still_flagged():
+    # every Linear here feeds a BatchNorm (its scale is free, and the spread leaves it out), but a plain stack of
+    # 100 Linear-BatchNorm-ReLU blocks explodes its gradients by ~1e8 at init, which no layer's own scale explains
+    torch.manual_seed(0)
+    layers = [nn.Linear(64, 128, bias=False), nn.BatchNorm1d(128), nn.ReLU()]
+    for _ in range(100):
+        layers += [nn.Linear(128, 128, bias=False), nn.BatchNorm1d(128), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(128, 10))
+    report = initlint.audit(model, torch.randn(32, 64, generator=torch.Generator().manual_seed(0)), select=["IL006"])
+    assert {(f.code, f.module) for f in report.findings} == {("IL006", "3")}
+    assert report.findings[0].message.startswith("gradients explode") and report.findings[0].value > 1e7

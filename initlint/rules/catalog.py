@@ -527,8 +527,7 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'count (a conv -> conv -> global mean-pool -> linear network at He init spreads its\n'
                       'per-position gradients by the square of the number of positions, with nothing wrong).\n'
                       '\n'
-                      'Layers left out, because their gradient is legitimately tiny or zero at init, or says nothing of '
-                      'it:\n'
+                      'Layers left out, because their gradient is legitimately tiny or zero at init:\n'
                       '- embeddings (their gradient is sparse by nature: only the rows of the sampled tokens\n'
                       '  get one);\n'
                       '- one factor of a product of two signals, directly or through an activation, and every\n'
@@ -544,17 +543,21 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "  (a diffusion UNet's timestep embedding added to every pixel of every block, FiLM and\n"
                       '  AdaLN modulations), directly or through other layers: their gradient gathers every\n'
                       '  position they reach, and no fan ratio predicts how many;\n'
-                      '- layers whose scale is free: their output reaches only normalisations, through layers\n'
-                      '  without a bias (or with an all-zero one), activations that are 0 at 0, views and products,\n'
-                      '  so that scaling the weight by ``c`` changes nothing the model computes and its gradient by\n'
-                      "  ``1 / c``. Hugging Face's generic init draws AIMv2's two projections into the L2\n"
-                      '  normalisation of its embeddings at std 1 (32x ``1 / sqrt(fan_in)``): the vision\n'
-                      "  projection's gradient was 1.3e3x below the vision head's, and that init reached the\n"
-                      '  matching task of ``benchmarks/hf_init_training.py --model aimv2`` at steps 20-27, where\n'
-                      '  the projections at ``1 / sqrt(fan_in)`` took 36-49 (4 seeds). What the first step of the\n'
-                      "  optimizer does to such a weight is IL015's;\n"
                       "- layers whose gradient is exactly zero (dead units are IL003's, symmetric weights\n"
                       "  IL008's).\n"
+                      '\n'
+                      'The spread leaves out one more kind of layer, one whose scale is free: its output reaches\n'
+                      'only normalisations, through layers without a bias (or with an all-zero one), activations\n'
+                      'that are 0 at 0, views and products, so that scaling the weight by ``c`` changes nothing the\n'
+                      "model computes and its gradient by ``1 / c``. Hugging Face's generic init draws AIMv2's two\n"
+                      'projections into the L2 normalisation of its embeddings at std 1 (32x ``1 / sqrt(fan_in)``):\n'
+                      "the vision projection's gradient was 1.3e3x below the vision head's, and that init reached the\n"
+                      'matching task of ``benchmarks/hf_init_training.py --model aimv2`` at steps 20-27, where the\n'
+                      'projections at ``1 / sqrt(fan_in)`` took 36-49 (4 seeds). What the first step of the optimizer\n'
+                      "does to such a weight is IL015's. The check of gradients that vanished or exploded in every layer\n"
+                      'alike (below) still reads such layers: a deep stack of\n'
+                      'bias-free layers into BatchNorms without residuals (100 x Linear-BatchNorm-ReLU) explodes its\n'
+                      "gradients by 3.5e8x, which a layer's own scale does not explain.\n"
                       '\n'
                       '## Why is this bad?\n'
                       'Gradients are compared per sample and position: a weight applied at many positions (a\n'

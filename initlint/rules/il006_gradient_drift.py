@@ -49,7 +49,7 @@ class GradientDrift(Rule):
     count (a conv -> conv -> global mean-pool -> linear network at He init spreads its
     per-position gradients by the square of the number of positions, with nothing wrong).
 
-    Layers left out, because their gradient is legitimately tiny or zero at init, or says nothing of it:
+    Layers left out, because their gradient is legitimately tiny or zero at init:
     - embeddings (their gradient is sparse by nature: only the rows of the sampled tokens
       get one);
     - one factor of a product of two signals, directly or through an activation, and every
@@ -65,17 +65,21 @@ class GradientDrift(Rule):
       (a diffusion UNet's timestep embedding added to every pixel of every block, FiLM and
       AdaLN modulations), directly or through other layers: their gradient gathers every
       position they reach, and no fan ratio predicts how many;
-    - layers whose scale is free: their output reaches only normalisations, through layers
-      without a bias (or with an all-zero one), activations that are 0 at 0, views and products,
-      so that scaling the weight by ``c`` changes nothing the model computes and its gradient by
-      ``1 / c``. Hugging Face's generic init draws AIMv2's two projections into the L2
-      normalisation of its embeddings at std 1 (32x ``1 / sqrt(fan_in)``): the vision
-      projection's gradient was 1.3e3x below the vision head's, and that init reached the
-      matching task of ``benchmarks/hf_init_training.py --model aimv2`` at steps 20-27, where
-      the projections at ``1 / sqrt(fan_in)`` took 36-49 (4 seeds). What the first step of the
-      optimizer does to such a weight is IL015's;
     - layers whose gradient is exactly zero (dead units are IL003's, symmetric weights
       IL008's).
+
+    The spread leaves out one more kind of layer, one whose scale is free: its output reaches
+    only normalisations, through layers without a bias (or with an all-zero one), activations
+    that are 0 at 0, views and products, so that scaling the weight by ``c`` changes nothing the
+    model computes and its gradient by ``1 / c``. Hugging Face's generic init draws AIMv2's two
+    projections into the L2 normalisation of its embeddings at std 1 (32x ``1 / sqrt(fan_in)``):
+    the vision projection's gradient was 1.3e3x below the vision head's, and that init reached the
+    matching task of ``benchmarks/hf_init_training.py --model aimv2`` at steps 20-27, where the
+    projections at ``1 / sqrt(fan_in)`` took 36-49 (4 seeds). What the first step of the optimizer
+    does to such a weight is IL015's. The check of gradients that vanished or exploded in every layer
+    alike (below) still reads such layers: a deep stack of
+    bias-free layers into BatchNorms without residuals (100 x Linear-BatchNorm-ReLU) explodes its
+    gradients by 3.5e8x, which a layer's own scale does not explain.
 
     ## Why is this bad?
     Gradients are compared per sample and position: a weight applied at many positions (a
@@ -138,8 +142,10 @@ class GradientDrift(Rule):
         layers = self._layers(audit)
         segment = segments(audit.graph)
         groups: Dict[int, List[Tuple[Op, float]]] = {}
+        invariant: Dict[int, bool] = {}
         for op, value in layers:
-            groups.setdefault(segment[op.id], []).append((op, value))
+            if not _scale_invariant(audit, op, invariant):  # its gradient is the inverse of its own scale
+                groups.setdefault(segment[op.id], []).append((op, value))
         worst = self._vanished(audit, layers)
         for group in groups.values():
             finding = self._judge(audit, group) if worst is None else None
@@ -203,7 +209,6 @@ class GradientDrift(Rule):
                 uses.setdefault(op.params["weight"], []).append(op)
         gated = gated_ops(audit)
         left_out = broadcast_sources(audit) | product_branches(audit.graph)
-        invariant: Dict[int, bool] = {}
         layers = []
         for name, ops in uses.items():
             stats = audit.probe.grads.get(name)
@@ -211,8 +216,6 @@ class GradientDrift(Rule):
                 continue  # exactly zero gradients are IL003's (dead units) or IL008's (symmetry) business
             if any(gated.get(op.id) or op.id in left_out or _feeds_product(audit.graph, op) for op in ops):
                 continue
-            if all(_scale_invariant(audit, op, invariant) for op in ops):
-                continue  # its gradient is the inverse of its own scale, which the norm makes free
             # the weight's gradient sums over every call (an unrolled cell runs once per step)
             positions = sum(_positions(audit.shape(op), op.kind) for op in ops)
             layers.append((ops[0], stats["std"] / math.sqrt(positions)))
