@@ -142,9 +142,9 @@ class GradientDrift(Rule):
         layers = self._layers(audit)
         segment = segments(audit.graph)
         groups: Dict[int, List[Tuple[Op, float]]] = {}
-        invariant: Dict[int, bool] = {}
+        free = free_scale(audit)
         for op, value in layers:
-            if not _scale_invariant(audit, op, invariant):  # its gradient is the inverse of its own scale
+            if not (op.id in free and rescales_only(audit, op) is True):  # its gradient: the inverse of its scale
                 groups.setdefault(segment[op.id], []).append((op, value))
         worst = self._vanished(audit, layers)
         for group in groups.values():
@@ -287,30 +287,24 @@ def _feeds_product(graph: Graph, op: Op) -> bool:
     return any(t.kind in _SCORE_KINDS or (t.kind == "mul" and len(t.inputs) > 1) for t in frontier)
 
 
-def _scale_invariant(audit: AuditContext, op: Op, memo: Dict[int, bool]) -> bool:
-    """Whether the layer's output reaches nothing but normalisations that normalise (not starved by their
-    epsilon), through ops that only rescale it (layers without a bias or with an all-zero one, activations
-    that are 0 at 0, views) and products with other signals: scaling its weight by ``c`` then changes
-    nothing the model computes, and its gradient by ``1 / c`` (a CLIP-style projection into the L2
-    normalisation of the embeddings; a bias-free layer before a norm). A sum with another signal, the model
-    output or anything else ends that."""
+def free_scale(audit: AuditContext) -> Set[int]:
+    """Ops whose output reaches nothing but normalisations that normalise (not starved by their epsilon),
+    through ops that only rescale it (layers without a bias or with an all-zero one, activations that are
+    0 at 0, views) and products with other signals. A weight layer among them (itself such a rescale) has a
+    free scale: scaling its weight by ``c`` changes nothing the model computes, and its gradient by ``1 / c``
+    (a CLIP-style projection into the L2 normalisation of the embeddings; a bias-free layer before a norm).
+    A sum with another signal, the model output or anything else ends that. One pass, users first."""
     graph, outputs = audit.graph, set(audit.graph.outputs)
-
-    def walk(current: Op, depth: int) -> bool:
-        if current.id in memo:
-            return memo[current.id]
-        memo[current.id] = False  # while walking: a cycle or a deep path is not invariant
-        users = [graph[u] for u in current.users
-                 if not created_tensor(graph[u]) and not graph[u].attrs.get("norm_statistic")]
-        ok = depth < 64 and current.id not in outputs and bool(users) and all(
-            (u.kind in O.NORM_KINDS and not starved(audit, u)) or
-            ((rescales_only(audit, u) is True or (u.kind in ("mul", "div", "matmul") and len(u.inputs) > 1))
-             and walk(u, depth + 1))
-            for u in users)
-        memo[current.id] = ok
-        return ok
-
-    return rescales_only(audit, op) is True and walk(op, 0)
+    free: Set[int] = set()
+    for op in reversed(graph.ops):
+        users = [graph[u] for u in op.users if not created_tensor(graph[u]) and not graph[u].attrs.get("norm_statistic")]
+        if op.id not in outputs and users and all(
+                (u.kind in O.NORM_KINDS and not starved(audit, u)) or
+                ((rescales_only(audit, u) is True or (u.kind in ("mul", "div", "matmul") and len(u.inputs) > 1))
+                 and u.id in free)
+                for u in users):
+            free.add(op.id)
+    return free
 
 
 def _positions(shape: Optional[Tuple[int, ...]], kind: str) -> int:
