@@ -10,7 +10,8 @@ learns a synthetic copy task: 32 random tokens out of 64, then the same 32 again
 the cross-entropy on the repeated half (``ln 64 = 4.16`` for a guess, 0 once the model copies,
 which needs an induction head; ``--repeats 8`` repeats the 32 tokens 8 times, 255 tokens of input, the
 loss on the last 7 copies). Before training, both output projections (attention and MLP)
-of every block, or of block ``--block`` only, are multiplied by ``scale``. For each scale, norm
+of every block, or of block ``--block`` only, are multiplied by ``scale`` (``--branch mlp``: only the
+MLP's, so that every MLP branch dwarfs the attention branches, as in hybrids whose first mixer adds little). For each scale, norm
 placement (pre-LN: ``x + f(LN(x))``; post-LN: ``LN(x + f(x))``) and seed, the script trains
 with AdamW (lr 1e-3, batch 32, fixed data order) and reports:
 
@@ -97,12 +98,15 @@ class SmallGPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def scaled(model: SmallGPT, scale: float, only: Optional[int] = None) -> SmallGPT:
-    """Output projections of every block (or of block ``only``) multiplied by ``scale``."""
+def scaled(model: SmallGPT, scale: float, only: Optional[int] = None, branch: str = "both") -> SmallGPT:
+    """Output projections of every block (or of block ``only``) multiplied by ``scale``: both, or only the
+    attention's (``branch="attn"``) or the MLP's (``"mlp"``)."""
     with torch.no_grad():
         for block in model.h if only is None else [model.h[only]]:
-            block.attn_proj.weight.mul_(scale)
-            block.mlp_proj.weight.mul_(scale)
+            if branch in ("both", "attn"):
+                block.attn_proj.weight.mul_(scale)
+            if branch in ("both", "mlp"):
+                block.mlp_proj.weight.mul_(scale)
     return model
 
 
@@ -177,6 +181,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=0, help="linear lr warm-up over this many steps")
     parser.add_argument("--block", type=int, default=None, help="scale only this block's projections")
+    parser.add_argument("--branch", choices=("both", "attn", "mlp"), default="both",
+                        help="which output projections to scale (mlp: every MLP branch larger than the attention's, "
+                             "as in a hybrid whose mixer adds little at init)")
     parser.add_argument("--half", type=int, default=HALF, help="tokens to copy (a sequence has twice as many)")
     parser.add_argument("--batch", type=int, default=BATCH, help="sequences per step")
     parser.add_argument("--repeats", type=int, default=REPEATS,
@@ -197,7 +204,7 @@ def main() -> None:
             start = time.time()
             for seed in seeds:
                 torch.manual_seed(seed)
-                model = scaled(SmallGPT(post_ln=norm == "post"), scale, opts.block)
+                model = scaled(SmallGPT(post_ln=norm == "post"), scale, opts.block, opts.branch)
                 if seed == seeds[0]:
                     found = il012(model)
                 if not opts.steps:
@@ -209,7 +216,8 @@ def main() -> None:
                 print(f"  {norm}-LN x{scale:g}: IL012 {found}", flush=True)
                 continue
             spread = f" +- {statistics.stdev(finals):.2f}" if len(finals) > 1 else ""
-            rows.append([f"{norm}-LN", f"x{scale:g}" + ("" if opts.block is None else f" (block {opts.block})"), f"{statistics.mean(finals):.3f}{spread}", ", ".join(reached),
+            rows.append([f"{norm}-LN", f"x{scale:g}" + ("" if opts.block is None else f" (block {opts.block})")
+                         + ("" if opts.branch == "both" else f" ({opts.branch} only)"), f"{statistics.mean(finals):.3f}{spread}", ", ".join(reached),
                          found])
             print(f"  {norm}-LN x{scale:g}: loss {statistics.mean(finals):.3f}{spread}, steps<1 {reached}, "
                   f"IL012 {found} ({time.time() - start:.0f} s)", flush=True)

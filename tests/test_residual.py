@@ -71,6 +71,26 @@ def test_one_oversized_branch_is_located_at_its_block():
     assert float(report.findings[0].fix.split("std=")[1].split(")")[0]) == pytest.approx(c_proj.std().item(), rel=0.05)
 
 
+def test_every_mlp_branch_scaled_alike_is_information_and_one_scaled_block_warns():
+    """Every MLP's output projection x30: the first MLP dwarfs a stream of the embedding and one small
+    attention branch (about 20x), and every later MLP matches it. The calibration's runs of that stack
+    (``residual_training.py --branch mlp``) learned sooner than the unscaled one, so it is information;
+    only the third block's x30 stands out, drowns the blocks after it, and warns."""
+    def scaled(blocks):
+        torch.manual_seed(0)
+        model = NanoGPT()
+        with torch.no_grad():
+            for i in blocks:
+                model.transformer.h[i].mlp.c_proj.weight.mul_(30)
+        return initlint.audit(model, ids(512), select=["IL012"])
+
+    every = scaled(range(6))
+    assert [(f.module, f.severity) for f in every.findings] == [("transformer.h.0.mlp.c_proj", "info")]
+    assert every.findings[0].value > 4 * every.findings[0].threshold and "a later branch" in every.findings[0].message
+    one = scaled([2])
+    assert [(f.module, f.severity) for f in one.findings] == [("transformer.h.2.mlp.c_proj", "warning")]
+
+
 def test_an_embedding_drowned_by_the_first_branch():
     """The issue's nanoGPT-style model with every weight N(0, 1): the first attention branch adds a
     signal ~180x the embedding's (c_attn and c_proj far above 1/sqrt(fan_in))."""
