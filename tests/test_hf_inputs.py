@@ -264,3 +264,25 @@ def test_a_backbone_without_an_image_size_gets_imagenet_sized_images():
     assert [(f.code, f.module) for f in report.findings] == []
     last = max(report.probe.shapes.items(), key=lambda item: (len(item[1]) == 4 and item[1][-1] > 1, item[0]))
     assert last[1][-2:] == (7, 7)  # the last stage's maps (after it, the head pools them to 1 x 1)
+
+
+@pytest.mark.parametrize("build, name, frames", [
+    (lambda: tf.VideoMAEModel(tf.VideoMAEConfig(**small(image_size=32, patch_size=16, num_frames=4, tubelet_size=2))),
+     "pixel_values", 4),
+    (lambda: tf.TimesformerModel(tf.TimesformerConfig(**small(image_size=32, patch_size=16, num_frames=3))),
+     "pixel_values", 3),
+    (lambda: tf.VJEPA2Model(tf.VJEPA2Config(crop_size=32, patch_size=16, frames_per_clip=4, tubelet_size=2,
+                                            hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                            pred_hidden_size=32, pred_num_hidden_layers=1,
+                                            pred_num_attention_heads=4, pred_num_mask_tokens=2)),
+     "pixel_values_videos", 4),
+])
+def test_a_video_model_gets_clips_of_the_frames_its_config_names(build, name, frames):
+    # VideoMAE, TimeSformer, ViViT, X-CLIP and V-JEPA 2 take (batch, frames, channels, height, width); they
+    # got 4-D images (or, where the input is `pixel_values_videos`, a 5-D tensor in Conv3d's order)
+    torch.manual_seed(0)
+    model = build()
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {name} and kwargs[name].shape == (2, frames, 3, 32, 32)
+    report = initlint.audit(model, batch_size=2)
+    assert report.error is None and report.probe.forward_ran

@@ -22,6 +22,8 @@ HF_TOKENS = 16
 """Sequence length of the token ids built for a Hugging Face model (text tokens, placeholders excluded)."""
 AUDIO_SAMPLES = 4000
 """Length of a raw waveform (``input_values``)."""
+VIDEO_FRAMES = 8
+"""Frames of the clips built for a video input whose config names no frame count."""
 IMAGE_SIDE = 224
 """Side of the images built for a vision model whose config gives no ``image_size`` (ResNet, ConvNeXt,
 HGNetV2 and most convolutional backbones): ImageNet's, at which nearly all were published. At 32 x 32 a
@@ -166,11 +168,16 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
     if name == "input_ids":
         n = vocab(text_config(config))
         return torch.randint(0, n, (batch, HF_TOKENS), generator=gen, device=gen.device) if n > 0 else None
-    if name == "pixel_values":
+    if name in ("pixel_values", "pixel_values_videos"):
         vis = vision_config(config)
-        size = getattr(vis, "image_size", None) or IMAGE_SIDE
+        size = getattr(vis, "image_size", None) or getattr(vis, "crop_size", None) or IMAGE_SIDE
         height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
-        channels = getattr(vis, "num_channels", None) or getattr(config, "num_channels", None) or 3
+        channels = getattr(vis, "num_channels", None) or getattr(vis, "in_chans", None) \
+            or getattr(config, "num_channels", None) or 3
+        frames = _frames(vis) or _frames(config) or (VIDEO_FRAMES if name == "pixel_values_videos" else None)
+        if frames:  # a video model (VideoMAE, ViViT, TimeSformer, X-CLIP, V-JEPA 2): frames x channels x H x W
+            return torch.randn(batch, frames, int(channels), height, width, generator=gen, device=gen.device,
+                               dtype=dtype)
         return torch.randn(batch, int(channels), height, width, generator=gen, device=gen.device, dtype=dtype)
     if name == "inputs" and isinstance(getattr(config, "d_model", None), int):  # a Perceiver without a preprocessor
         return torch.randn(batch, HF_TOKENS, config.d_model, generator=gen, device=gen.device, dtype=dtype)
@@ -185,6 +192,16 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
     if name == "input_features":
         shape = _feature_shape(audio_config(config))
         return None if shape is None else torch.randn(batch, *shape, generator=gen, device=gen.device, dtype=dtype)
+    return None
+
+
+def _frames(config: Any) -> Optional[int]:
+    """The frames per clip a video config sizes its position embeddings for (``num_frames``, V-JEPA 2's
+    ``frames_per_clip``), else None."""
+    for key in ("num_frames", "frames_per_clip"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
     return None
 
 
