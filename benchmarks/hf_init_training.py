@@ -15,6 +15,12 @@ then the same 32: the loss on the second half, ``--target`` x ln 64). The publis
 attention's ``ShortConvolution``) leaves the depthwise conv of kernel 4 at PyTorch's default (std 0.29)
 where HF's generic init draws 0.02 (initlint: IL001 on it, IL005 "signal vanishes" inside the linear
 attention).
+``falcon_h1``: Falcon-H1's parallel hybrid (attention and a Mamba-2 mixer side by side in every layer, then an
+MLP) at width 256, 4 layers, on the copy task. Its default config has no norm inside the mixer
+(``mamba_rms_norm`` false); HF's generic init draws the mixer's depthwise conv (kernel 4) at std 0.02 where
+mamba_ssm's ``Mamba2`` leaves it at PyTorch's default (std 0.29), so the mixer's output is small and its
+``out_proj``'s weight gradient is 4e4x (in variance) below the attention output's (initlint: IL006); the twin
+resets the conv (clean).
 ``convbert``: ConvBERT-base's widths (hidden 768, 12 heads, span kernel 9), 2 layers, on a shift task (64 random
 tokens of 64; each position names the token before it). HF draws the span-based dynamic convolution's depthwise
 Conv1d (kernel 9, one channel per group) at std 0.02 (initlint: IL005 "signal vanishes" into the kernel's
@@ -92,6 +98,11 @@ MODELS = {
         num_experts_per_tok=2, moe_intermediate_size=256, shared_expert_intermediate_size=256,
         sliding_window=64, max_position_embeddings=256)),
         lambda net: _reset(net, kind=nn.Conv1d)),  # fla's ShortConvolution: nn.Conv1d's own init
+    "falcon_h1": (lambda tf: tf.FalconH1ForCausalLM(tf.FalconH1Config(
+        vocab_size=VOCAB, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=64, intermediate_size=896, mamba_d_ssm=64, mamba_n_heads=8, mamba_d_head=8, mamba_d_state=64, mamba_chunk_size=64,
+        max_position_embeddings=256)),
+        lambda net: _reset(net, kind=nn.Conv1d)),  # mamba_ssm's Mamba2: nn.Conv1d's own init
     "convbert": (lambda tf: tf.ConvBertForMaskedLM(tf.ConvBertConfig(vocab_size=VOCAB, num_hidden_layers=2,
                                                                      max_position_embeddings=128)),
                  lambda net: _reset(net, "key_conv_attn_layer.depthwise")),  # the clean twin: Conv1d's own init
@@ -102,6 +113,10 @@ MODELS = {
                                                       text_config=dict(num_hidden_layers=1, vocab_size=AIM_VOCAB))),
               lambda net: _to_fan_in(net.visual_projection, net.text_projection)),  # CLIP's
 }
+
+
+COPY = ("lara_mini", "falcon_h1")
+"""The models trained on the copy task."""
 
 
 def build(model: str, init: str, seed: int) -> nn.Module:
@@ -164,7 +179,7 @@ def loss_of(model: str, net: nn.Module, teacher: Teacher, x: torch.Tensor) -> to
     if model in ("convbert", "electra"):  # each position names the token before it (a bidirectional model sees both)
         logits = net(input_ids=x).logits[:, 1:]
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, :-1].reshape(-1))
-    if model == "lara_mini":  # predict the second half of each copy from what came before
+    if model in COPY:  # predict the second half of each copy from what came before
         logits = net(input_ids=x).logits[:, 32:-1]
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 33:].reshape(-1))
     scores = teacher(x)
@@ -176,13 +191,33 @@ def loss_of(model: str, net: nn.Module, teacher: Teacher, x: torch.Tensor) -> to
     return F.cross_entropy(net(pixel_values=x).logits, labels)
 
 
+def mixer_share(net: nn.Module, x: torch.Tensor) -> float:
+    """Falcon-H1: what the Mamba-2 mixers add to the residual stream over what the attentions add (rms, summed
+    over the layers), on ``x``: how much of the token mixing the state-space half carries."""
+    sums = {"mamba": 0.0, "self_attn": 0.0}
+    hooks = []
+    for layer in net.model.layers:
+        for part in sums:
+            def hook(_m, _i, out, part=part):
+                out = out[0] if isinstance(out, tuple) else out
+                sums[part] += float(out.detach().pow(2).mean().sqrt())
+            hooks.append(getattr(layer, part).register_forward_hook(hook))
+    try:
+        with torch.no_grad():
+            net(input_ids=x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return sums["mamba"] / sums["self_attn"]
+
+
 def run(model: str, init: str, seed: int, steps: int, target: float, lr: float = 1e-3):
     import initlint
 
     net = build(model, init, seed)
-    tokens = model in ("lara_mini", "convbert", "electra")
+    tokens = model in COPY + ("convbert", "electra")
     concepts = Concepts(seed) if model == "aimv2" else None
-    probe = (copy_batch if model == "lara_mini" else shift_batch)(torch.Generator().manual_seed(seed), 2) if tokens \
+    probe = (copy_batch if model in COPY else shift_batch)(torch.Generator().manual_seed(seed), 2) if tokens \
         else concepts.batch(torch.Generator().manual_seed(seed), 2) if concepts is not None \
         else torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(seed))
     report = initlint.audit(net, probe)
@@ -192,9 +227,10 @@ def run(model: str, init: str, seed: int, steps: int, target: float, lr: float =
     gen = torch.Generator().manual_seed(seed)
     losses, first = [], None
     chance = math.log(VOCAB if tokens else 16 if concepts is not None else CLASSES)
+    share = [mixer_share(net, probe)] if model == "falcon_h1" else []
     net.train()
     for step in range(steps):
-        x = copy_batch(gen) if model == "lara_mini" else shift_batch(gen) if tokens else \
+        x = copy_batch(gen) if model in COPY else shift_batch(gen) if tokens else \
             concepts.batch(gen) if concepts is not None else torch.randn(8, 3, 64, 64, generator=gen)
         loss = loss_of(model, net, teacher, x)
         opt.zero_grad()
@@ -203,6 +239,9 @@ def run(model: str, init: str, seed: int, steps: int, target: float, lr: float =
         losses.append(float(loss.detach()))
         if first is None and step >= 9 and sum(losses[-10:]) / 10 < target * chance:
             first = step
+    if share:
+        share.append(mixer_share(net, probe))
+        warnings = (warnings or ["clean"]) + [f"mamba/attn {share[0]:.3g} -> {share[1]:.3g}"]
     return warnings, losses, first
 
 
@@ -216,7 +255,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"{'init':10s} {'seed':>4s} {'warnings':18s} " + " ".join(f"{'loss@' + str(s):>9s}" for s in (0, 50, 100))
-          + f" {'last10':>7s} {'first<' + str(args.target) + ('ln64' if args.model in ('lara_mini', 'convbert', 'electra') else 'ln16' if args.model == 'aimv2' else 'ln8'):>11s} {'s':>5s}")
+          + f" {'last10':>7s} {'first<' + str(args.target) + ('ln64' if args.model in COPY + ('convbert', 'electra') else 'ln16' if args.model == 'aimv2' else 'ln8'):>11s} {'s':>5s}")
     for seed in [int(s) for s in args.seeds.split(",")]:
         for init in ("hf", "published"):
             t0 = time.perf_counter()

@@ -286,3 +286,14 @@ def test_a_video_model_gets_clips_of_the_frames_its_config_names(build, name, fr
     assert set(kwargs) == {name} and kwargs[name].shape == (2, frames, 3, 32, 32)
     report = initlint.audit(model, batch_size=2)
     assert report.error is None and report.probe.forward_ran
+
+
+def test_a_head_on_a_backbone_gets_images_of_the_backbones_size():
+    # ViTPose's config has no image_size of its own; its backbone's is 256 x 192, and at 224 x 224 the
+    # forward refused the images ("doesn't match model (256*192)")
+    torch.manual_seed(0)
+    model = tf.VitPoseForPoseEstimation(tf.VitPoseConfig(backbone_config=dict(
+        model_type="vitpose_backbone", hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"pixel_values"} and kwargs["pixel_values"].shape == (2, 3, 256, 192)
+    assert initlint.audit(model, batch_size=2).error is None

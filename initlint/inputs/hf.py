@@ -137,9 +137,13 @@ def text_config(config: Any) -> Any:
 
 
 def vision_config(config: Any) -> Any:
-    """The config that sizes the images: the vision tower's, else the config itself."""
+    """The config that sizes the images: the vision tower's, else the config itself, else (a head on a
+    backbone that sizes them: ViTPose's 256 x 192) its backbone's."""
     subs = [s for s in _subs(config, VISION_KEYS) if getattr(s, "image_size", None) is not None]
-    return subs[0] if subs else config
+    if subs or getattr(config, "image_size", None) is not None:
+        return subs[0] if subs else config
+    backbone = _subs(config, ("backbone_config",))
+    return backbone[0] if backbone and getattr(backbone[0], "image_size", None) is not None else config
 
 
 def audio_config(config: Any) -> Any:

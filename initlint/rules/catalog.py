@@ -539,6 +539,18 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '- the layers of a residual branch gated near identity by design (see IL005: a\n'
                       "  LayerScale at 1e-6, ReZero's alpha = 0, a zero BatchNorm gamma, a zero-initialised\n"
                       '  last layer): the gate multiplies their backward signal by its own small value;\n'
+                      '- the layers of a branch that, at init, adds at most ``1/4`` (the gate limit of IL005)\n'
+                      '  of what a parallel branch beside it adds, where the two are summed before they reach\n'
+                      "  the stream (not a residual addition: neither is computed from the other): Falcon-H1's\n"
+                      '  Mamba-2 mixer beside its attention (``mamba(x) + attn(x)``), whose depthwise conv at\n'
+                      "  std 0.02 leaves it 0.012x the attention's output at its real width, 0.0023x at width\n"
+                      "  256. The branch is quiet, as a gated one is, and its layers' weight gradients are\n"
+                      '  small because their inputs are. Trained with AdamW on a copy task\n'
+                      '  (``benchmarks/hf_init_training.py --model falcon_h1``, 4 seeds) it learnt it at steps\n'
+                      "  52-58, the same model with the conv at PyTorch's default at 49-56, and its mixer's\n"
+                      "  output grew to 0.25-0.60x the attention's in 400 steps: a cost of a few steps (4-10%),\n"
+                      "  where a finding IL006 keeps preceded failure (ELECTRA-small's embeddings projected at\n"
+                      '  std 0.02 did not learn a shift task in 1000 steps; ``--model electra``);\n'
                       '- conditioning layers, whose output is broadcast over positions it was not computed at\n'
                       "  (a diffusion UNet's timestep embedding added to every pixel of every block, FiLM and\n"
                       '  AdaLN modulations), directly or through other layers: their gradient gathers every\n'

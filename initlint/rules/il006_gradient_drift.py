@@ -9,8 +9,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from .base import (AuditContext, Example, RepairPlan, Rule, created_tensor, downstream, fmt, gated_ops, lsuv_stretch,
-                   measured_rms, rescales_only, starved)
+from .base import (GATE_MAX, AuditContext, Example, RepairPlan, Rule, created_tensor, downstream, fmt, gated_ops,
+                   lsuv_stretch, measured_rms, rescales_only, residuals_of, starved)
 from .il001_init_scale import scale_target
 
 _SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
@@ -61,6 +61,18 @@ class GradientDrift(Rule):
     - the layers of a residual branch gated near identity by design (see IL005: a
       LayerScale at 1e-6, ReZero's alpha = 0, a zero BatchNorm gamma, a zero-initialised
       last layer): the gate multiplies their backward signal by its own small value;
+    - the layers of a branch that, at init, adds at most ``1/4`` (the gate limit of IL005)
+      of what a parallel branch beside it adds, where the two are summed before they reach
+      the stream (not a residual addition: neither is computed from the other): Falcon-H1's
+      Mamba-2 mixer beside its attention (``mamba(x) + attn(x)``), whose depthwise conv at
+      std 0.02 leaves it 0.012x the attention's output at its real width, 0.0023x at width
+      256. The branch is quiet, as a gated one is, and its layers' weight gradients are
+      small because their inputs are. Trained with AdamW on a copy task
+      (``benchmarks/hf_init_training.py --model falcon_h1``, 4 seeds) it learnt it at steps
+      52-58, the same model with the conv at PyTorch's default at 49-56, and its mixer's
+      output grew to 0.25-0.60x the attention's in 400 steps: a cost of a few steps (4-10%),
+      where a finding IL006 keeps preceded failure (ELECTRA-small's embeddings projected at
+      std 0.02 did not learn a shift task in 1000 steps; ``--model electra``);
     - conditioning layers, whose output is broadcast over positions it was not computed at
       (a diffusion UNet's timestep embedding added to every pixel of every block, FiLM and
       AdaLN modulations), directly or through other layers: their gradient gathers every
@@ -208,7 +220,7 @@ class GradientDrift(Rule):
             if op.kind in O.WEIGHT_KINDS and "weight" in op.params:
                 uses.setdefault(op.params["weight"], []).append(op)
         gated = gated_ops(audit)
-        left_out = broadcast_sources(audit) | product_branches(audit.graph)
+        left_out = broadcast_sources(audit) | product_branches(audit.graph) | quiet_branches(audit)
         layers = []
         for name, ops in uses.items():
             stats = audit.probe.grads.get(name)
@@ -254,6 +266,37 @@ def segments(graph: Graph) -> Dict[int, int]:
         else:
             seg[op.id] = seg.get(op.inputs[0], op.inputs[0])
     return seg
+
+
+def quiet_branches(audit: AuditContext) -> Set[int]:
+    """Ops whose every path to a merge or the model output ends as the smaller input of a sum of two parallel
+    branches (an ``add`` of two signals that is not a residual addition), where it is at most ``GATE_MAX`` of
+    the other input's scale (rms)."""
+    graph = audit.graph
+    residual = {r.add.id for r in residuals_of(audit)}
+    quiet_edges: Set[Tuple[int, int]] = set()
+    for op in graph:
+        if op.kind != "add" or len(op.inputs) != 2 or op.id in residual or op.inputs[0] == op.inputs[1]:
+            continue
+        a, b = (measured_rms(audit, graph[i]) for i in op.inputs)
+        if not (a and b and a == a and b == b):
+            continue
+        if min(a, b) <= GATE_MAX * max(a, b):
+            quiet_edges.add((op.inputs[0 if a <= b else 1], op.id))
+    if not quiet_edges:
+        return set()
+    outputs = set(graph.outputs)
+    open_path: Dict[int, bool] = {}  # a path from here reaches a merge or the output, not as a quiet input
+    quiet_end: Dict[int, bool] = {}
+    for op in reversed(graph.ops):
+        if op.id in outputs or (op.kind == "add" and len(op.inputs) >= 2):
+            open_path[op.id], quiet_end[op.id] = True, False
+            continue
+        ends = [(u, (op.id, u) in quiet_edges) for u in op.users]
+        open_path[op.id] = any(not q and open_path.get(u, False) for u, q in ends) or \
+            any(not q and u in outputs for u, q in ends)
+        quiet_end[op.id] = any(q or quiet_end.get(u, False) for u, q in ends)
+    return {op.id for op in graph if op.users and quiet_end.get(op.id) and not open_path.get(op.id)}
 
 
 def product_branches(graph: Graph) -> Set[int]:
