@@ -297,3 +297,19 @@ def test_a_head_on_a_backbone_gets_images_of_the_backbones_size():
     _, kwargs = infer_inputs(model, 2, 0)
     assert set(kwargs) == {"pixel_values"} and kwargs["pixel_values"].shape == (2, 3, 256, 192)
     assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_time_series_models_get_a_series_of_their_patches():
+    # the series came from the first Linear's width: TimesFM got 64 values (two patches), PatchTST (2, 8)
+    torch.manual_seed(0)
+    timesfm = tf.TimesFmModel(tf.TimesFmConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                               num_attention_heads=2, head_dim=16))
+    _, kwargs = infer_inputs(timesfm, 2, 0)
+    assert {n: tuple(v.shape) for n, v in kwargs.items()} == {"past_values": (2, 512), "past_values_padding": (2, 512),
+                                                            "freq": (2, 1)}
+    assert initlint.audit(timesfm, batch_size=2).error is None
+    patchtst = tf.PatchTSTModel(tf.PatchTSTConfig(num_input_channels=3, context_length=64, patch_length=8, patch_stride=8,
+                                                  d_model=32, num_attention_heads=2, num_hidden_layers=1, ffn_dim=64))
+    _, kwargs = infer_inputs(patchtst, 2, 0)
+    assert set(kwargs) == {"past_values"} and kwargs["past_values"].shape == (2, 64, 3)
+    assert initlint.audit(patchtst, batch_size=2).error is None

@@ -69,6 +69,11 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
             return None
         if made is not None:
             inputs[name] = made
+    if "past_values" in inputs and inputs["past_values"].dim() == 2:  # TimesFM: no padding, a frequency class
+        if "past_values_padding" in accepts:
+            inputs["past_values_padding"] = torch.zeros_like(inputs["past_values"])
+        if "freq" in accepts:
+            inputs["freq"] = torch.zeros(batch, 1, dtype=torch.long, device=gen.device)
     if "input_ids" in inputs:
         inputs["input_ids"] = _with_placeholders(model, config, inputs, gen)
         inputs.update(_training_inputs(config, accepts, inputs["input_ids"], gen, dtype))
@@ -183,6 +188,15 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
             return torch.randn(batch, frames, int(channels), height, width, generator=gen, device=gen.device,
                                dtype=dtype)
         return torch.randn(batch, int(channels), height, width, generator=gen, device=gen.device, dtype=dtype)
+    if name == "past_values":  # a time-series model
+        context, patch = _count(config, "context_length"), _count(config, "patch_length")
+        channels = _count(config, "num_input_channels")
+        if context and channels:  # PatchTST, PatchTSMixer: context x channels
+            return torch.randn(batch, context, channels, generator=gen, device=gen.device, dtype=dtype)
+        if patch:  # TimesFM: a univariate series of HF_TOKENS patches (at most its context)
+            length = min(patch * HF_TOKENS, context or patch * HF_TOKENS)
+            return torch.randn(batch, length, generator=gen, device=gen.device, dtype=dtype)
+        return None
     if name == "inputs" and isinstance(getattr(config, "d_model", None), int):  # a Perceiver without a preprocessor
         return torch.randn(batch, HF_TOKENS, config.d_model, generator=gen, device=gen.device, dtype=dtype)
     if name == "input_values":
@@ -197,6 +211,12 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
         shape = _feature_shape(audio_config(config))
         return None if shape is None else torch.randn(batch, *shape, generator=gen, device=gen.device, dtype=dtype)
     return None
+
+
+def _count(config: Any, key: str) -> int:
+    """``config.key`` when it is a positive int, else 0."""
+    value = getattr(config, key, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _frames(config: Any) -> Optional[int]:
