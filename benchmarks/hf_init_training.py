@@ -21,6 +21,11 @@ MLP) at width 256, 4 layers, on the copy task. Its default config has no norm in
 mamba_ssm's ``Mamba2`` leaves it at PyTorch's default (std 0.29), so the mixer's output is small and its
 ``out_proj``'s weight gradient is 4e4x (in variance) below the attention output's (initlint: IL006); the twin
 resets the conv (clean).
+``patchtsmixer``: PatchTSMixer at its default config (d_model 8, context 32 in patches of 8, 3 mixer layers with
+gated MLPs), forecasting the next 16 steps of two sines (:func:`series_batch`). Its own init (HF's, the
+published one) draws every Linear at std 0.02 (initlint: IL001 on the mixers' MLPs and gates, the shrink ending at
+the gate's softmax; IL005 from the patcher to the head); the twin is IL001's fix (the mixers' Linears at
+``1 / sqrt(fan_in)``), ``patchtsmixer_io`` IL005's (the patcher and the head).
 ``convbert``: ConvBERT-base's widths (hidden 768, 12 heads, span kernel 9), 2 layers, on a shift task (64 random
 tokens of 64; each position names the token before it). HF draws the span-based dynamic convolution's depthwise
 Conv1d (kernel 9, one channel per group) at std 0.02 (initlint: IL005 "signal vanishes" into the kernel's
@@ -103,6 +108,12 @@ MODELS = {
         head_dim=64, intermediate_size=896, mamba_d_ssm=64, mamba_n_heads=8, mamba_d_head=8, mamba_d_state=64, mamba_chunk_size=64,
         max_position_embeddings=256)),
         lambda net: _reset(net, kind=nn.Conv1d)),  # mamba_ssm's Mamba2: nn.Conv1d's own init
+    "patchtsmixer": (lambda tf: tf.PatchTSMixerForPrediction(tf.PatchTSMixerConfig()),  # its default config
+                     lambda net: _to_fan_in(*[m for n, m in net.named_modules()  # IL001's fix: the mixers' layers
+                                              if isinstance(m, nn.Linear) and "mixers." in n])),
+    "patchtsmixer_io": (lambda tf: tf.PatchTSMixerForPrediction(tf.PatchTSMixerConfig()),
+                        lambda net: _to_fan_in(*[m for n, m in net.named_modules()  # IL005's: patcher and head
+                                                 if isinstance(m, nn.Linear) and ("patcher" in n or "head" in n)])),
     "convbert": (lambda tf: tf.ConvBertForMaskedLM(tf.ConvBertConfig(vocab_size=VOCAB, num_hidden_layers=2,
                                                                      max_position_embeddings=128)),
                  lambda net: _reset(net, "key_conv_attn_layer.depthwise")),  # the clean twin: Conv1d's own init
@@ -167,6 +178,18 @@ class Concepts:
         return {"input_ids": texts, "pixel_values": images}
 
 
+def series_batch(gen: torch.Generator, size: int = 16) -> torch.Tensor:
+    """The forecasting task: 48 steps of a sum of two sines of periods 6 and 11 steps, each of random amplitude
+    and phase, plus noise of std 0.1 (a linear recurrence continues it); the first 32 are the context, the last 16
+    the future to predict (mean squared error 1 for a guess of 0)."""
+    t = torch.arange(48, dtype=torch.float32)
+    period = torch.tensor([6.0, 11.0]).view(1, 2, 1)
+    amplitude = torch.rand(size, 2, 1, generator=gen) * 2 ** 0.5 * 1.2247
+    phase = 2 * math.pi * torch.rand(size, 2, 1, generator=gen)
+    x = (amplitude * torch.sin(2 * math.pi * t / period + phase)).sum(1) + 0.1 * torch.randn(size, 48, generator=gen)
+    return x.unsqueeze(-1)
+
+
 def shift_batch(gen: torch.Generator, size: int = 16) -> torch.Tensor:
     return torch.randint(0, VOCAB, (size, 64), generator=gen)
 
@@ -179,6 +202,8 @@ def loss_of(model: str, net: nn.Module, teacher: Teacher, x: torch.Tensor) -> to
     if model in ("convbert", "electra"):  # each position names the token before it (a bidirectional model sees both)
         logits = net(input_ids=x).logits[:, 1:]
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, :-1].reshape(-1))
+    if model.startswith("patchtsmixer"):  # forecast the last 16 steps from the first 32 (mean squared error)
+        return F.mse_loss(net(past_values=x[:, :32]).prediction_outputs, x[:, 32:])
     if model in COPY:  # predict the second half of each copy from what came before
         logits = net(input_ids=x).logits[:, 32:-1]
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 33:].reshape(-1))
@@ -216,8 +241,10 @@ def run(model: str, init: str, seed: int, steps: int, target: float, lr: float =
 
     net = build(model, init, seed)
     tokens = model in COPY + ("convbert", "electra")
+    series = model.startswith("patchtsmixer")
     concepts = Concepts(seed) if model == "aimv2" else None
-    probe = (copy_batch if model in COPY else shift_batch)(torch.Generator().manual_seed(seed), 2) if tokens \
+    probe = series_batch(torch.Generator().manual_seed(seed), 2)[:, :32] if series \
+        else (copy_batch if model in COPY else shift_batch)(torch.Generator().manual_seed(seed), 2) if tokens \
         else concepts.batch(torch.Generator().manual_seed(seed), 2) if concepts is not None \
         else torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(seed))
     report = initlint.audit(net, probe)
@@ -226,11 +253,11 @@ def run(model: str, init: str, seed: int, steps: int, target: float, lr: float =
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(seed)
     losses, first = [], None
-    chance = math.log(VOCAB if tokens else 16 if concepts is not None else CLASSES)
+    chance = 1.0 if series else math.log(VOCAB if tokens else 16 if concepts is not None else CLASSES)
     share = [mixer_share(net, probe)] if model == "falcon_h1" else []
     net.train()
     for step in range(steps):
-        x = copy_batch(gen) if model in COPY else shift_batch(gen) if tokens else \
+        x = series_batch(gen, 32) if series else copy_batch(gen) if model in COPY else shift_batch(gen) if tokens else \
             concepts.batch(gen) if concepts is not None else torch.randn(8, 3, 64, 64, generator=gen)
         loss = loss_of(model, net, teacher, x)
         opt.zero_grad()
