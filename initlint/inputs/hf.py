@@ -222,11 +222,7 @@ def _count(config: Any, key: str) -> int:
 def _frames(config: Any) -> Optional[int]:
     """The frames per clip a video config sizes its position embeddings for (``num_frames``, V-JEPA 2's
     ``frames_per_clip``), else None."""
-    for key in ("num_frames", "frames_per_clip"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    return _count(config, "num_frames") or _count(config, "frames_per_clip") or None
 
 
 def _feature_shape(config: Any) -> Optional[Tuple[int, int]]:

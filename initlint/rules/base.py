@@ -505,25 +505,28 @@ def gated_ops(audit: AuditContext) -> Dict[int, bool]:
     """Op id -> True when every path from the op's output meets a gate (:func:`gate_factor`) before a
     residual addition or the model output: the op sits on a branch that is near identity by design."""
     cached = audit.memo.get("gated_ops")
-    if cached is not None:
-        return cached
-    graph = audit.graph
+    if cached is None:
+        gates = {op.id for op in audit.graph if gate_factor(audit, op) is not None}
+        cached = audit.memo["gated_ops"] = closed_off(audit.graph, {(op.id, u) for op in audit.graph
+                                                                    for u in op.users if u in gates})
+    return cached
+
+
+def closed_off(graph: Graph, closed: Set[Tuple[int, int]]) -> Dict[int, bool]:
+    """Op id -> True when every path from the op's output passes an edge of ``closed`` (``(producer,
+    consumer)`` op ids) before it reaches a merge (an ``add`` of several signals) or the model output.
+    One pass over the graph, users first."""
     outputs = set(graph.outputs)
-    gates = {op.id for op in graph if gate_factor(audit, op) is not None}
-    open_path: Dict[int, bool] = {}  # a path from here reaches a merge or the output ungated
-    meets_gate: Dict[int, bool] = {}
+    open_path: Dict[int, bool] = {}  # a path from here reaches a merge or the output through no closed edge
+    meets: Dict[int, bool] = {}
     for op in reversed(graph.ops):
-        if op.id in gates:
-            open_path[op.id], meets_gate[op.id] = False, True
-        elif op.id in outputs or (op.kind == "add" and len(op.inputs) >= 2):
-            open_path[op.id], meets_gate[op.id] = True, False
-        else:
-            open_path[op.id] = any(open_path.get(u, False) for u in op.users)
-            meets_gate[op.id] = any(meets_gate.get(u, False) for u in op.users)
-    result = {op.id: bool(op.users) and not any(open_path.get(u, False) for u in op.users)
-              and any(meets_gate.get(u, False) for u in op.users) for op in graph}
-    audit.memo["gated_ops"] = result
-    return result
+        if op.id in outputs or (op.kind == "add" and len(op.inputs) >= 2):
+            open_path[op.id], meets[op.id] = True, False
+            continue
+        shut = [(op.id, u) in closed for u in op.users]
+        open_path[op.id] = any(not c and open_path.get(u, False) for u, c in zip(op.users, shut))
+        meets[op.id] = any(c or meets.get(u, False) for u, c in zip(op.users, shut))
+    return {op.id: bool(op.users) and meets[op.id] and not open_path[op.id] for op in graph}
 
 
 # ----------------------------------------------------------------------------- transformer structure

@@ -10,7 +10,7 @@ from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
 from .base import (GATE_MAX, AuditContext, Example, RepairPlan, Rule, created_tensor, downstream, fmt, gated_ops,
-                   lsuv_stretch, measured_rms, rescales_only, residuals_of, starved)
+                   lsuv_stretch, measured_rms, rescales_only, residuals_of, starved, closed_off)
 from .il001_init_scale import scale_target
 
 _SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
@@ -283,20 +283,8 @@ def quiet_branches(audit: AuditContext) -> Set[int]:
             continue
         if min(a, b) <= GATE_MAX * max(a, b):
             quiet_edges.add((op.inputs[0 if a <= b else 1], op.id))
-    if not quiet_edges:
-        return set()
-    outputs = set(graph.outputs)
-    open_path: Dict[int, bool] = {}  # a path from here reaches a merge or the output, not as a quiet input
-    quiet_end: Dict[int, bool] = {}
-    for op in reversed(graph.ops):
-        if op.id in outputs or (op.kind == "add" and len(op.inputs) >= 2):
-            open_path[op.id], quiet_end[op.id] = True, False
-            continue
-        ends = [(u, (op.id, u) in quiet_edges) for u in op.users]
-        open_path[op.id] = any(not q and open_path.get(u, False) for u, q in ends) or \
-            any(not q and u in outputs for u, q in ends)
-        quiet_end[op.id] = any(q or quiet_end.get(u, False) for u, q in ends)
-    return {op.id for op in graph if op.users and quiet_end.get(op.id) and not open_path.get(op.id)}
+    closed = closed_off(graph, quiet_edges) if quiet_edges else {}
+    return {i for i, shut in closed.items() if shut}
 
 
 def product_branches(graph: Graph) -> Set[int]:
