@@ -23,9 +23,12 @@ mamba_ssm's ``Mamba2`` leaves it at PyTorch's default (std 0.29), so the mixer's
 resets the conv (clean).
 ``patchtsmixer``: PatchTSMixer at its default config (d_model 8, context 32 in patches of 8, 3 mixer layers with
 gated MLPs), forecasting the next 16 steps of two sines (:func:`series_batch`). Its own init (HF's, the
-published one) draws every Linear at std 0.02 (initlint: IL001 on the mixers' MLPs and gates, the shrink ending at
-the gate's softmax; IL005 from the patcher to the head); the twin is IL001's fix (the mixers' Linears at
-``1 / sqrt(fan_in)``), ``patchtsmixer_io`` IL005's (the patcher and the head).
+published one) draws every Linear at std 0.02 (initlint before its mend: IL001 on the mixers' MLPs and gates, the
+shrink ending at the gate's softmax; IL005 from the patcher to the head); the twin is IL001's fix (the mixers'
+Linears at ``1 / sqrt(fan_in)``), ``patchtsmixer_io`` IL005's (the patcher and the head). ``patchtsmixer_48``: the
+same at width 48, 4 mixer layers. ``--task periods`` forecasts a sine of a random period instead
+(:func:`chirp_batch`), which no linear map of the context continues; ``--mixer-scales 1,0.1,1e-10`` trains the
+mixers' Linears at those multiples of ``1 / sqrt(fan_in)`` instead of the two inits.
 ``convbert``: ConvBERT-base's widths (hidden 768, 12 heads, span kernel 9), 2 layers, on a shift task (64 random
 tokens of 64; each position names the token before it). HF draws the span-based dynamic convolution's depthwise
 Conv1d (kernel 9, one channel per group) at std 0.02 (initlint: IL005 "signal vanishes" into the kernel's
@@ -111,6 +114,9 @@ MODELS = {
     "patchtsmixer": (lambda tf: tf.PatchTSMixerForPrediction(tf.PatchTSMixerConfig()),  # its default config
                      lambda net: _to_fan_in(*[m for n, m in net.named_modules()  # IL001's fix: the mixers' layers
                                               if isinstance(m, nn.Linear) and "mixers." in n])),
+    "patchtsmixer_48": (lambda tf: tf.PatchTSMixerForPrediction(tf.PatchTSMixerConfig(  # a width the mixers matter at
+        d_model=48, num_layers=4, expansion_factor=2)),
+        lambda net: _to_fan_in(*[m for n, m in net.named_modules() if isinstance(m, nn.Linear) and "mixers." in n])),
     "patchtsmixer_io": (lambda tf: tf.PatchTSMixerForPrediction(tf.PatchTSMixerConfig()),
                         lambda net: _to_fan_in(*[m for n, m in net.named_modules()  # IL005's: patcher and head
                                                  if isinstance(m, nn.Linear) and ("patcher" in n or "head" in n)])),
@@ -140,6 +146,11 @@ def build(model: str, init: str, seed: int) -> nn.Module:
     if init == "published":
         torch.manual_seed(seed + 1000)
         published(net)
+    elif init.startswith("x"):  # --mixer-scales: the mixers' Linears at that multiple of 1 / sqrt(fan_in)
+        torch.manual_seed(seed + 1000)
+        for name, m in net.named_modules():
+            if isinstance(m, nn.Linear) and "mixers." in name:
+                nn.init.normal_(m.weight, 0.0, float(init[1:]) * m.in_features ** -0.5)
     return net
 
 
@@ -190,6 +201,18 @@ def series_batch(gen: torch.Generator, size: int = 16) -> torch.Tensor:
     return x.unsqueeze(-1)
 
 
+def chirp_batch(gen: torch.Generator, size: int = 16) -> torch.Tensor:
+    """``--task periods``: 48 steps of one sine whose period is drawn from 4 to 16 steps (random amplitude and
+    phase, noise of std 0.05). No one linear map of the context continues every period: a forecaster has to
+    read the period off the context, which the patcher and the head alone cannot."""
+    t = torch.arange(48, dtype=torch.float32)
+    period = 4 + 12 * torch.rand(size, 1, generator=gen)
+    amplitude = 0.5 + 1.5 * torch.rand(size, 1, generator=gen)
+    phase = 2 * math.pi * torch.rand(size, 1, generator=gen)
+    x = amplitude * torch.sin(2 * math.pi * t / period + phase) + 0.05 * torch.randn(size, 48, generator=gen)
+    return (x / 1.27).unsqueeze(-1)
+
+
 def shift_batch(gen: torch.Generator, size: int = 16) -> torch.Tensor:
     return torch.randint(0, VOCAB, (size, 64), generator=gen)
 
@@ -236,14 +259,15 @@ def mixer_share(net: nn.Module, x: torch.Tensor) -> float:
     return sums["mamba"] / sums["self_attn"]
 
 
-def run(model: str, init: str, seed: int, steps: int, target: float, lr: float = 1e-3):
+def run(model: str, init: str, seed: int, steps: int, target: float, lr: float = 1e-3, task: str = "sines"):
     import initlint
 
     net = build(model, init, seed)
     tokens = model in COPY + ("convbert", "electra")
     series = model.startswith("patchtsmixer")
     concepts = Concepts(seed) if model == "aimv2" else None
-    probe = series_batch(torch.Generator().manual_seed(seed), 2)[:, :32] if series \
+    series_batch_ = chirp_batch if task == "periods" else series_batch
+    probe = series_batch_(torch.Generator().manual_seed(seed), 2)[:, :32] if series \
         else (copy_batch if model in COPY else shift_batch)(torch.Generator().manual_seed(seed), 2) if tokens \
         else concepts.batch(torch.Generator().manual_seed(seed), 2) if concepts is not None \
         else torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(seed))
@@ -257,7 +281,7 @@ def run(model: str, init: str, seed: int, steps: int, target: float, lr: float =
     share = [mixer_share(net, probe)] if model == "falcon_h1" else []
     net.train()
     for step in range(steps):
-        x = series_batch(gen, 32) if series else copy_batch(gen) if model in COPY else shift_batch(gen) if tokens else \
+        x = series_batch_(gen, 32) if series else copy_batch(gen) if model in COPY else shift_batch(gen) if tokens else \
             concepts.batch(gen) if concepts is not None else torch.randn(8, 3, 64, 64, generator=gen)
         loss = loss_of(model, net, teacher, x)
         opt.zero_grad()
@@ -279,14 +303,20 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--target", type=float, default=0.5)
+    ap.add_argument("--task", choices=("sines", "periods"), default="sines",
+                    help="patchtsmixer only: the series to forecast (series_batch, chirp_batch)")
+    ap.add_argument("--mixer-scales", default="",
+                    help="patchtsmixer only: instead of the two inits, the mixers' Linears at each of these "
+                         "multiples of 1 / sqrt(fan_in) (comma-separated; Hugging Face's std 0.02 is 0.03-0.08 of it)")
     args = ap.parse_args()
+    inits = [f"x{k}" for k in args.mixer_scales.split(",")] if args.mixer_scales else ["hf", "published"]
     torch.set_num_threads(1)
     print(f"{'init':10s} {'seed':>4s} {'warnings':18s} " + " ".join(f"{'loss@' + str(s):>9s}" for s in (0, 50, 100))
           + f" {'last10':>7s} {'first<' + str(args.target) + ('ln64' if args.model in COPY + ('convbert', 'electra') else 'ln16' if args.model == 'aimv2' else 'ln8'):>11s} {'s':>5s}")
     for seed in [int(s) for s in args.seeds.split(",")]:
-        for init in ("hf", "published"):
+        for init in inits:
             t0 = time.perf_counter()
-            warnings, losses, first = run(args.model, init, seed, args.steps, args.target, args.lr)
+            warnings, losses, first = run(args.model, init, seed, args.steps, args.target, args.lr, args.task)
             at = [losses[s] if s < len(losses) else float("nan") for s in (0, 50, 100)]
             print(f"{init:10s} {seed:4d} {','.join(warnings) or 'clean':18s} " + " ".join(f"{v:9.3f}" for v in at)
                   + f" {sum(losses[-10:]) / 10:7.3f} {str(first):>11s} {time.perf_counter() - t0:5.0f}", flush=True)

@@ -930,3 +930,100 @@ def test_falcon_h1s_mamba_mixer_beside_its_attention_at_hf_init():
                                max_position_embeddings=256)
     report = initlint.audit(tf.FalconH1ForCausalLM(config), tokens(64, 2, 64), select=["IL006"])
     assert report.findings == [] and report.probe.backward_ran
+
+
+class GatedMixer(nn.Module):
+    """PatchTSMixer's mixer at its default width: ``x + gate(mlp(norm(x)))`` with
+    ``gate(h) = h * softmax(W h)``, every Linear at Hugging Face's std 0.02 (0.02-0.08x of its fan-in
+    scale), so the softmax gets an input 1e4x below unit scale. ``residual=False``: the same gated MLP on
+    the model's only path; ``tokens``: the softmax weighs the tokens, ``softmax(W h @ h^T) @ h``, as an
+    attention does, instead of gating the features."""
+
+    def __init__(self, width=8, blocks=3, residual=True, tokens=False):
+        super().__init__()
+        self.residual, self.tokens = residual, tokens
+        self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(blocks))
+        self.fc1 = nn.ModuleList(nn.Linear(width, 2 * width) for _ in range(blocks))
+        self.fc2 = nn.ModuleList(nn.Linear(2 * width, width) for _ in range(blocks))
+        self.gates = nn.ModuleList(nn.Linear(width, width) for _ in range(blocks))
+        for layer in [*self.fc1, *self.fc2, *self.gates]:
+            nn.init.normal_(layer.weight, std=0.02)
+            nn.init.zeros_(layer.bias)
+        self.head = nn.Linear(width, 16)
+
+    def forward(self, x):
+        for norm, fc1, fc2, gate in zip(self.norms, self.fc1, self.fc2, self.gates):
+            h = fc2(F.gelu(fc1(norm(x))))
+            if self.tokens:
+                h = torch.softmax(gate(h) @ h.transpose(-1, -2), dim=-1) @ h
+            else:
+                h = h * torch.softmax(gate(h), dim=-1)
+            x = x + h if self.residual else h
+        return self.head(x)
+
+
+def test_a_softmax_that_gates_elementwise_is_left_uniform_by_a_small_input():
+    # PatchTSMixer at its own init learnt a forecasting task in 43-46 steps, with IL001's fix in 104-149
+    # (benchmarks/hf_init_training.py --model patchtsmixer); IL001 and IL005 flagged every mixer before
+    x = torch.randn(16, 32, 8, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    assert initlint.audit(GatedMixer(), x, select=["IL001", "IL005"]).findings == []
+    # on the model's only path, what the gate multiplies still carries its shrink on, through norms its
+    # epsilon starves, to the model output
+    torch.manual_seed(0)
+    report = initlint.audit(GatedMixer(residual=False), x, select=["IL001"])
+    assert {(f.code, f.module) for f in report.findings} == {
+        ("IL001", f"{kind}.{i}") for kind in ("fc1", "fc2") for i in range(3)} | {("IL001", "head")}
+    # a softmax that weighs tokens, from the same weights, is still judged
+    torch.manual_seed(0)
+    report = initlint.audit(GatedMixer(tokens=True), x, select=["IL001"])
+    assert {(f.code, f.module) for f in report.findings} == {
+        ("IL001", f"{kind}.{i}") for kind in ("fc1", "fc2", "gates") for i in range(3)}
+
+
+class Forecaster(nn.Module):
+    """A forecast ``loc + scale * head(stem(x))`` of the next 16 steps of a one-channel series
+    (``batch x time x 1``, as PatchTSMixer's ``past_values``) normalised by its own mean and std, the
+    stem and the head at std 0.01 (0.06x and 0.08x of their fan-in scale: the forecast starts at the
+    context's mean). ``loc_first``: the sum written the other way round; ``centred``: no ``loc``."""
+
+    def __init__(self, loc_first=False, centred=False):
+        super().__init__()
+        self.stem, self.head = nn.Linear(32, 64), nn.Linear(64, 16)
+        for layer in (self.stem, self.head):
+            nn.init.normal_(layer.weight, std=0.01)
+            nn.init.zeros_(layer.bias)
+        self.loc_first, self.centred = loc_first, centred
+
+    def forward(self, x):
+        loc = x.mean(dim=1, keepdim=True)
+        scale = x.std(dim=1, keepdim=True)
+        y = self.head(self.stem(((x - loc) / scale).transpose(1, 2))).transpose(1, 2) * scale
+        if self.centred:
+            return y
+        return loc + y if self.loc_first else y + loc
+
+
+def test_a_forecast_added_to_its_contexts_mean_is_judged_whichever_operand_comes_first():
+    # PatchTSMixer's `y_hat * scale + loc` had its quiet forecast judged (IL005 "1.02 -> 0.00573"),
+    # because the walk to a point of 16 units went back through the sum's first operand
+    x = 3 + torch.randn(8, 32, 1, generator=torch.Generator().manual_seed(0))
+    for loc_first in (False, True):
+        torch.manual_seed(0)
+        assert initlint.audit(Forecaster(loc_first=loc_first), x, select=["IL005"]).findings == []
+    torch.manual_seed(0)
+    report = initlint.audit(Forecaster(centred=True), x, select=["IL005"])
+    assert {(f.code, f.module) for f in report.findings} == {("IL005", "stem")}
+
+
+@pytest.mark.parametrize("config", [{}, dict(context_length=512, patch_length=8, patch_stride=8, d_model=48, num_layers=8,
+                                             prediction_length=96, num_input_channels=7, mode="mix_channel")])
+def test_patchtsmixer_at_its_own_init_is_clean(config):
+    # its default config (width 8, context 32, 16 steps ahead) and a 512-step, 7-channel mixing one; at the
+    # default it was IL001 on all 18 mixer Linears and IL005 "1.02 at the input -> 0.00573 at the head"
+    tf = transformers()
+    torch.manual_seed(0)
+    model = tf.PatchTSMixerForPrediction(tf.PatchTSMixerConfig(**config))
+    report = initlint.audit(model, batch_size=8)
+    assert report.error is None
+    assert [(f.code, f.module) for f in report.findings if f.severity != "info"] == []

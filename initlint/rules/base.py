@@ -512,6 +512,27 @@ def gated_ops(audit: AuditContext) -> Dict[int, bool]:
     return cached
 
 
+def softmax_gate(graph: Graph, op: Op, limit: int = 64) -> bool:
+    """A softmax whose output only gates elementwise: every use, through views and dropout, multiplies
+    another signal by it (PatchTSMixer's gated attention ``h * softmax(W h)``), none reaches a matrix
+    product (an attention's ``softmax(q k^T) @ v``) or the model output."""
+    if op.kind != "softmax":
+        return False
+    outputs, stack, seen = set(graph.outputs), [op.id], set()
+    while stack:
+        current = stack.pop()
+        if current in outputs or len(seen) > limit:
+            return False
+        seen.add(current)
+        for user in graph[current].users:
+            u = graph[user]
+            if u.kind in _LOOK_THROUGH:
+                stack.append(user)
+            elif not (u.kind == "mul" and len(u.inputs) >= 2 and not u.params):
+                return False
+    return True
+
+
 def closed_off(graph: Graph, closed: Set[Tuple[int, int]]) -> Dict[int, bool]:
     """Op id -> True when every path from the op's output passes an edge of ``closed`` (``(producer,
     consumer)`` op ids) before it reaches a merge (an ``add`` of several signals) or the model output.

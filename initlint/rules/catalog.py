@@ -104,7 +104,13 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'zero-initialised last layers) is not a defect. A product of two signals (a gate, ``q @ k^T``,\n'
                       'a linear solve) multiplies their scales and carries the shrinks of both on, to the softmax or\n'
                       'normalisation that ends them; a small input leaves a sigmoid at 1/2 (softplus at ln 2), so\n'
-                      'its output does not shrink with it.\n'
+                      'its output does not shrink with it, and a softmax whose output only gates elementwise\n'
+                      "(PatchTSMixer's ``h * softmax(W h)``) uniform, a constant factor of one over its size: the\n"
+                      'shrink into such a softmax is not judged, what it gates carries its own on (PatchTSMixer at its\n'
+                      'own init, every Linear at std 0.02 at a width of 8, learnt the forecasting task of\n'
+                      '``benchmarks/hf_init_training.py`` in 43-46 steps, with its mixers at ``1 / sqrt(fan_in)`` in\n'
+                      "104-149). An attention's softmax, whose output weighs the tokens (``softmax(q k^T) @ v``), is\n"
+                      'judged.\n'
                       '\n'
                       "The rule flags the layers that contribute to a compounded change of the signal's second\n"
                       'moment beyond ``max-variance-drift`` (either way) by the time the signal reaches a\n'
@@ -429,7 +435,14 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '\n'
                       'Residual additions: only the inputs that carry the sum count (at least 1% of the\n'
                       "largest input's variance), so a deliberately small or zero-initialised branch does not\n"
-                      'count as vanishing. When a branch started at a normalisation the stream it is added to\n'
+                      'count as vanishing; the depth reported is that of the inputs that carry. A softmax whose output\n'
+                      "only gates elementwise (PatchTSMixer's ``h * softmax(W h)``) is left uniform by a small input, a\n"
+                      "constant factor: its input's shrink is not judged (as in IL001), what it gates carries its own "
+                      'on.\n'
+                      'Where the signal is read at a layer before an addition (an output of fewer than ``min-units``),\n'
+                      "it is read on the input that carries the sum, whichever operand is written first (a forecast's\n"
+                      "``head(x) * scale + loc``, which starts at the context's mean ``loc``). When a branch started at a "
+                      'normalisation the stream it is added to\n'
                       'did not start from (pre-norm and sandwich-norm transformers, a branch ending in\n'
                       'BatchNorm), its scale is fixed by that norm and the stream only grows additively, by\n'
                       'the square root of the number of blocks at most: the branch is judged at its end (for\n'

@@ -11,7 +11,7 @@ from ..capture import ops as O
 from ..capture.graph import Op
 from ..report.findings import Finding
 from .base import (AuditContext, Example, RepairPlan, Rule, activation_after, copies, created_tensor, downstream,
-                   fmt, init_fix, rescales_only, starved)
+                   fmt, init_fix, rescales_only, softmax_gate, starved)
 
 
 
@@ -106,7 +106,13 @@ class InitScale(Rule):
     zero-initialised last layers) is not a defect. A product of two signals (a gate, ``q @ k^T``,
     a linear solve) multiplies their scales and carries the shrinks of both on, to the softmax or
     normalisation that ends them; a small input leaves a sigmoid at 1/2 (softplus at ln 2), so
-    its output does not shrink with it.
+    its output does not shrink with it, and a softmax whose output only gates elementwise
+    (PatchTSMixer's ``h * softmax(W h)``) uniform, a constant factor of one over its size: the
+    shrink into such a softmax is not judged, what it gates carries its own on (PatchTSMixer at its
+    own init, every Linear at std 0.02 at a width of 8, learnt the forecasting task of
+    ``benchmarks/hf_init_training.py`` in 43-46 steps, with its mixers at ``1 / sqrt(fan_in)`` in
+    104-149). An attention's softmax, whose output weighs the tokens (``softmax(q k^T) @ v``), is
+    judged.
 
     The rule flags the layers that contribute to a compounded change of the signal's second
     moment beyond ``max-variance-drift`` (either way) by the time the signal reaches a
@@ -210,8 +216,9 @@ class InitScale(Rule):
                                      if i in drift and not audit.graph[i].attrs.get("norm_statistic")), zero)
             elif op.kind in O.ENDPOINT_KINDS and not O.is_product(op):
                 for total, chain, scaled in ins:
-                    if not (op.kind in O.NORM_KINDS and total < 0 and scaled):
-                        yield op, total, chain
+                    if total < 0 and ((op.kind in O.NORM_KINDS and scaled) or softmax_gate(audit.graph, op)):
+                        continue  # a norm undoes a rescale; a softmax gate left uniform is a constant factor
+                    yield op, total, chain
                 drift[op.id] = zero
             elif op.kind in O.ACTIVATIONS and O.ACTIVATIONS[op.kind].at_zero and ins[0][0] < 0:
                 drift[op.id] = zero  # a shrunk input leaves sigmoid at 1/2: its output does not shrink with it

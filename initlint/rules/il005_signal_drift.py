@@ -9,8 +9,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from .base import (AuditContext, Example, RepairPlan, Rule, copies, created_tensor, fmt, gate_factor,
-                   lsuv_stretch, measured_rms, rescales_only, starved)
+from .base import (AuditContext, Example, RepairPlan, Rule, copies, created_tensor, fmt, gate_factor, lsuv_stretch,
+                   measured_rms, rescales_only, softmax_gate, starved)
 from .il001_init_scale import scale_target
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
@@ -78,7 +78,12 @@ class SignalDrift(Rule):
 
     Residual additions: only the inputs that carry the sum count (at least 1% of the
     largest input's variance), so a deliberately small or zero-initialised branch does not
-    count as vanishing. When a branch started at a normalisation the stream it is added to
+    count as vanishing; the depth reported is that of the inputs that carry. A softmax whose output
+    only gates elementwise (PatchTSMixer's ``h * softmax(W h)``) is left uniform by a small input, a
+    constant factor: its input's shrink is not judged (as in IL001), what it gates carries its own on.
+    Where the signal is read at a layer before an addition (an output of fewer than ``min-units``),
+    it is read on the input that carries the sum, whichever operand is written first (a forecast's
+    ``head(x) * scale + loc``, which starts at the context's mean ``loc``). When a branch started at a normalisation the stream it is added to
     did not start from (pre-norm and sandwich-norm transformers, a branch ending in
     BatchNorm), its scale is fixed by that norm and the stream only grows additively, by
     the square root of the number of blocks at most: the branch is judged at its end (for
@@ -144,21 +149,21 @@ class SignalDrift(Rule):
         limit = math.log(self.opts["max-scale-ratio"])
         trace = _Trace(audit)
         worst: Optional[Tuple[float, Op, Op]] = None
-        for src, branch, normed in self._judged_points(audit, trace):
+        for src, branch, normed, gate in self._judged_points(audit, trace):
             rms = audit.op_stats(src).get("rms")
             start = trace.ref.get(src.id)
             if rms is None or start is None or not _finite(rms) or start[0] <= 0:
                 continue
             ratio = math.log(max(rms, 1e-300) / start[0])
-            if branch and ratio < 0:
-                continue  # a small residual branch leaves the stream as it is
+            if (branch or gate) and ratio < 0:
+                continue  # a small residual branch leaves the stream as it is; a softmax gate stays uniform
             if ratio < 0 and src.id in trace.products:
                 continue  # q @ k^T of unrelated vectors is small at init (a cosine over sqrt(d)): no lost signal
             if abs(ratio) > limit and (worst is None or abs(ratio) > abs(worst[0])):
                 if normed and abs(ratio - _code_gain(audit, audit.graph[start[1]], src)) <= limit:
                     continue  # the drift is a parameter-free op's, into a norm that undoes it (FNet's FFT)
                 if normed and ratio < 0 and all(rescales_only(audit, op) is not False
-                                                for op in _deepest_path(audit.graph, audit.graph[start[1]], src)):
+                                                for op in _deepest_path(audit.graph, audit.graph[start[1]], src, trace.carried)):
                     continue  # a rescaled copy of the signal, into a norm that undoes the rescale
                 worst = (ratio, src, audit.graph[start[1]])
         if worst is None:
@@ -166,10 +171,11 @@ class SignalDrift(Rule):
         ratio, src, start_op = worst
         yield self._finding(audit, trace, ratio, src, start_op)
 
-    def _judged_points(self, audit: AuditContext, trace: "_Trace") -> Iterator[Tuple[Op, bool, bool]]:
-        """Where the signal ends, as ``(op, branch, normed)``: the inputs of the endpoints and the model
-        outputs, and the ends of the residual branches the stream is not judged through (``branch``);
-        ``normed``: the input of a normalisation."""
+    def _judged_points(self, audit: AuditContext, trace: "_Trace") -> Iterator[Tuple[Op, bool, bool, bool]]:
+        """Where the signal ends, as ``(op, branch, normed, gate)``: the inputs of the endpoints and the
+        model outputs, and the ends of the residual branches the stream is not judged through (``branch``);
+        ``normed``: the input of a normalisation; ``gate``: the input of a softmax whose output only gates
+        elementwise (:func:`~initlint.rules.base.softmax_gate`)."""
         outputs = set(audit.graph.outputs)
         ends = [(e, [e.id] if e.id in outputs else e.inputs, False) for e in self._endpoints(audit)]
         ends += [(audit.graph[i], [i], True) for i in trace.branch_ends]
@@ -177,13 +183,14 @@ class SignalDrift(Rule):
         for endpoint, sources, branch in ends:
             normed = endpoint.kind in O.NORM_KINDS or (
                 not branch and O.is_product(endpoint) and _rescaled_into_norm(audit, endpoint, into_norm))
+            gate = softmax_gate(audit.graph, endpoint)
             for src_id in sources:
                 src: Optional[Op] = audit.graph[src_id]
                 if endpoint.kind in O.NORM_KINDS:
                     src = _input_of_last_weight(audit.graph, src)  # its scale is the norm's to fix
                 src = self._judged_point(audit, src, trace) if src is not None else None
                 if src is not None:
-                    yield src, branch, normed
+                    yield src, branch, normed, gate
 
     def _judged_point(self, audit: AuditContext, op: Op, trace: "_Trace") -> Optional[Op]:
         """``op``, or the nearest op before it on its main path with at least ``min-units`` units.
@@ -208,7 +215,7 @@ class SignalDrift(Rule):
                 axis = audit.graph.unit_axis(current) % len(shape) if len(shape) > 1 else 0
                 if len(shape) > 1 and shape[axis] >= self.opts["min-units"]:
                     return current
-            current = audit.graph[current.inputs[0]] if current.inputs else None
+            current = audit.graph[_main_input(audit, current, trace)] if current.inputs else None
         return None
 
     @staticmethod
@@ -220,7 +227,7 @@ class SignalDrift(Rule):
         return ends
 
     def _finding(self, audit: AuditContext, trace: "_Trace", ratio: float, src: Op, start_op: Op) -> Finding:
-        path = _deepest_path(audit.graph, start_op, src)
+        path = _deepest_path(audit.graph, start_op, src, trace.carried)
         chain = [op for op in path if op.kind in O.WEIGHT_KINDS]
         start_rms = trace.ref[src.id][0]
         end_rms = audit.op_stats(src)["rms"]
@@ -260,6 +267,8 @@ class _Trace:
         self.ref: Dict[int, Tuple[float, int]] = {}
         self.branch_ends: List[int] = []
         self.embedding_outputs: Set[int] = set()
+        self.carried: Dict[int, List[int]] = {}
+        """The inputs of an addition of several signals that carry the sum."""
         self.products: Set[int] = set()
         """Ops whose signal went through a matrix product of two signals since it started."""
         for op in audit.graph:
@@ -284,7 +293,7 @@ class _Trace:
         if op.kind == "add" and len(op.inputs) > len(ins) and self._masked(op, ins):
             return  # the signal plus a mask far larger than it (LongT5's -1e10 local mask): not the signal
         if op.kind == "add" and len(ins) > 1:
-            ins = self._carriers(ins)
+            ins = self.carried[op.id] = self._carriers(ins)
             rms = audit.op_stats(op).get("rms")
             if self._fresh_branches(op, ins) and rms is not None and _finite(rms) and rms > 0:
                 self.branch_ends.extend(ins)
@@ -339,6 +348,16 @@ class _Trace:
                                                          for j in op.inputs):
                 found.append(i)
         return found
+
+
+def _main_input(audit: AuditContext, op: Op, trace: "_Trace") -> int:
+    """The input that carries ``op``'s signal: of a sum of several signals the largest (whichever operand
+    is written first: a forecast's ``loc + scale * head(x)`` as ``scale * head(x) + loc``), else the first."""
+    signals = [i for i in op.inputs if i in trace.ref]
+    if op.kind != "add" or len(signals) < 2:
+        return op.inputs[0]
+    scales = {i: measured_rms(audit, audit.graph[i]) for i in signals}
+    return max(signals, key=lambda i: scales[i] if scales[i] is not None and scales[i] == scales[i] else -1.0)
 
 
 def _rescaled_into_norm(audit: AuditContext, op: Op, memo: Dict[int, bool], budget: int = 4096) -> bool:
@@ -425,12 +444,13 @@ def _first_drifting(audit: AuditContext, chain: List[Op], start_rms: float, rati
     return None
 
 
-def _deepest_path(graph: Graph, start: Op, end: Op) -> List[Op]:
+def _deepest_path(graph: Graph, start: Op, end: Op, carried: Dict[int, List[int]]) -> List[Op]:
     """The ops from ``start`` (excluded) to ``end`` on the path through the most weight layers: the
-    depth the signal went through (every block of a residual stack, not the skips around them)."""
+    depth the signal went through (every block of a residual stack, not the skips around them), through
+    the inputs of each addition that carry the sum (``carried``), not the branches it outweighs."""
     best: Dict[int, Tuple[int, Optional[int]]] = {start.id: (0, None)}
     for op in graph.ops[start.id + 1:end.id + 1]:
-        ins = [i for i in op.inputs if i in best]
+        ins = [i for i in carried.get(op.id, op.inputs) if i in best]
         if ins:
             came = max(ins, key=lambda i: best[i][0])
             best[op.id] = (best[came][0] + (op.kind in O.WEIGHT_KINDS), came)
