@@ -937,11 +937,12 @@ class GatedMixer(nn.Module):
     ``gate(h) = h * softmax(W h)``, every Linear at Hugging Face's std 0.02 (0.02-0.08x of its fan-in
     scale), so the softmax gets an input 1e4x below unit scale. ``residual=False``: the same gated MLP on
     the model's only path; ``tokens``: the softmax weighs the tokens, ``softmax(W h @ h^T) @ h``, as an
-    attention does, instead of gating the features."""
+    attention does, instead of gating the features; ``separable``: it weighs them with one score a token,
+    ``h * (h * softmax(s)).sum(tokens)``, as MobileViTV2's separable attention does."""
 
-    def __init__(self, width=8, blocks=3, residual=True, tokens=False):
+    def __init__(self, width=8, blocks=3, residual=True, tokens=False, separable=False):
         super().__init__()
-        self.residual, self.tokens = residual, tokens
+        self.residual, self.tokens, self.separable = residual, tokens, separable
         self.norms = nn.ModuleList(nn.LayerNorm(width) for _ in range(blocks))
         self.fc1 = nn.ModuleList(nn.Linear(width, 2 * width) for _ in range(blocks))
         self.fc2 = nn.ModuleList(nn.Linear(2 * width, width) for _ in range(blocks))
@@ -956,6 +957,8 @@ class GatedMixer(nn.Module):
             h = fc2(F.gelu(fc1(norm(x))))
             if self.tokens:
                 h = torch.softmax(gate(h) @ h.transpose(-1, -2), dim=-1) @ h
+            elif self.separable:
+                h = h * (h * torch.softmax(gate(h)[..., :1], dim=-2)).sum(-2, keepdim=True)
             else:
                 h = h * torch.softmax(gate(h), dim=-1)
             x = x + h if self.residual else h
@@ -974,11 +977,12 @@ def test_a_softmax_that_gates_elementwise_is_left_uniform_by_a_small_input():
     report = initlint.audit(GatedMixer(residual=False), x, select=["IL001"])
     assert {(f.code, f.module) for f in report.findings} == {
         ("IL001", f"{kind}.{i}") for kind in ("fc1", "fc2") for i in range(3)} | {("IL001", "head")}
-    # a softmax that weighs tokens, from the same weights, is still judged
-    torch.manual_seed(0)
-    report = initlint.audit(GatedMixer(tokens=True), x, select=["IL001"])
-    assert {(f.code, f.module) for f in report.findings} == {
-        ("IL001", f"{kind}.{i}") for kind in ("fc1", "fc2", "gates") for i in range(3)}
+    # a softmax that weighs tokens, from the same weights, is still judged (MobileViTV2 kept its IL005)
+    for kind in ("tokens", "separable"):
+        torch.manual_seed(0)
+        report = initlint.audit(GatedMixer(**{kind: True}), x, select=["IL001"])
+        assert {(f.code, f.module) for f in report.findings} == {
+            ("IL001", f"{layer}.{i}") for layer in ("fc1", "fc2", "gates") for i in range(3)}, kind
 
 
 class Forecaster(nn.Module):
@@ -1027,3 +1031,37 @@ def test_patchtsmixer_at_its_own_init_is_clean(config):
     report = initlint.audit(model, batch_size=8)
     assert report.error is None
     assert [(f.code, f.module) for f in report.findings if f.severity != "info"] == []
+
+
+class ScaledOutput(nn.Module):
+    """A healthy 8-layer tanh MLP whose output the forward multiplies by a constant ``scale`` after its last
+    layer: every layer's backward signal is ``scale`` times the output's."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.net = nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(128, 128), nn.Tanh())], nn.Linear(128, 16))
+        for layer in self.net[::2]:
+            nn.init.normal_(layer.weight, std=1 / math.sqrt(128))
+        self.scale = scale
+
+    def forward(self, x):
+        return self.net(x) * self.scale
+
+
+def test_gradients_lost_after_the_last_layer_are_information():
+    # VideoPrism's contrastive output at a batch of one is exactly 1: every layer's gradient was round-off
+    # (6e-14..4.8e-11 of the output's) and IL006 warned "gradients vanish" with a re-initialisation as its fix
+    x = torch.randn(32, 128, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    report = initlint.audit(ScaledOutput(1e-12), x, select=["IL006"])
+    assert [(f.code, f.severity) for f in report.findings] == [("IL006", "info")]
+    assert "after the last weight layer" in report.findings[0].message
+    torch.manual_seed(0)
+    assert initlint.audit(ScaledOutput(1.0), x, select=["IL006"]).findings == []
+    # vanishing through depth (30 linear layers at a tenth of their scale) still warns
+    torch.manual_seed(0)
+    deep = nn.Sequential(*[nn.Linear(100, 100) for _ in range(30)])
+    for layer in deep:
+        nn.init.normal_(layer.weight, std=0.01)
+    report = initlint.audit(deep, torch.randn(32, 100, generator=torch.Generator().manual_seed(0)), select=["IL006"])
+    assert [(f.code, f.severity) for f in report.findings] == [("IL006", "warning")]

@@ -512,25 +512,33 @@ def gated_ops(audit: AuditContext) -> Dict[int, bool]:
     return cached
 
 
-def softmax_gate(graph: Graph, op: Op, limit: int = 64) -> bool:
+def softmax_gate(audit: AuditContext, op: Op, limit: int = 64) -> bool:
     """A softmax whose output only gates elementwise: every use, through views and dropout, multiplies
-    another signal by it (PatchTSMixer's gated attention ``h * softmax(W h)``), none reaches a matrix
-    product (an attention's ``softmax(q k^T) @ v``) or the model output."""
+    another signal of its own size by it, each element by its own weight (PatchTSMixer's gated attention
+    ``h * softmax(W h)``). A product that spreads the weights over another axis of the signal (MobileViTV2's
+    separable attention ``(k * softmax(q)).sum(-1)``: one weight per token for every channel) weighs tokens,
+    as a matrix product does (``softmax(q k^T) @ v``); neither, nor reaching the model output, is a gate."""
+    graph = audit.graph
     if op.kind != "softmax":
         return False
+    size = _numel(audit.shape(op))
     outputs, stack, seen = set(graph.outputs), [op.id], set()
     while stack:
         current = stack.pop()
-        if current in outputs or len(seen) > limit:
+        if current in outputs or len(seen) > limit or size is None:
             return False
         seen.add(current)
         for user in graph[current].users:
             u = graph[user]
             if u.kind in _LOOK_THROUGH:
                 stack.append(user)
-            elif not (u.kind == "mul" and len(u.inputs) >= 2 and not u.params):
+            elif not (u.kind == "mul" and len(u.inputs) >= 2 and not u.params and _numel(audit.shape(u)) == size):
                 return False
     return True
+
+
+def _numel(shape: Optional[Tuple[int, ...]]) -> Optional[int]:
+    return math.prod(shape) if shape is not None else None
 
 
 def closed_off(graph: Graph, closed: Set[Tuple[int, int]]) -> Dict[int, bool]:

@@ -614,7 +614,14 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "gradient std over the scale of the layer's input, and compared with the unit-variance\n"
                       'cotangent at the output. With a stable init it stays within a few orders of magnitude\n'
                       '(1e-3 to 1 in a 100-layer He pyramid and in the transformer zoo of the tests); LeCun or\n'
-                      'Glorot init in a 100-layer ReLU network leaves it near 1e-10.\n'
+                      'Glorot init in a 100-layer ReLU network leaves it near 1e-10. Through depth it vanishes away\n'
+                      'from the output: the layers nearest the output get the cotangent at about its scale. Where\n'
+                      "every layer's is below the limit, the signal was lost in the ops between the output and the\n"
+                      'last weight layer, which no init of the layers changes: it is reported as information.\n'
+                      "VideoPrism's contrastive output divides each ``exp`` of a similarity by their sum over the\n"
+                      'batch; on the batch of one that the probe falls back to when a 16-frame clip at 288 x 288 does\n'
+                      "not fit, the output is exactly 1 and every layer's gradient is round-off (6e-14 to 4.8e-11\n"
+                      "of the output's).\n"
                       '\n'
                       '## Example\n'
                       '```python\n'

@@ -216,7 +216,7 @@ class InitScale(Rule):
                                      if i in drift and not audit.graph[i].attrs.get("norm_statistic")), zero)
             elif op.kind in O.ENDPOINT_KINDS and not O.is_product(op):
                 for total, chain, scaled in ins:
-                    if total < 0 and ((op.kind in O.NORM_KINDS and scaled) or softmax_gate(audit.graph, op)):
+                    if total < 0 and ((op.kind in O.NORM_KINDS and scaled) or softmax_gate(audit, op)):
                         continue  # a norm undoes a rescale; a softmax gate left uniform is a constant factor
                     yield op, total, chain
                 drift[op.id] = zero

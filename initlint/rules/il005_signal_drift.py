@@ -183,7 +183,7 @@ class SignalDrift(Rule):
         for endpoint, sources, branch in ends:
             normed = endpoint.kind in O.NORM_KINDS or (
                 not branch and O.is_product(endpoint) and _rescaled_into_norm(audit, endpoint, into_norm))
-            gate = softmax_gate(audit.graph, endpoint)
+            gate = softmax_gate(audit, endpoint)
             for src_id in sources:
                 src: Optional[Op] = audit.graph[src_id]
                 if endpoint.kind in O.NORM_KINDS:

@@ -123,7 +123,14 @@ class GradientDrift(Rule):
     gradient std over the scale of the layer's input, and compared with the unit-variance
     cotangent at the output. With a stable init it stays within a few orders of magnitude
     (1e-3 to 1 in a 100-layer He pyramid and in the transformer zoo of the tests); LeCun or
-    Glorot init in a 100-layer ReLU network leaves it near 1e-10.
+    Glorot init in a 100-layer ReLU network leaves it near 1e-10. Through depth it vanishes away
+    from the output: the layers nearest the output get the cotangent at about its scale. Where
+    every layer's is below the limit, the signal was lost in the ops between the output and the
+    last weight layer, which no init of the layers changes: it is reported as information.
+    VideoPrism's contrastive output divides each ``exp`` of a similarity by their sum over the
+    batch; on the batch of one that the probe falls back to when a 16-frame clip at 288 x 288 does
+    not fit, the output is exactly 1 and every layer's gradient is round-off (6e-14 to 4.8e-11
+    of the output's).
 
     ## Fix
     Use the init that matches each layer's activation (IL001 names the layers), or add
@@ -189,6 +196,12 @@ class GradientDrift(Rule):
                    f"limit {fmt(1 / limit)}..{fmt(limit)}x with the layer fans)")
         fix = ("re-initialise the layers for the activation after each (see IL001) so that the forward and "
                "backward signals keep their scale")
+        if what == "vanish" and hi < 1 / limit:  # even the layer nearest the output: lost before any layer
+            message += (f"; below the limit at every layer, {hi_op.module or '<model>'} included, so it vanished in "
+                        "the ops after the last weight layer, which no init of the layers changes (a normalisation "
+                        "over a batch of one makes the output a constant)")
+            fix = "check the ops between the last weight layer and the output; audit with a batch of at least 2"
+            return self.finding(audit, at, message, fix, value=value, threshold=threshold, severity="info")
         return self.finding(audit, at, message, fix, value=value, threshold=threshold)
 
     def _judge(self, audit: AuditContext, layers: List[Tuple[Op, float]]) -> Optional[Finding]:
