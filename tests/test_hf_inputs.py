@@ -313,3 +313,27 @@ def test_time_series_models_get_a_series_of_their_patches():
     _, kwargs = infer_inputs(patchtst, 2, 0)
     assert set(kwargs) == {"past_values"} and kwargs["past_values"].shape == (2, 64, 3)
     assert initlint.audit(patchtst, batch_size=2).error is None
+
+
+def test_the_time_series_transformers_get_their_lags_time_features_and_future():
+    # they got a series as wide as their first Linear, and their forward refused it: "missing 2 required
+    # positional arguments: 'past_time_features' and 'past_observed_mask'"
+    torch.manual_seed(0)
+    config = tf.TimeSeriesTransformerConfig(prediction_length=8, context_length=16, lags_sequence=[1, 2, 7],
+                                            num_time_features=2, num_static_categorical_features=1, cardinality=[5],
+                                            embedding_dimension=[3], num_static_real_features=2, d_model=16,
+                                            encoder_layers=1, decoder_layers=1)
+    model = tf.TimeSeriesTransformerForPrediction(config)
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert {n: tuple(v.shape) for n, v in kwargs.items()} == {
+        "past_values": (2, 23), "past_time_features": (2, 23, 2), "past_observed_mask": (2, 23),
+        "future_values": (2, 8), "future_time_features": (2, 8, 2), "static_categorical_features": (2, 1),
+        "static_real_features": (2, 2)}
+    assert int(kwargs["static_categorical_features"].max()) < 5
+    assert initlint.audit(model, batch_size=2).error is None
+    for name in ("Informer", "Autoformer"):
+        model = getattr(tf, f"{name}Model")(getattr(tf, f"{name}Config")(prediction_length=8, context_length=16,
+                                                                          input_size=3, d_model=16))
+        _, kwargs = infer_inputs(model, 2, 0)
+        assert kwargs["past_values"].shape == (2, 23, 3) and kwargs["future_values"].shape == (2, 8, 3)
+        assert initlint.audit(model, batch_size=2).error is None

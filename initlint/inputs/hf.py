@@ -69,7 +69,9 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
             return None
         if made is not None:
             inputs[name] = made
-    if "past_values" in inputs and inputs["past_values"].dim() == 2:  # TimesFM: no padding, a frequency class
+    if "past_values" in inputs and "past_time_features" in accepts:
+        inputs.update(_series_features(config, accepts, inputs["past_values"], gen, dtype))
+    elif "past_values" in inputs and inputs["past_values"].dim() == 2:  # TimesFM: no padding, a frequency class
         if "past_values_padding" in accepts:
             inputs["past_values_padding"] = torch.zeros_like(inputs["past_values"])
         if "freq" in accepts:
@@ -191,6 +193,11 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
     if name == "past_values":  # a time-series model
         context, patch = _count(config, "context_length"), _count(config, "patch_length")
         channels = _count(config, "num_input_channels")
+        lags = getattr(config, "lags_sequence", None)
+        if context and lags:  # the Time Series Transformer, Informer, Autoformer: the context and its lags
+            length, size = context + max(lags), _count(config, "input_size") or 1
+            shape = (batch, length) if size == 1 else (batch, length, size)
+            return torch.randn(*shape, generator=gen, device=gen.device, dtype=dtype)
         if context and channels:  # PatchTST, PatchTSMixer: context x channels
             return torch.randn(batch, context, channels, generator=gen, device=gen.device, dtype=dtype)
         if patch:  # TimesFM: a univariate series of HF_TOKENS patches (at most its context)
@@ -211,6 +218,33 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
         shape = _feature_shape(audio_config(config))
         return None if shape is None else torch.randn(batch, *shape, generator=gen, device=gen.device, dtype=dtype)
     return None
+
+
+def _series_features(config: Any, accepts: set, past: torch.Tensor, gen: torch.Generator,
+                     dtype: torch.dtype) -> Dict[str, torch.Tensor]:
+    """What the Time Series Transformer, Informer and Autoformer take beside ``past_values``: its time features
+    (``num_time_features`` a step) and observed mask, the static features the config counts, and, as in
+    training, the ``prediction_length`` future values and their time features."""
+    batch, length = past.shape[:2]
+    features = _count(config, "num_time_features")
+    made: Dict[str, torch.Tensor] = {
+        "past_time_features": torch.randn(batch, length, features, generator=gen, device=gen.device, dtype=dtype),
+        "past_observed_mask": torch.ones_like(past)}
+    horizon = _count(config, "prediction_length")
+    if horizon and "future_values" in accepts:
+        made["future_values"] = torch.randn(batch, horizon, *past.shape[2:], generator=gen, device=gen.device,
+                                            dtype=dtype)
+        if "future_time_features" in accepts:
+            made["future_time_features"] = torch.randn(batch, horizon, features, generator=gen, device=gen.device,
+                                                       dtype=dtype)
+    cardinality = list(getattr(config, "cardinality", None) or [])
+    if _count(config, "num_static_categorical_features") and "static_categorical_features" in accepts and cardinality:
+        made["static_categorical_features"] = torch.stack(
+            [torch.randint(0, int(c), (batch,), generator=gen, device=gen.device) for c in cardinality], dim=1)
+    real = _count(config, "num_static_real_features")
+    if real and "static_real_features" in accepts:
+        made["static_real_features"] = torch.randn(batch, real, generator=gen, device=gen.device, dtype=dtype)
+    return made
 
 
 def _count(config: Any, key: str) -> int:
