@@ -111,6 +111,8 @@ def build(kind: str, cls_name: str, sizes: str = "shrunk") -> Any:
         config = EncoderDecoderConfig.from_encoder_decoder_configs(BertConfig(), BertConfig())
     else:
         config = CONFIG_MAPPING[kind]()
+        if getattr(config, "prediction_length", 0) is None:  # a forecaster's horizon, which its default leaves
+            config = CONFIG_MAPPING[kind](prediction_length=24)  # unset (and its context with it)
     shrink(config, sizes=sizes)
     cls = getattr(transformers, cls_name)
     torch.manual_seed(0)
