@@ -441,8 +441,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'on.\n'
                       'Where the signal is read at a layer before an addition (an output of fewer than ``min-units``),\n'
                       "it is read on the input that carries the sum, whichever operand is written first (a forecast's\n"
-                      "``head(x) * scale + loc``, which starts at the context's mean ``loc``). When a branch started at a "
-                      'normalisation the stream it is added to\n'
+                      "``head(x) * scale + loc``, which starts at the context's mean ``loc``).\n"
+                      '\n'
+                      'When a branch started at a normalisation the stream it is added to\n'
                       'did not start from (pre-norm and sandwich-norm transformers, a branch ending in\n'
                       'BatchNorm), its scale is fixed by that norm and the stream only grows additively, by\n'
                       'the square root of the number of blocks at most: the branch is judged at its end (for\n'

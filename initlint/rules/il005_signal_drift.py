@@ -83,7 +83,9 @@ class SignalDrift(Rule):
     constant factor: its input's shrink is not judged (as in IL001), what it gates carries its own on.
     Where the signal is read at a layer before an addition (an output of fewer than ``min-units``),
     it is read on the input that carries the sum, whichever operand is written first (a forecast's
-    ``head(x) * scale + loc``, which starts at the context's mean ``loc``). When a branch started at a normalisation the stream it is added to
+    ``head(x) * scale + loc``, which starts at the context's mean ``loc``).
+
+    When a branch started at a normalisation the stream it is added to
     did not start from (pre-norm and sandwich-norm transformers, a branch ending in
     BatchNorm), its scale is fixed by that norm and the stream only grows additively, by
     the square root of the number of blocks at most: the branch is judged at its end (for
@@ -162,8 +164,9 @@ class SignalDrift(Rule):
             if abs(ratio) > limit and (worst is None or abs(ratio) > abs(worst[0])):
                 if normed and abs(ratio - _code_gain(audit, audit.graph[start[1]], src)) <= limit:
                     continue  # the drift is a parameter-free op's, into a norm that undoes it (FNet's FFT)
-                if normed and ratio < 0 and all(rescales_only(audit, op) is not False
-                                                for op in _deepest_path(audit.graph, audit.graph[start[1]], src, trace.carried)):
+                if normed and ratio < 0 and all(
+                        rescales_only(audit, op) is not False
+                        for op in _deepest_path(audit.graph, audit.graph[start[1]], src, trace.carried)):
                     continue  # a rescaled copy of the signal, into a norm that undoes the rescale
                 worst = (ratio, src, audit.graph[start[1]])
         if worst is None:
