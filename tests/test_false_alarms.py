@@ -1065,3 +1065,29 @@ def test_gradients_lost_after_the_last_layer_are_information():
         nn.init.normal_(layer.weight, std=0.01)
     report = initlint.audit(deep, torch.randn(32, 100, generator=torch.Generator().manual_seed(0)), select=["IL006"])
     assert [(f.code, f.severity) for f in report.findings] == [("IL006", "warning")]
+
+
+class Codebook(nn.Module):
+    """An encoder whose output is the index of each frame's nearest codebook vector, found as the argmax of
+    ``-(|x|^2 - 2 x e + |e|^2)``, a squared distance (XCodec's and EnCodec's quantizer). ``values``: it returns
+    the distances themselves, a signal."""
+
+    def __init__(self, values=False):
+        super().__init__()
+        self.encoder = nn.Linear(64, 256)
+        self.register_buffer("codebook", torch.randn(256, 1024))
+        self.values = values
+
+    def forward(self, x):
+        h = self.encoder(x) * 3
+        dist = -(h.pow(2).sum(-1, keepdim=True) - 2 * h @ self.codebook + self.codebook.pow(2).sum(0, keepdim=True))
+        return dist if self.values else dist.max(dim=-1).indices
+
+
+def test_an_audio_codecs_codes_are_not_a_signal_explosion():
+    # XCodec at its real config: IL005 "1 -> 4.7e+04 at Tensor.neg", walking back from its integer codes
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    assert initlint.audit(Codebook(), x, select=["IL005"]).findings == []
+    torch.manual_seed(0)
+    assert [f.code for f in initlint.audit(Codebook(values=True), x, select=["IL005"]).findings] == ["IL005"]

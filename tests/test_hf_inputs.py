@@ -337,3 +337,12 @@ def test_the_time_series_transformers_get_their_lags_time_features_and_future():
         _, kwargs = infer_inputs(model, 2, 0)
         assert kwargs["past_values"].shape == (2, 23, 3) and kwargs["future_values"].shape == (2, 8, 3)
         assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_an_audio_codec_that_names_no_channels_gets_mono_audio():
+    # DAC's config has a codebook but no audio_channels: it got (2, 4000), and its first conv refused it
+    torch.manual_seed(0)
+    model = tf.DacModel(tf.DacConfig(encoder_hidden_size=8, decoder_hidden_size=32, hidden_size=32, n_codebooks=2))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_values"} and kwargs["input_values"].shape == (2, 1, 4000)
+    assert initlint.audit(model, batch_size=2).error is None

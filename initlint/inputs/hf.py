@@ -211,6 +211,8 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
         if isinstance(frames, int) and isinstance(bins, int):  # a spectrogram transformer (AST): frames x mel bins
             return torch.randn(batch, frames, bins, generator=gen, device=gen.device, dtype=dtype)
         channels = getattr(config, "audio_channels", None)
+        if not isinstance(channels, int) and _count(config, "codebook_size"):  # a codec that names no channels: mono (DAC)
+            channels = 1
         if isinstance(channels, int) and not isinstance(channels, bool):  # a codec (EnCodec, Mimi): channels x samples
             return torch.randn(batch, channels, AUDIO_SAMPLES, generator=gen, device=gen.device, dtype=dtype)
         return torch.randn(batch, AUDIO_SAMPLES, generator=gen, device=gen.device, dtype=dtype)

@@ -29,6 +29,8 @@ class _Collector:
 
         self.shapes: Dict[int, Tuple[int, ...]] = {}
         """Op id -> shape of its (first) output tensor."""
+        self.discrete: Set[int] = set()
+        """Ops whose output holds no floating-point tensor."""
         self.units: Dict[str, Any] = {}
         """Weight -> its :class:`~initlint.probe.duplicates.Units`."""
         self.pending: List[Any] = []
@@ -100,6 +102,7 @@ class _Collector:
 
     def finish(self, result: Any) -> None:
         result.shapes.update(self.shapes)
+        result.discrete.update(self.discrete)
         tables = {"ops": result.ops, "params": result.params, "grads": result.grads}
         for scope, key, name, value in self.consts:
             if scope == "logits":

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 import torch
 import torch.nn as nn
@@ -85,6 +85,8 @@ class ProbeResult:
     """The op that produced the logits, when the capture knows it."""
     shapes: Dict[int, Tuple[int, ...]] = field(default_factory=dict)
     """Per op: the shape of its (first) output tensor in the probe's forward pass."""
+    discrete: Set[int] = field(default_factory=set)
+    """Ops whose output holds no floating-point tensor: ids, indices, masks (an argmax, a codebook's codes)."""
     forward_ran: bool = False
     backward_ran: bool = False
     notes: List[str] = field(default_factory=list)
@@ -137,6 +139,8 @@ class StatsObserver:
                 self.c.skip(unusual, _op_label(op))
             return
         self.c.shapes[op.id] = tuple(t.shape)
+        if not t.is_floating_point():
+            self.c.discrete.add(op.id)
         if op.kind in _NO_STATS or not t.is_floating_point() or t.numel() == 0:
             return
         y = t.detach()

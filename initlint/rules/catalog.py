@@ -461,7 +461,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '\n'
                       'Tensors the forward creates (``torch.zeros``, ``ones``, ``empty``, ``full``, ``arange``\n'
                       "and their ``_like``/``new_`` forms: an LSTM's zero initial state, a position index) are\n"
-                      'not the signal: they neither start nor end a stretch.\n'
+                      'not the signal: they neither start nor end a stretch. Nor are integer outputs: an audio codec\n'
+                      "that returns its codes (XCodec's ``dist.max(-1).indices`` over a squared distance to its\n"
+                      'codebook, 4.7e4 at init) is not judged through them.\n'
                       '\n'
                       'The finding reports the scale at the start, the worst scale reached, the factor per\n'
                       'weight layer (geometric mean over the deepest path of weight layers in between) and\n'

@@ -102,7 +102,9 @@ class SignalDrift(Rule):
 
     Tensors the forward creates (``torch.zeros``, ``ones``, ``empty``, ``full``, ``arange``
     and their ``_like``/``new_`` forms: an LSTM's zero initial state, a position index) are
-    not the signal: they neither start nor end a stretch.
+    not the signal: they neither start nor end a stretch. Nor are integer outputs: an audio codec
+    that returns its codes (XCodec's ``dist.max(-1).indices`` over a squared distance to its
+    codebook, 4.7e4 at init) is not judged through them.
 
     The finding reports the scale at the start, the worst scale reached, the factor per
     weight layer (geometric mean over the deepest path of weight layers in between) and
@@ -202,12 +204,14 @@ class SignalDrift(Rule):
         log-probabilities of a near-uniform prediction over V classes are all about -ln V): the
         signal is judged at their input. So is an addition of tensors that carry no signal to it (a
         mask of -100 on a shifted window's scores, a position bias computed from a table of
-        coordinates): the signal is judged at its own input."""
+        coordinates): the signal is judged at its own input. Integer outputs (token ids, the indices an
+        argmax or a codebook lookup picks) are not the signal, and no walk goes back through them."""
         current: Optional[Op] = op
         for _ in range(4096):
             if current is None:
                 break
-            if _starts_afresh(audit, current) or created_tensor(current) or _exponential(current):
+            if _starts_afresh(audit, current) or created_tensor(current) or _exponential(current) \
+                    or current.id in audit.probe.discrete:  # ids or indices (a codebook's codes): not the signal
                 return None
             shifted = [i for i in current.inputs if i in trace.ref]
             if _offset(current) or (current.kind == "add" and len(current.inputs) > 1 and len(shifted) == 1):
