@@ -159,8 +159,7 @@ def audio_config(config: Any) -> Any:
 
 
 def vocab(config: Any) -> int:
-    value = getattr(config, "vocab_size", 0)
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+    return _count(config, "vocab_size")
 
 
 def _describes(config: Any, name: str) -> bool:

@@ -519,13 +519,13 @@ def softmax_gate(audit: AuditContext, op: Op, limit: int = 64) -> bool:
     separable attention ``(k * softmax(q)).sum(-1)``: one weight per token for every channel) weighs tokens,
     as a matrix product does (``softmax(q k^T) @ v``); neither, nor reaching the model output, is a gate."""
     graph = audit.graph
-    if op.kind != "softmax":
+    size = _numel(audit.shape(op)) if op.kind == "softmax" else None
+    if size is None:
         return False
-    size = _numel(audit.shape(op))
     outputs, stack, seen = set(graph.outputs), [op.id], set()
     while stack:
         current = stack.pop()
-        if current in outputs or len(seen) > limit or size is None:
+        if current in outputs or len(seen) > limit:
             return False
         seen.add(current)
         for user in graph[current].users:

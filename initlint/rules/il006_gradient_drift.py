@@ -9,8 +9,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from .base import (GATE_MAX, AuditContext, Example, RepairPlan, Rule, created_tensor, downstream, fmt, gated_ops,
-                   lsuv_stretch, measured_rms, rescales_only, residuals_of, starved, closed_off)
+from .base import (GATE_MAX, AuditContext, Example, RepairPlan, Rule, closed_off, created_tensor, downstream, fmt,
+                   gated_ops, lsuv_stretch, measured_rms, rescales_only, residuals_of, starved)
 from .il001_init_scale import scale_target
 
 _SCORE_KINDS = frozenset({"attention", "matmul", "softmax", "log_softmax"})
