@@ -346,3 +346,50 @@ def test_an_audio_codec_that_names_no_channels_gets_mono_audio():
     _, kwargs = infer_inputs(model, 2, 0)
     assert set(kwargs) == {"input_values"} and kwargs["input_values"].shape == (2, 1, 4000)
     assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_a_decision_transformer_gets_a_trajectory():
+    # its main input is `states`; nothing was inferred, and a (2, 32) int64 tensor went into its state embedding
+    torch.manual_seed(0)
+    model = tf.DecisionTransformerModel(tf.DecisionTransformerConfig(state_dim=11, act_dim=3, hidden_size=32, n_layer=1,
+                                                                     n_head=2, max_ep_len=1000))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert {n: tuple(v.shape) for n, v in kwargs.items()} == {
+        "states": (2, 20, 11), "actions": (2, 20, 3), "rewards": (2, 20, 1), "returns_to_go": (2, 20, 1),
+        "timesteps": (2, 20), "attention_mask": (2, 20)}
+    assert float(kwargs["actions"].abs().max()) <= 1 and int(kwargs["timesteps"].max()) < 1000
+    assert (kwargs["timesteps"].diff(dim=1) == 1).all()
+    report = initlint.audit(model, batch_size=2)
+    assert report.error is None
+    # GPT-2's token table is never used: the trajectory comes in as embeddings (true, and only information)
+    assert {(f.code, f.severity, f.module) for f in report.findings} == {("IL016", "info", "encoder.wte")}
+
+
+def test_clap_gets_its_spectrogram_with_a_channel_axis():
+    # it got (2, 64, 64), and its audio encoder asked for a fourth axis: "Dimension out of range"
+    torch.manual_seed(0)
+    config = tf.ClapConfig(
+        text_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100),
+        audio_config=dict(patch_embeds_hidden_size=16, depths=[1, 1], num_attention_heads=[2, 2], hidden_size=32,
+                          spec_size=64, window_size=4),
+        projection_dim=16)
+    model = tf.ClapModel(config)
+    _, kwargs = infer_inputs(model, 2, 0)
+    # 1 channel x frames x 64 mel bins; a 64 x 64 spectrogram image holds 64 frames of 64 bins
+    assert kwargs["input_features"].shape == (2, 1, 64, 64) and kwargs["input_ids"].shape == (2, 16)
+    assert initlint.audit(model, batch_size=2).error is None
+    # the default config's image holds the feature extractor's 1001 frames
+    from initlint.inputs.hf import _feature_shape
+    assert _feature_shape(tf.ClapAudioConfig()) == (1, 1001, 64)
+
+
+def test_bros_gets_a_box_per_token():
+    # "You have to specify bbox"
+    torch.manual_seed(0)
+    model = tf.BrosModel(tf.BrosConfig(hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                       vocab_size=100))
+    _, kwargs = infer_inputs(model, 2, 0)
+    boxes = kwargs["bbox"]
+    assert boxes.shape == (2, 16, 4) and float(boxes.min()) >= 0 and float(boxes.max()) <= 1
+    assert (boxes[..., 2] >= boxes[..., 0]).all() and (boxes[..., 3] >= boxes[..., 1]).all()
+    assert initlint.audit(model, batch_size=2).error is None

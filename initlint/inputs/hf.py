@@ -22,6 +22,10 @@ HF_TOKENS = 16
 """Sequence length of the token ids built for a Hugging Face model (text tokens, placeholders excluded)."""
 AUDIO_SAMPLES = 4000
 """Length of a raw waveform (``input_values``)."""
+CLAP_FRAMES = 1001
+"""Frames of CLAP's log-mel features: its feature extractor's 10-second clip at 48 kHz, 480 samples a hop."""
+DECISION_STEPS = 20
+"""Timesteps of a Decision Transformer's trajectory: the context ``K = 20`` its paper trains with on Gym."""
 VIDEO_FRAMES = 8
 """Frames of the clips built for a video input whose config names no frame count."""
 IMAGE_SIDE = 224
@@ -76,6 +80,10 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
             inputs["past_values_padding"] = torch.zeros_like(inputs["past_values"])
         if "freq" in accepts:
             inputs["freq"] = torch.zeros(batch, 1, dtype=torch.long, device=gen.device)
+    if "states" in inputs and _count(config, "act_dim"):
+        inputs.update(_trajectory(config, inputs["states"], gen, dtype))
+    if "input_ids" in inputs and "bbox" in accepts and _count(config, "dim_bbox"):
+        inputs["bbox"] = _boxes(inputs["input_ids"], gen, dtype)
     if "input_ids" in inputs:
         inputs["input_ids"] = _with_placeholders(model, config, inputs, gen)
         inputs.update(_training_inputs(config, accepts, inputs["input_ids"], gen, dtype))
@@ -203,6 +211,8 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
             length = min(patch * HF_TOKENS, context or patch * HF_TOKENS)
             return torch.randn(batch, length, generator=gen, device=gen.device, dtype=dtype)
         return None
+    if name == "states" and _count(config, "state_dim"):  # a Decision Transformer: a trajectory's states
+        return torch.randn(batch, DECISION_STEPS, config.state_dim, generator=gen, device=gen.device, dtype=dtype)
     if name == "inputs" and isinstance(getattr(config, "d_model", None), int):  # a Perceiver without a preprocessor
         return torch.randn(batch, HF_TOKENS, config.d_model, generator=gen, device=gen.device, dtype=dtype)
     if name == "input_values":
@@ -248,6 +258,27 @@ def _series_features(config: Any, accepts: set, past: torch.Tensor, gen: torch.G
     return made
 
 
+def _trajectory(config: Any, states: torch.Tensor, gen: torch.Generator, dtype: torch.dtype) -> Dict[str, torch.Tensor]:
+    """What a Decision Transformer takes beside its states: actions in ``[-1, 1]`` (``act_dim`` a step, a
+    tanh policy's range), rewards and returns-to-go (one a step), the steps' times within an episode of
+    ``max_ep_len`` and an attention mask over every step."""
+    batch, steps = states.shape[:2]
+    made = {"actions": torch.rand(batch, steps, config.act_dim, generator=gen, device=gen.device, dtype=dtype) * 2 - 1,
+            "rewards": torch.randn(batch, steps, 1, generator=gen, device=gen.device, dtype=dtype),
+            "returns_to_go": torch.randn(batch, steps, 1, generator=gen, device=gen.device, dtype=dtype)}
+    start = torch.randint(0, max(_count(config, "max_ep_len") - steps, 1), (batch, 1), generator=gen, device=gen.device)
+    made["timesteps"] = start + torch.arange(steps, device=gen.device)
+    made["attention_mask"] = torch.ones(batch, steps, dtype=torch.long, device=gen.device)
+    return made
+
+
+def _boxes(ids: torch.Tensor, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    """A box per token for a layout model that requires them (BROS: ``dim_bbox`` in its config), as
+    ``(x0, y0, x1, y1)`` in ``[0, 1]`` of the page, each corner's coordinates in order."""
+    corners = torch.rand(*ids.shape, 2, 2, generator=gen, device=gen.device, dtype=dtype).sort(dim=-2).values
+    return corners.reshape(*ids.shape, 4)  # (x0, y0), then (x1, y1)
+
+
 def _count(config: Any, key: str) -> int:
     """``config.key`` when it is a positive int, else 0."""
     value = getattr(config, key, None)
@@ -260,11 +291,16 @@ def _frames(config: Any) -> Optional[int]:
     return _count(config, "num_frames") or _count(config, "frames_per_clip") or None
 
 
-def _feature_shape(config: Any) -> Optional[Tuple[int, int]]:
+def _feature_shape(config: Any) -> Optional[Tuple[int, ...]]:
     """Per-example shape of ``input_features``: Whisper's log-mel spectrogram (mel bins x frames, the
-    encoder takes exactly ``2 * max_source_positions`` frames), else frames x features (Speech2Text,
-    Parakeet): 64 frames."""
+    encoder takes exactly ``2 * max_source_positions`` frames); CLAP's audio encoder (a ``spec_size``
+    spectrogram transformer): channels x frames x mel bins, the 1001 frames of its feature extractor's
+    10-second clip, or fewer where its ``spec_size`` square holds fewer (``spec_size**2 / bins``); else frames x features (Speech2Text, Parakeet): 64 frames."""
     bins, positions = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
+    channels = _count(config, "patch_embed_input_channels")
+    spec = _count(config, "spec_size")
+    if channels and spec and isinstance(bins, int) and bins > 0:  # at most the frames its spectrogram image holds
+        return channels, max(1, min(CLAP_FRAMES, spec * (spec // bins))), bins
     if isinstance(bins, int) and isinstance(positions, int):
         return bins, 2 * positions
     per_channel = getattr(config, "input_feat_per_channel", None)
