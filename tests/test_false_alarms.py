@@ -1091,3 +1091,55 @@ def test_an_audio_codecs_codes_are_not_a_signal_explosion():
     assert initlint.audit(Codebook(), x, select=["IL005"]).findings == []
     torch.manual_seed(0)
     assert [f.code for f in initlint.audit(Codebook(values=True), x, select=["IL005"]).findings] == ["IL005"]
+
+
+class QueryWithPositions(nn.Module):
+    """RT-DETR's decoder layer, reduced: self-attention whose queries and keys carry the query positions
+    (``pos``) and whose values do not, a post-norm, and the next query ``norm(h) + pos``. ``pos`` is a small
+    MLP's output, as RT-DETR's ``query_pos_head`` at std 0.01."""
+
+    def __init__(self, dim=64):
+        super().__init__()
+        self.pos_head = nn.Sequential(nn.Linear(4, dim), nn.ReLU(), nn.Linear(dim, dim))
+        for layer in (self.pos_head[0], self.pos_head[2]):
+            nn.init.normal_(layer.weight, std=0.01)
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim) for _ in range(4))
+        self.norm = nn.LayerNorm(dim)
+        self.out = nn.Linear(dim, dim)
+
+    def forward(self, h, boxes):
+        pos = self.pos_head(boxes)
+        a = F.scaled_dot_product_attention(self.q(h + pos), self.k(h + pos), self.v(h))
+        h = self.norm(h + self.o(a))
+        return self.out(h + pos)
+
+
+def test_query_positions_added_after_a_block_are_not_its_residual_stream():
+    # RT-DETR, D-FINE and DEIMv2 got IL012 "the branch ending at decoder.layers.0.self_attn.o_proj adds a
+    # signal of scale 1 to the residual stream of scale 0.0011, 912x": the sum of the block's normalised
+    # output and the query positions was read as the positions' residual branch, because the positions
+    # had entered the block's queries and keys
+    from initlint.rules.base import residual_adds
+
+    gen = torch.Generator().manual_seed(0)
+    h, boxes = torch.randn(2, 16, 64, generator=gen), torch.rand(2, 16, 4, generator=gen)
+    torch.manual_seed(0)
+    model = QueryWithPositions()
+    report = initlint.audit(model, (h, boxes), select=["IL012"])
+    assert report.findings == []
+    # the block's own residual is still found (the input plus the attention's output projection), and the
+    # next query is no residual of the positions
+    adds = [(r.stream.kind, r.branch.module) for r in residual_adds(report.graph)]
+    assert adds == [("input", "o")]
+
+
+def test_rt_detr_at_its_own_init_is_clean():
+    # its deformable attention's zero-initialised `attention_weights` (a uniform softmax over the sampling
+    # points, as Deformable DETR initialises them) got IL008, and the query positions IL012 (above)
+    tf = transformers()
+    tf.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = tf.RTDetrModel(tf.RTDetrConfig(decoder_layers=2, encoder_layers=1, num_queries=30))
+    report = initlint.audit(model, batch_size=2)
+    assert report.error is None
+    assert [(f.code, f.severity) for f in report.findings] == [("IL016", "info")]  # the denoising table, unused here

@@ -588,19 +588,28 @@ def residual_adds(graph: Graph, limit: int = 4000) -> List[Residual]:
     older than the stream: it visits one block, not the whole model.
     """
     found: List[Residual] = []
+    streams: Dict[int, int] = {}  # a residual add found so far -> its stream
     for op in graph:
         if op.kind != "add" or len(op.inputs) != 2:
             continue
         for stream_id, branch_id in (op.inputs, op.inputs[::-1]):
-            layers = _branch_layers(graph, stream_id, branch_id, limit)
+            layers = _branch_layers(graph, stream_id, branch_id, limit, streams)
             if layers:
                 found.append(Residual(op, graph[stream_id], graph[branch_id], layers))
+                streams[op.id] = stream_id
                 break
     return found
 
 
-def _branch_layers(graph: Graph, stream_id: int, branch_id: int, limit: int) -> List[Op]:
-    """Weight layers on the paths from ``stream_id`` to ``branch_id`` (empty: not a branch of it)."""
+def _branch_layers(graph: Graph, stream_id: int, branch_id: int, limit: int,
+                   streams: Optional[Dict[int, int]] = None) -> List[Op]:
+    """Weight layers on the paths from ``stream_id`` to ``branch_id`` (empty: not a branch of it).
+
+    Not a branch either when every path enters an earlier residual addition (``streams``: add -> its
+    stream) by its branch alone: the value is then that addition's stream plus what the candidate
+    contributed to its branch. RT-DETR's decoder adds its query positions to the output of the block
+    before (``with_pos_embed(hidden_states, position_embeddings)``), and those positions had entered that
+    block only through its queries and keys: the sum is a query, not the positions' residual branch."""
     if branch_id <= stream_id:
         return []
     ancestors = set()
@@ -617,6 +626,8 @@ def _branch_layers(graph: Graph, stream_id: int, branch_id: int, limit: int) -> 
     for i in sorted(ancestors):
         if i != stream_id and any(j in reached for j in graph[i].inputs):
             reached.add(i)
+    if streams and any(streams[i] not in reached for i in reached if i in streams and i != stream_id):
+        return []
     # the stream's own op is not the branch's: FNet's ``x + fft(x).real`` (x a projection's output) has
     # no weight layer of its own, and its Fourier mixing's scale is no init's to fix
     return [graph[i] for i in sorted(reached) if i != stream_id

@@ -758,8 +758,11 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "other weight layer (zero-init of a residual branch's last layer or last BatchNorm gamma,\n"
                       'Fixup, ReZero, SkipInit) or that produces the model output (a zero-initialised\n'
                       'classifier head) starts as the identity of the block or a uniform prediction, and its\n'
-                      'gradient is not zero, because its input is not. A constant depthwise convolution (one\n'
-                      'unit per group) is a fixed filter per channel, not a set of copies.\n'
+                      'gradient is not zero, because its input is not. So does a zero-initialised layer whose\n'
+                      "output goes into a softmax: Deformable DETR's attention weights over its sampling points\n"
+                      '(``constant_(attention_weights.weight, 0.0)``, kept by RT-DETR, D-FINE, DEIM and Grounding\n'
+                      'DINO) start uniform, and the layer learns from its first step. A constant depthwise\n'
+                      'convolution (one unit per group) is a fixed filter per channel, not a set of copies.\n'
                       '\n'
                       '## Example\n'
                       '```python\n'
@@ -1029,7 +1032,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '\n'
                       '## What it does\n'
                       'Finds the residual additions of the model (``x + f(x)``: an ``add`` whose one input is\n'
-                      'computed from the other through at least one weight layer) and compares, at each, the\n'
+                      'computed from the other through at least one weight layer, and not only through the branch\n'
+                      "of an earlier residual addition: RT-DETR's next query, ``norm(h + attn(h + pos)) + pos``,\n"
+                      'is no residual of its positions ``pos``) and compares, at each, the\n'
                       'scale (root mean square) of what the branch adds with the scale of the stream it is added\n'
                       'to. It flags branches that dwarf the stream at initialisation, at the layer the excess comes\n'
                       'from: a weight layer of the branch whose scale is more than 4x what a sound init gives it\n'

@@ -33,6 +33,27 @@ def zero_filters_before_batchnorm():
     return model
 
 
+def zero_initialised_attention_weights_over_sampling_points():
+    class SampledAttention(nn.Module):
+        """Deformable DETR's form: each query weighs its sampled values by a softmax of a zero-initialised Linear."""
+
+        def __init__(self, dim=64, points=4):
+            super().__init__()
+            self.values = nn.Linear(dim, dim * points)
+            self.attention_weights = nn.Linear(dim, points)
+            nn.init.zeros_(self.attention_weights.weight)  # deliberate: every query starts weighing its points alike
+            nn.init.zeros_(self.attention_weights.bias)
+            self.output_proj = nn.Linear(dim, dim)
+            self.points = points
+
+        def forward(self, x):
+            v = self.values(x).unflatten(-1, (self.points, -1))
+            w = self.attention_weights(x).softmax(-1).unsqueeze(-1)
+            return self.output_proj((w * v).sum(-2))
+
+    return SampledAttention(), torch.randn(2, 16, 64)
+
+
 def zero_initialised_classifier_head():
     model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
     nn.init.kaiming_normal_(model[0].weight, nonlinearity="relu")
@@ -74,8 +95,11 @@ class SymmetricInit(Rule):
     other weight layer (zero-init of a residual branch's last layer or last BatchNorm gamma,
     Fixup, ReZero, SkipInit) or that produces the model output (a zero-initialised
     classifier head) starts as the identity of the block or a uniform prediction, and its
-    gradient is not zero, because its input is not. A constant depthwise convolution (one
-    unit per group) is a fixed filter per channel, not a set of copies.
+    gradient is not zero, because its input is not. So does a zero-initialised layer whose
+    output goes into a softmax: Deformable DETR's attention weights over its sampling points
+    (``constant_(attention_weights.weight, 0.0)``, kept by RT-DETR, D-FINE, DEIM and Grounding
+    DINO) start uniform, and the layer learns from its first step. A constant depthwise
+    convolution (one unit per group) is a fixed filter per channel, not a set of copies.
 
     ## Fix
     Draw the weights at random with the scale the next activation needs:
@@ -95,7 +119,7 @@ class SymmetricInit(Rule):
     summary = "constant or zero weights, and units that are exact copies of each other (weights and bias compared in full)"
     role = "cause"
     bad = (Example(constant_and_zero_hidden_layers, expect={"0", "2"}), Example(zero_filters_before_batchnorm, expect={"0"}))
-    good = (Example(zero_initialised_classifier_head),)
+    good = (Example(zero_initialised_classifier_head), Example(zero_initialised_attention_weights_over_sampling_points))
 
     def check(self, audit: AuditContext) -> Iterator[Finding]:
         layers = []
@@ -248,7 +272,7 @@ def _owner(audit: AuditContext, op: Op):
 
 
 def feeds_weight_layer(graph: Graph, op: Op) -> bool:
-    """True when ``op``'s output reaches another weight layer through neither a residual add nor a norm."""
+    """True when ``op``'s output reaches another weight layer through neither a residual add, a norm nor a softmax."""
     frontier, seen = [op], {op.id}
     while frontier:
         current = frontier.pop()
@@ -260,8 +284,8 @@ def feeds_weight_layer(graph: Graph, op: Op) -> bool:
                 continue  # residual branch end: deliberate zero-init
             if user.kind in O.WEIGHT_KINDS or user.kind in ("rnn", "attention"):
                 return True
-            if user.kind in O.NORM_KINDS:
-                continue
+            if user.kind in O.NORM_KINDS or user.kind == "softmax":
+                continue  # a norm rescales it; zero logits make a softmax uniform, which it learns away from
             frontier.append(user)
     return False
 
