@@ -1143,3 +1143,36 @@ def test_rt_detr_at_its_own_init_is_clean():
     report = initlint.audit(model, batch_size=2)
     assert report.error is None
     assert [(f.code, f.severity) for f in report.findings] == [("IL016", "info")]  # the denoising table, unused here
+
+
+class PositionQuery(nn.Module):
+    """RT-DETR's and D-FINE's query positions: a small MLP of the boxes (std 0.01), added to the content of
+    a query; ``clamp``: D-FINE's ``.clamp(min=-10, max=10)`` on them; ``out``: the positions are the output."""
+
+    def __init__(self, clamp=True, out=False):
+        super().__init__()
+        self.pos_head = nn.Sequential(nn.Linear(4, 128), nn.ReLU(), nn.Linear(128, 64))
+        for layer in (self.pos_head[0], self.pos_head[2]):
+            nn.init.normal_(layer.weight, std=0.01)
+        self.q = nn.Linear(64, 64)
+        self.clamp, self.out = clamp, out
+
+    def forward(self, h, boxes):
+        pos = self.pos_head(boxes)
+        if self.clamp:
+            pos = pos.clamp(min=-10, max=10)
+        return pos if self.out else self.q(h + pos)
+
+
+def test_a_clamp_that_a_small_signal_does_not_reach_passes_it_on():
+    # D-FINE got IL001 on its query_pos_head "with no normalisation before Tensor.clamp"; RT-DETR, the same
+    # MLP at the same init without the clamp, was clean: its positions end in a sum with the query's content
+    gen = torch.Generator().manual_seed(0)
+    h, boxes = torch.randn(2, 16, 64, generator=gen), torch.rand(2, 16, 4, generator=gen)
+    for clamp in (False, True):
+        torch.manual_seed(0)
+        assert initlint.audit(PositionQuery(clamp=clamp), (h, boxes), select=["IL001"]).findings == []
+    # the same positions as the model's output are still a shrink to judge
+    torch.manual_seed(0)
+    report = initlint.audit(PositionQuery(out=True), (h, boxes), select=["IL001"])
+    assert {(f.code, f.module) for f in report.findings} == {("IL001", "pos_head.0"), ("IL001", "pos_head.2")}

@@ -491,6 +491,19 @@ def copies(op: Op) -> bool:
     return op.target.rsplit(".", 1)[-1] == "copy_" and len(op.inputs) == 2
 
 
+_CLAMPS = frozenset({"clamp", "clamp_", "clip", "clip_"})
+
+
+def unclipped(audit: AuditContext, op: Op) -> bool:
+    """A clamp that left its input as it was on the probe batch (its bounds far outside the signal: D-FINE's
+    ``query_pos_head(...).clamp(min=-10, max=10)`` on positions of scale 1e-3): its output's rms is its
+    input's."""
+    if op.target.rsplit(".", 1)[-1] not in _CLAMPS or not op.inputs:
+        return False
+    out, inp = measured_rms(audit, op), measured_rms(audit, audit.graph[op.inputs[0]])
+    return bool(out and inp and abs(out - inp) <= 1e-6 * inp)
+
+
 def _decay(graph: Graph, op_id: int, limit: int = 8) -> bool:
     """Whether op ``op_id`` is an exponential (``exp``), seen through views and pads of it."""
     for current in graph.back(graph[op_id], limit=limit):

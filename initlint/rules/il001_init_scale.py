@@ -11,7 +11,7 @@ from ..capture import ops as O
 from ..capture.graph import Op
 from ..report.findings import Finding
 from .base import (AuditContext, Example, RepairPlan, Rule, activation_after, copies, created_tensor, downstream,
-                   fmt, init_fix, rescales_only, softmax_gate, starved)
+                   fmt, init_fix, rescales_only, softmax_gate, starved, unclipped)
 
 
 
@@ -210,6 +210,8 @@ class InitScale(Rule):
                 drift[op.id] = zero
             elif copies(op):
                 drift[op.id] = ins[-1]  # dst.copy_(src) holds src's values
+            elif ins[0][0] < 0 and unclipped(audit, op):
+                drift[op.id] = ins[0]  # a clamp whose bounds a shrunk signal does not reach passes it on
             elif op.kind in O.NORM_KINDS and starved(audit, op):
                 # its epsilon outweighs its input: it does not normalise, and the shrink goes on through it
                 drift[op.id] = next((drift[i] for i in op.inputs
