@@ -110,7 +110,8 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'own init, every Linear at std 0.02 at a width of 8, learnt the forecasting task of\n'
                       '``benchmarks/hf_init_training.py`` in 43-46 steps, with its mixers at ``1 / sqrt(fan_in)`` in\n'
                       "104-149). An attention's softmax, whose output weighs the tokens (``softmax(q k^T) @ v``), is\n"
-                      'judged.\n'
+                      "judged. A clamp that leaves the probe's signal as it was (D-FINE's query positions,\n"
+                      '``.clamp(min=-10, max=10)`` on values of scale 1e-3) passes a shrink on to where it ends.\n'
                       '\n'
                       "The rule flags the layers that contribute to a compounded change of the signal's second\n"
                       'moment beyond ``max-variance-drift`` (either way) by the time the signal reaches a\n'

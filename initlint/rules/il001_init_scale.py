@@ -112,7 +112,8 @@ class InitScale(Rule):
     own init, every Linear at std 0.02 at a width of 8, learnt the forecasting task of
     ``benchmarks/hf_init_training.py`` in 43-46 steps, with its mixers at ``1 / sqrt(fan_in)`` in
     104-149). An attention's softmax, whose output weighs the tokens (``softmax(q k^T) @ v``), is
-    judged.
+    judged. A clamp that leaves the probe's signal as it was (D-FINE's query positions,
+    ``.clamp(min=-10, max=10)`` on values of scale 1e-3) passes a shrink on to where it ends.
 
     The rule flags the layers that contribute to a compounded change of the signal's second
     moment beyond ``max-variance-drift`` (either way) by the time the signal reaches a
