@@ -295,7 +295,8 @@ def _feature_shape(config: Any) -> Optional[Tuple[int, ...]]:
     """Per-example shape of ``input_features``: Whisper's log-mel spectrogram (mel bins x frames, the
     encoder takes exactly ``2 * max_source_positions`` frames); CLAP's audio encoder (a ``spec_size``
     spectrogram transformer): channels x frames x mel bins, the 1001 frames of its feature extractor's
-    10-second clip, or fewer where its ``spec_size`` square holds fewer (``spec_size**2 / bins``); else frames x features (Speech2Text, Parakeet): 64 frames."""
+    10-second clip, or fewer where its ``spec_size`` square holds fewer (``spec_size**2 / bins``); else
+    frames x features (Speech2Text, Parakeet): 64 frames."""
     bins, positions = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
     channels = _count(config, "patch_embed_input_channels")
     spec = _count(config, "spec_size")
