@@ -11,14 +11,21 @@ wall-clock limit of ``--time-limit`` seconds, offline (``HF_HUB_OFFLINE=1``):
 * builds the class from its default config with the sizes shrunk (``--sizes real``: the depth
   only, widths and vocabularies as configured), in the config and in every
   sub-config (``text_config``, ``vision_config``, ``encoder``, ...): widths to 64, layers to 2,
-  heads to 4, feed-forward widths to 128, head widths to 16; a size is only ever made smaller;
+  heads to 4, feed-forward widths to 128, head widths to 16 (rotary and low-rank widths within them);
+  a size is only ever made smaller; a hybrid keeps one attention layer among its two;
 * infers the probe inputs with initlint's own inference (:func:`initlint.inputs.load.infer_inputs`,
   what ``initlint.audit(model)`` and ``initlint check`` use without example inputs);
-* runs ``initlint.audit(model, batch_size=--batch)`` with every rule.
+* runs ``initlint.audit(model, batch_size=--batch)`` with every rule; where the audit fails, a plain
+  training-mode forward on the same inputs tells a model that refuses them (``plain_forward``) from
+  an audit that fails where the model runs;
+* where the shrinking broke the model (the shrunk config does not build, or a plain forward refuses
+  the inputs too), runs the type again at its real widths, the depth cut to 2 (``--fallback real``,
+  the default; each record's ``sizes`` says which config it audited).
 
 Each type gives one JSON line in ``--out``; a summary follows on stdout: built, inputs inferred,
 audited, audit errors, rule crashes (IL000), clean, loud (a warning or an error), and the
-codes of the loud findings. ``--memory TYPE,...`` instead measures, for each type, the peak
+codes of the loud findings, and the errors split into models whose plain forward refuses the
+inferred inputs and audits that failed where the model runs. ``--memory TYPE,...`` instead measures, for each type, the peak
 resident memory of a plain training-mode forward+backward on the inferred inputs next to the
 audit's, each in a fresh child (the process's ``VmHWM``).
 """
@@ -42,9 +49,11 @@ LAYERS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_lay
 HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
          "decoder_attention_heads", "num_key_value_heads", "num_kv_heads")
 FFN = ("intermediate_size", "d_ff", "encoder_ffn_dim", "decoder_ffn_dim", "ffn_dim", "n_inner", "d_inner")
-HEAD_DIMS = ("head_dim", "d_kv", "d_head", "attention_head_dim")
+HEAD_DIMS = ("head_dim", "d_kv", "d_head", "attention_head_dim", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+             "linear_head_dim")
+ROTARY = (("rotary_dim", 8), ("qk_head_dim", 32), ("kv_lora_rank", 32), ("q_lora_rank", 32))  # within a head of 16
 TARGETS = ([(k, 64) for k in WIDTHS] + [(k, 2) for k in LAYERS] + [(k, 4) for k in HEADS]
-           + [(k, 128) for k in FFN] + [(k, 16) for k in HEAD_DIMS])
+           + [(k, 128) for k in FFN] + [(k, 16) for k in HEAD_DIMS] + list(ROTARY))
 LIST_TARGETS = [("depths", 2), ("num_heads", 4), ("num_attention_heads", 4)]
 
 
@@ -94,10 +103,47 @@ def shrink(config: Any, seen: Optional[set] = None, sizes: str = "shrunk") -> No
                 setattr(config, key, target)
             except Exception:  # noqa: BLE001
                 pass  # a derived property: the size it derives from is shrunk instead
+    _keep_attention(config)
     for key in list(getattr(config, "sub_configs", {}) or {}) + ["encoder", "decoder"]:
         sub = getattr(config, key, None)
         if isinstance(sub, PretrainedConfig):
             shrink(sub, seen, sizes)
+
+
+PER_LAYER = ("layer_types", "layers_block_type", "mlp_layer_types", "block_types")
+
+
+def _keep_attention(config: Any, depth: int = 2) -> None:
+    """A hybrid cut to ``depth`` layers keeps one attention layer beside its other kind.
+
+    Cut to its first two layers, a hybrid whose attention comes every fourth layer or later would
+    keep linear-attention (or recurrent, or convolution) layers only, whose cache transformers then
+    refuses: a plain forward fails. The per-layer lists keep their first layer and their first
+    attention layer; the period-and-offset and index forms are set to put attention at layer 1.
+    """
+    for name in ("layer_types", "layers_block_type", "block_types"):  # a cycle (block_types) or one per layer
+        kinds = getattr(config, name, None)
+        if not (isinstance(kinds, (list, tuple)) and len(kinds) > depth and all(isinstance(k, str) for k in kinds)):
+            continue
+        attention = [i for i, k in enumerate(kinds) if k != kinds[0] and ("attention" in k or k == "hybrid")
+                     and "linear" not in k]
+        keep = [0, attention[0]] if attention else list(range(depth))
+        for key in PER_LAYER:
+            value = getattr(config, key, None)
+            if isinstance(value, (list, tuple)) and len(value) == len(kinds):
+                try:
+                    setattr(config, key, type(value)(value[i] for i in keep))
+                except Exception:  # noqa: BLE001 - derived (recurrent Gemma's layer_types cycle its block_types)
+                    pass
+    for key, value in (("attn_layer_period", 2), ("attn_layer_offset", 1)):
+        if isinstance(getattr(config, key, None), int) and getattr(config, key) > value:
+            setattr(config, key, value)
+    for key in ("attn_layer_indices", "hybrid_layer_ids"):
+        if hasattr(config, key) and not [i for i in (getattr(config, key) or []) if i < depth]:
+            try:
+                setattr(config, key, [depth - 1])
+            except Exception:  # noqa: BLE001
+                pass
 
 
 def build(kind: str, cls_name: str, sizes: str = "shrunk") -> Any:
@@ -153,6 +199,7 @@ def child(kind: str, cls_name: str, batch: int, mode: str, sizes: str = "shrunk"
     except Exception as exc:  # noqa: BLE001 - initlint's LoadError on a forward that refused the inputs
         rec["audited"] = False
         rec["audit_error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+        rec["plain_forward"] = _plain_forward(model, kwargs)
         return rec
     rec["seconds"] = round(time.perf_counter() - t0, 2)
     rec["peak_kb"] = _status_kb("VmHWM")
@@ -162,6 +209,19 @@ def child(kind: str, cls_name: str, batch: int, mode: str, sizes: str = "shrunk"
     rec["findings"] = [[f.code, f.severity, f.module, f.message[:200]] for f in report.findings]
     rec["notes"] = [n[:200] for n in report.notes]
     return rec
+
+
+def _plain_forward(model: Any, kwargs: Dict[str, Any]) -> str:
+    """``"ok"`` when a plain training-mode forward, without initlint, accepts the inputs; else its error."""
+    import torch
+
+    model.train()
+    try:
+        with torch.no_grad():
+            model(**kwargs)
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return "ok"
 
 
 def _forward_peak(rec: Dict[str, Any], model: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
@@ -203,7 +263,41 @@ def _reset_peak() -> None:
         fh.write("5")  # VmHWM back to the current VmRSS
 
 
-def run_child(kind: str, cls_name: str, args: argparse.Namespace, mode: str = "audit") -> Dict[str, Any]:
+def run_type(kind: str, cls_name: str, args: argparse.Namespace) -> Dict[str, Any]:
+    """One type at ``--sizes``; where the shrinking broke the model, again with its real widths.
+
+    The shrinking broke it when the shrunk config does not build (for a reason other than a missing
+    library), or when a plain forward refuses the inferred inputs too. Then the depth-cut real config
+    (``sizes="real"``) runs; its record replaces the shrunk one where it audits, with the shrunk
+    error kept in ``shrunk_error``. Otherwise the shrunk record stays, with ``real`` saying what
+    the real config did.
+    """
+    rec = run_child(kind, cls_name, args)
+    rec["sizes"] = args.sizes
+    if args.sizes != "shrunk" or args.fallback != "real" or not _shrinking_broke(rec):
+        return rec
+    real = run_child(kind, cls_name, args, sizes="real")
+    real["sizes"] = "real"
+    why = rec.get("build_error") or rec.get("infer_error") or rec.get("audit_error", "")
+    if real.get("audited"):
+        real["shrunk_error"] = why[:300]
+        return real
+    rec["real"] = (real.get("killed") or real.get("build_error") or real.get("infer_error")
+                   or real.get("audit_error") or "")[:300]
+    return rec
+
+
+def _shrinking_broke(rec: Dict[str, Any]) -> bool:
+    if "killed" in rec:
+        return False  # a limit: the real widths need more
+    error = rec.get("build_error", "")
+    if error:
+        return not error.startswith(("ImportError", "ModuleNotFoundError"))
+    return bool(rec.get("infer_error")) or rec.get("plain_forward", "ok") != "ok"
+
+
+def run_child(kind: str, cls_name: str, args: argparse.Namespace, mode: str = "audit",
+              sizes: Optional[str] = None) -> Dict[str, Any]:
     limit = int(args.memory_gib * 2 ** 30)
 
     def limits() -> None:
@@ -215,7 +309,7 @@ def run_child(kind: str, cls_name: str, args: argparse.Namespace, mode: str = "a
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", kind, cls_name,
-                               "--batch", str(args.batch), "--mode", mode, "--sizes", args.sizes],
+                               "--batch", str(args.batch), "--mode", mode, "--sizes", sizes or args.sizes],
                               capture_output=True, text=True, env=env, timeout=args.time_limit, preexec_fn=limits)
     except subprocess.TimeoutExpired:
         return {"type": kind, "class": cls_name, "killed": f"time limit {args.time_limit:g} s"}
@@ -237,11 +331,17 @@ def summary(records: List[Dict[str, Any]]) -> Dict[str, Any]:
     inferred = [r for r in built if r.get("inputs_inferred")]
     audited = [r for r in inferred if r.get("audited")]
     errors = [r for r in inferred if not r.get("audited")] + [r for r in records if "killed" in r]
+    refused = [r for r in errors if r.get("plain_forward", "ok") != "ok"]
     crashes = [r for r in audited if any(f[0] == "IL000" for f in r["findings"])]
     loud = [r for r in audited if any(f[1] != "info" for f in r["findings"])]
     codes = Counter(f[0] for r in loud for f in r["findings"] if f[1] != "info")
     return {"types": len(records), "built": len(built) + sum("killed" in r for r in records),
             "inputs_inferred": len(inferred), "audited": len(audited), "errors": len(errors),
+            "forward_refuses_inputs": len(refused), "killed": sum("killed" in r for r in records),
+            "audit_errors_where_forward_runs": sorted(r["type"] for r in errors
+                                                      if "killed" not in r and r not in refused),
+            "real_widths": sum(r.get("sizes") == "real" for r in records) if any(
+                r.get("sizes") == "shrunk" for r in records) else None,
             "rule_crashes": len(crashes), "clean": len(audited) - len(loud), "loud": len(loud),
             "loud_codes": dict(codes.most_common()),
             "not_inferred": sorted(r["type"] for r in built if not r.get("inputs_inferred")),
@@ -260,6 +360,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--sizes", default="shrunk", choices=["shrunk", "real"],
                     help="real: the default config's widths and vocabularies, depth cut to 2")
+    ap.add_argument("--fallback", default="real", choices=["real", "none"],
+                    help="real: a type whose shrunk config does not build or run runs again at its real widths")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "hf_all.jsonl"))
     ap.add_argument("--memory", default="", help="types whose forward and audit peaks to compare")
     ap.add_argument("--summary-of", default="", help="print the summary of an existing JSON-lines file")
@@ -301,14 +403,14 @@ def main() -> None:
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as fh:
         for kind, cls_name in types:
-            rec = run_child(kind, cls_name, args)
+            rec = run_type(kind, cls_name, args)
             records.append(rec)
             fh.write(json.dumps(rec) + "\n")
             fh.flush()
             loud = sorted({f[0] for f in rec.get("findings", []) if f[1] != "info"})
             state = rec.get("killed") or rec.get("build_error", "")[:60] or rec.get("infer_error", "")[:80] \
                 or rec.get("audit_error", "")[:80] or (",".join(loud) if loud else "clean")
-            print(f"{kind:32s} {rec.get('wall', 0):6.1f}s  {state}", flush=True)
+            print(f"{kind:32s} {rec.get('wall', 0):6.1f}s  {rec.get('sizes', ''):6s}  {state}", flush=True)
     print(json.dumps(summary(records), indent=1))
 
 
