@@ -393,3 +393,53 @@ def test_bros_gets_a_box_per_token():
     assert boxes.shape == (2, 16, 4) and float(boxes.min()) >= 0 and float(boxes.max()) <= 1
     assert (boxes[..., 2] >= boxes[..., 0]).all() and (boxes[..., 3] >= boxes[..., 1]).all()
     assert initlint.audit(model, batch_size=2).error is None
+
+
+def test_siglip2_gets_its_images_as_patches_with_their_grid():
+    # a NaFlex vision tower takes flattened patches, their grid and a mask of real patches; it got
+    # token ids only ("'NoneType' object has no attribute 'to'"), or, alone, nothing it could run
+    torch.manual_seed(0)
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, num_patches=64)
+    model = tf.Siglip2Model(tf.Siglip2Config(
+        text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                         vocab_size=100),
+        vision_config=vision))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["pixel_values"].shape == (2, 64, 3 * 16 * 16)
+    assert kwargs["spatial_shapes"].tolist() == [[8, 8], [8, 8]]
+    assert kwargs["pixel_attention_mask"].shape == (2, 64) and bool(kwargs["pixel_attention_mask"].all())
+    assert kwargs["input_ids"].shape == (2, 16)
+    assert_probed(model, 2)
+    tower = tf.Siglip2VisionModel(tf.Siglip2VisionConfig(**vision))
+    _, kwargs = infer_inputs(tower, 2, 0)
+    assert set(kwargs) == {"pixel_values", "spatial_shapes", "pixel_attention_mask"}
+    assert_probed(tower, 2)
+
+
+def test_a_forward_that_needs_an_input_its_main_input_name_does_not_name_gets_it():
+    # GraniteDocling's vision tower names input_ids as its main input and takes only pixel_values
+    torch.manual_seed(0)
+    model = tf.GraniteDoclingVisionModel(tf.GraniteDoclingVisionConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2, image_size=64,
+        patch_size=16))
+    assert model.main_input_name == "input_ids"
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"pixel_values"} and kwargs["pixel_values"].shape == (2, 3, 64, 64)
+    assert_probed(model, 2)
+
+
+def test_instructblip_gets_the_instructions_tokens_for_its_qformer():
+    # "missing 1 required positional argument: 'qformer_input_ids'"
+    config = tf.InstructBlipConfig(
+        vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=32, patch_size=16),
+        qformer_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                            vocab_size=50, encoder_hidden_size=64),
+        text_config=dict(model_type="opt", hidden_size=64, ffn_dim=128, num_hidden_layers=1, num_attention_heads=2,
+                         vocab_size=120, word_embed_proj_dim=64),
+        num_query_tokens=4, image_token_id=119)
+    torch.manual_seed(0)
+    model = tf.InstructBlipModel(config)
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["qformer_input_ids"].shape == (2, 16) and int(kwargs["qformer_input_ids"].max()) < 50
+    assert_probed(model, 2)

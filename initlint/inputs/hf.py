@@ -42,6 +42,9 @@ PLACEHOLDERS = (
 )
 VISION_KEYS = ("vision_config", "vision_tower_config", "visual", "image_config", "encoder")
 AUDIO_KEYS = ("audio_config", "encoder_config", "audio_encoder_config", "speech_config", "encoder")
+MODALITIES = ("input_ids", "pixel_values", "input_features")
+"""The inputs built for a Hugging Face model besides its main one: those its forward takes and its config
+sizes, and those its forward cannot run without."""
 SPECIAL_KEYS = ("image_token_id", "image_token_index", "video_token_id", "video_token_index", "audio_token_id",
                 "audio_token_index", "boi_token_id", "eoi_token_id", "boi_token_index", "eoi_token_index",
                 "image_start_token_id", "image_end_token_id", "vision_start_token_id", "vision_end_token_id",
@@ -64,9 +67,12 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
     encoder = getattr(getattr(model, "encoder", None), "main_input_name", None)
     if main == "inputs" and isinstance(encoder, str):  # a speech encoder-decoder: its encoder's input, by name
         main = encoder
+    required = required_parameters(model)
+    if main not in accepts:  # a main input the forward does not name (GraniteDocling's vision tower): the one it needs
+        main = next((n for n in MODALITIES if n in required), main)
     inputs: Dict[str, Any] = {}
-    for name in [main] + [n for n in ("input_ids", "pixel_values", "input_features") if n != main]:
-        if name != main and (name not in accepts or not _describes(config, name)):
+    for name in [main] + [n for n in MODALITIES if n != main]:
+        if name != main and (name not in accepts or not (_describes(config, name) or name in required)):
             continue
         made = _one_input(config, name, batch, gen, dtype)
         if made is None and name == main:
@@ -84,6 +90,12 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
         inputs.update(_trajectory(config, inputs["states"], gen, dtype))
     if "input_ids" in inputs and "bbox" in accepts and _count(config, "dim_bbox"):
         inputs["bbox"] = _boxes(inputs["input_ids"], gen, dtype)
+    if "pixel_values" in inputs and "spatial_shapes" in accepts:
+        inputs.update(_native_patches(vision_config(config), batch, gen, dtype))
+    if "input_features" in inputs and "input_features_mask" in required:
+        inputs["input_features_mask"] = _frames_mask(audio_config(config), inputs["input_features"])
+    if "qformer_input_ids" in required:
+        inputs["qformer_input_ids"] = _qformer_ids(config, batch, gen)
     if "input_ids" in inputs:
         inputs["input_ids"] = _with_placeholders(model, config, inputs, gen)
         inputs.update(_training_inputs(config, accepts, inputs["input_ids"], gen, dtype))
@@ -130,6 +142,45 @@ def forward_parameters(model: nn.Module) -> set:
         return set()
 
 
+def required_parameters(model: nn.Module) -> set:
+    """The names the model's forward cannot run without: those with no default."""
+    try:
+        params = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in params if p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def _native_patches(vis: Any, batch: int, gen: torch.Generator, dtype: torch.dtype) -> Dict[str, torch.Tensor]:
+    """Images as a NaFlex vision tower takes them (SigLIP 2): each a square grid of its ``num_patches``
+    flattened patches of ``channels x patch_size**2`` values, the grid's shape, and a mask of the
+    patches that are real (all of them)."""
+    patches = _count(vis, "num_patches") or 256
+    side = max(1, int(round(patches ** 0.5)))
+    patch = _count(vis, "patch_size") or 16
+    channels = _count(vis, "num_channels") or 3
+    return {"pixel_values": torch.randn(batch, side * side, channels * patch * patch, generator=gen,
+                                        device=gen.device, dtype=dtype),
+            "spatial_shapes": torch.tensor([[side, side]] * batch, dtype=torch.long, device=gen.device),
+            "pixel_attention_mask": torch.ones(batch, side * side, dtype=torch.long, device=gen.device)}
+
+
+def _frames_mask(config: Any, features: torch.Tensor) -> torch.Tensor:
+    """Every frame of the spectrogram real: ones over its frame axis (the axis that is not the mel bins)."""
+    bins = _count(config, "num_mel_bins")
+    frames = features.shape[-2] if bins and features.shape[-1] == bins and features.dim() >= 3 else features.shape[-1]
+    return torch.ones(features.shape[0], frames, dtype=torch.long, device=features.device)
+
+
+def _qformer_ids(config: Any, batch: int, gen: torch.Generator) -> torch.Tensor:
+    """The instruction's tokens for an InstructBLIP Q-Former, from its own vocabulary."""
+    qformer = next(iter(_subs(config, ("qformer_config",))), None)
+    n = vocab(qformer) if qformer is not None else 0
+    n = n or vocab(text_config(config)) or 2
+    return torch.randint(0, n, (batch, HF_TOKENS), generator=gen, device=gen.device)
+
+
 # ------------------------------------------------------------------ sub-configs
 def _subs(config: Any, keys: Tuple[str, ...]) -> List[Any]:
     return [s for k in keys if (s := getattr(config, k, None)) is not None and not isinstance(s, (dict, str))]
@@ -157,6 +208,9 @@ def vision_config(config: Any) -> Any:
     subs = [s for s in _subs(config, VISION_KEYS) if getattr(s, "image_size", None) is not None]
     if subs or getattr(config, "image_size", None) is not None:
         return subs[0] if subs else config
+    subs = [s for s in _subs(config, VISION_KEYS) if _count(s, "num_patches")]  # a NaFlex tower (SigLIP 2)
+    if subs:
+        return subs[0]
     backbone = _subs(config, ("backbone_config",))
     return backbone[0] if backbone and getattr(backbone[0], "image_size", None) is not None else config
 
@@ -174,8 +228,9 @@ def _describes(config: Any, name: str) -> bool:
     """Whether the config sizes an optional input: a text vocabulary, a vision tower, a spectrogram."""
     if name == "input_ids":
         return vocab(text_config(config)) > 0
-    if name == "pixel_values":
-        return getattr(vision_config(config), "image_size", None) is not None
+    if name == "pixel_values":  # a vision tower of fixed-size images, or of a number of patches (SigLIP 2)
+        vis = vision_config(config)
+        return getattr(vis, "image_size", None) is not None or _count(vis, "num_patches") > 0
     if name == "input_features":
         return _feature_shape(audio_config(config)) is not None
     return False
