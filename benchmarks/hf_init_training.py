@@ -42,6 +42,14 @@ draws both projections at std 1 (its ``initializer_factor``), 32x and 28x their 
 feed the L2 normalisation of the embeddings (initlint: IL006, the vision projection's weight gradient 1.3e3x
 below the vision head's); the twin draws them at ``1 / sqrt(fan_in)``, as CLIP does.
 
+``pp_lcnet_v4``: PP-LCNetV4 (PP-OCRv6's recognition backbone) at its default config, 13 blocks, its last stage
+mean-pooled into a Linear, on the image classification task. Each block adds ``channel_conv2(gelu(channel_conv1(
+s)))``, both convs behind a BatchNorm (rms 1), to the stream ``s = token_conv(x)``, a depthwise 3 x 3 conv: HF
+draws it at std 0.02 (the stream 0.058, initlint: IL012, the branch 17x the stream), and so does, nearly,
+PaddlePaddle's own Conv2D default, ``N(0, sqrt(2 / (9 * channels)))`` with the layer's channels rather than a
+group's (0.024-0.048: IL012 too); ``published`` is that default. ``pp_lcnet_v4_fan_in``: He's normal over the true
+fan-in of 9 instead (std 0.47: no IL012).
+
 The task is synthetic and learnable: a fixed random teacher (two random convolutions with a ReLU)
 labels each pixel (segformer) or each image (focalnet) with one of 8 classes; AdamW at lr 1e-3, batch
 8, 64 x 64 images. Reported per run: the initlint findings at init (warnings), the loss at a few
@@ -91,6 +99,32 @@ def _mmseg_convs(net: nn.Module) -> None:
                 nn.init.zeros_(m.bias)
 
 
+def _paddle_convs(net: nn.Module, per_group: bool = False) -> None:
+    """PaddlePaddle's own default for a Conv2D weight: normal(0, sqrt(2 / (k * k * in_channels))), the
+    input channels of the whole layer, not of a group (so a depthwise 3 x 3 conv over 96 channels gets std
+    0.048); ``per_group``: He's normal over the true fan-in ``k * k * in_channels / groups`` (0.47 for that
+    depthwise conv). A bias 0."""
+    for m in net.modules():
+        if isinstance(m, nn.Conv2d):
+            fan_in = m.in_channels // (m.groups if per_group else 1) * m.kernel_size[0] * m.kernel_size[1]
+            nn.init.normal_(m.weight, 0.0, math.sqrt(2.0 / fan_in))
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class LCNetClassifier(nn.Module):
+    """PP-LCNetV4 (PP-OCRv6's recognition backbone) at its default config, its last stage mean-pooled into a
+    Linear over the classes: HF has no classification head for it."""
+
+    def __init__(self, tf) -> None:
+        super().__init__()
+        self.backbone = tf.PPLCNetV4Backbone(tf.PPLCNetV4Config())
+        self.head = nn.Linear(self.backbone.config.block_configs[-1][-1][2], CLASSES)
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(pixel_values).feature_maps[-1].mean((2, 3)))
+
+
 MODELS = {
     # name: (the model at Hugging Face's init, what the published code or the clean twin draws instead)
     "segformer": (lambda tf: tf.SegformerForSemanticSegmentation(tf.SegformerConfig(depths=[1, 1, 1, 1],
@@ -120,6 +154,8 @@ MODELS = {
     "patchtsmixer_io": (lambda tf: tf.PatchTSMixerForPrediction(tf.PatchTSMixerConfig()),
                         lambda net: _to_fan_in(*[m for n, m in net.named_modules()  # IL005's: patcher and head
                                                  if isinstance(m, nn.Linear) and ("patcher" in n or "head" in n)])),
+    "pp_lcnet_v4": (lambda tf: LCNetClassifier(tf), _paddle_convs),
+    "pp_lcnet_v4_fan_in": (lambda tf: LCNetClassifier(tf), lambda net: _paddle_convs(net, per_group=True)),
     "convbert": (lambda tf: tf.ConvBertForMaskedLM(tf.ConvBertConfig(vocab_size=VOCAB, num_hidden_layers=2,
                                                                      max_position_embeddings=128)),
                  lambda net: _reset(net, "key_conv_attn_layer.depthwise")),  # the clean twin: Conv1d's own init
@@ -236,6 +272,8 @@ def loss_of(model: str, net: nn.Module, teacher: Teacher, x: torch.Tensor) -> to
         labels = F.adaptive_avg_pool2d(scores, logits.shape[-2:]).argmax(1)
         return F.cross_entropy(logits, labels)
     labels = scores.mean((2, 3)).argmax(1)
+    if model.startswith("pp_lcnet_v4"):
+        return F.cross_entropy(net(pixel_values=x), labels)
     return F.cross_entropy(net(pixel_values=x).logits, labels)
 
 

@@ -234,3 +234,59 @@ def test_zero_filters_before_a_norm_are_counted_in_full_not_from_their_first_wei
     report = initlint.audit(model, torch.randn(4, 16, 8, 8))
     assert il008(report) == {"0"}
     assert finding(report, "0").message.startswith("1 of the 32 filters of 0.weight are exactly zero")
+
+
+class ZeroThen(nn.Module):
+    """A hidden layer zeroed, its output reaching the next weight layer through ``act``."""
+
+    def __init__(self, act, zero_next: bool = False):
+        super().__init__()
+        self.inp, self.zero, self.next, self.head = (nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 64),
+                                                     nn.Linear(64, 4))
+        nn.init.zeros_(self.zero.weight)
+        nn.init.zeros_(self.zero.bias)
+        if zero_next:
+            nn.init.zeros_(self.next.weight)
+        self.act = act
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.next(self.act(self.zero(torch.tanh(self.inp(x)))))))
+
+
+def test_a_zero_layer_is_flagged_only_where_it_stays_zero():
+    torch.manual_seed(0)
+    x = torch.randn(8, 32)
+    # through a ReLU (flat at 0) or into another zero layer, neither ever gets a gradient
+    assert il008(initlint.audit(ZeroThen(nn.ReLU()), x)) == {"zero"}
+    assert "relu" in finding(initlint.audit(ZeroThen(F.relu), x), "zero").message.lower()
+    assert il008(initlint.audit(ZeroThen(nn.GELU(), zero_next=True), x)) >= {"zero"}
+    # through GELU, tanh or nothing its gradient is not zero: it moves on the first step
+    for act in (nn.GELU(), nn.Tanh(), nn.Identity()):
+        model = ZeroThen(act)
+        assert il008(initlint.audit(model, x)) == set(), act
+        loss = model(x).square().mean()
+        loss.backward()
+        assert model.zero.weight.grad.abs().sum() > 0  # what the rule claims: it learns from its first step
+    relu = ZeroThen(nn.ReLU())
+    relu(x).square().mean().backward()
+    assert relu.zero.weight.grad.abs().sum() == 0  # and the flagged one does not
+
+
+def test_a_zero_layer_feeding_attention_learns_and_is_not_flagged():
+    # Grounding DINO's reference-point head: its last layer zero, its output the queries' positions
+    torch.manual_seed(0)
+
+    class Decoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos_head = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64))
+            nn.init.zeros_(self.pos_head[2].weight)
+            nn.init.zeros_(self.pos_head[2].bias)
+            self.q, self.k, self.v = nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 64)
+
+        def forward(self, ref):
+            pos = self.pos_head(ref)
+            return F.scaled_dot_product_attention(self.q(pos).unsqueeze(1), self.k(ref).unsqueeze(1),
+                                                  self.v(ref).unsqueeze(1))
+
+    assert il008(initlint.audit(Decoder(), torch.randn(2, 16, 64))) == set()

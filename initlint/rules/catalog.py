@@ -744,7 +744,12 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'alike (the classic case: every layer initialised to one constant) they also receive the\n'
                       'same gradient and stay copies for the whole of training. An all-zero hidden layer\n'
                       'blocks the backward signal (``delta_{l-1} = W_l^T delta_l = 0``), so nothing below it\n'
-                      'learns through it.\n'
+                      'learns through it. It stays zero when its own gradient ``delta_l (x) x`` is zero too:\n'
+                      'when it reaches the next weight layer through a ReLU (``ReLU(0) = 0`` with derivative 0),\n'
+                      'or when that next layer is all zero as well. Through anything else (GELU, tanh, no\n'
+                      'activation) it moves on its first step, and the layers below it wait for that one step\n'
+                      'only: it is not flagged (Grounding DINO zeroes the last layer of its reference-point head,\n'
+                      "which feeds its decoder's attention).\n"
                       '\n'
                       'A zero filter in front of a per-channel norm makes its channel constant over the batch.\n'
                       'Without a bias the norm outputs its shift ``beta`` there; ``ReLU(0) = 0`` with zero\n'

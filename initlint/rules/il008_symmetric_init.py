@@ -80,7 +80,12 @@ class SymmetricInit(Rule):
     alike (the classic case: every layer initialised to one constant) they also receive the
     same gradient and stay copies for the whole of training. An all-zero hidden layer
     blocks the backward signal (``delta_{l-1} = W_l^T delta_l = 0``), so nothing below it
-    learns through it.
+    learns through it. It stays zero when its own gradient ``delta_l (x) x`` is zero too:
+    when it reaches the next weight layer through a ReLU (``ReLU(0) = 0`` with derivative 0),
+    or when that next layer is all zero as well. Through anything else (GELU, tanh, no
+    activation) it moves on its first step, and the layers below it wait for that one step
+    only: it is not flagged (Grounding DINO zeroes the last layer of its reference-point head,
+    which feeds its decoder's attention).
 
     A zero filter in front of a per-channel norm makes its channel constant over the batch.
     Without a bias the norm outputs its shift ``beta`` there; ``ReLU(0) = 0`` with zero
@@ -149,12 +154,17 @@ class SymmetricInit(Rule):
         # (field reads: asking by name would take the extremes of every weight)
         spread, absmax = getattr(stats, "spread", None), getattr(stats, "absmax", None)
         if spread == 0 and absmax == 0:
-            if not feeds_weight_layer(audit.graph, op):
+            frozen = _frozen_zero(audit, op) if feeds_weight_layer(audit.graph, op) else None
+            if frozen is None:
                 return None
+            bias = audit.param(op.params["bias"]) if "bias" in op.params else None
+            whose = "its output is its bias alone, and every unit whose bias is not positive gets" \
+                if bias is not None and bool(bias.detach().ne(0).any()) and "RELU" in frozen.upper() \
+                else "its own gradient is"
             return self.finding(audit, op, f"all {numel} weights of {name} are zero and its output feeds further "
-                                f"weight layers: the backward signal through it is exactly zero (W^T delta = 0), "
-                                f"so no gradient reaches the layers below along this path",
-                                weight_fix(audit, op), value=0.0, threshold=0.0)
+                                f"weight layers through {frozen}: the backward signal through it is exactly zero "
+                                f"(W^T delta = 0), {whose} zero at every step, so neither it nor the layers below "
+                                f"it learn along this path", weight_fix(audit, op), value=0.0, threshold=0.0)
         if spread == 0 and rows // groups >= 2:
             same = "and so are the biases: its units compute the same output for every input" \
                 if dups == rows - groups else "its units weigh the input identically and differ only by their biases"
@@ -288,6 +298,36 @@ def feeds_weight_layer(graph: Graph, op: Op) -> bool:
                 continue  # a norm rescales it; zero logits make a softmax uniform, which it learns away from
             frontier.append(user)
     return False
+
+
+def _frozen_zero(audit: AuditContext, op: Op) -> Optional[str]:
+    """What keeps an all-zero layer at zero for good, or None where it learns from its first step.
+
+    Its weight gradient is ``delta (x) x``: its input ``x`` is not zero, so it is zero only where ``delta``,
+    what comes back to its output, is zero at every step. That is so when the path to the next weight layer
+    passes an activation flat at 0 (``ReLU(0) = 0`` with zero derivative), or when that next layer is all
+    zero too. Through anything else (GELU, tanh, a product, nothing) its output's zeros pass a gradient
+    back, it moves on the first step, and the layers below wait for that one step only (Grounding DINO's
+    reference-point head, whose last layer is zero and feeds the decoder's attention).
+    """
+    frontier, seen = [(op, "")], {op.id}
+    while frontier:
+        current, flat = frontier.pop()
+        for user in audit.graph.consumers(current):
+            if user.id in seen:
+                continue
+            seen.add(user.id)
+            if (user.kind == "add" and len(user.inputs) > 1) or user.kind in O.NORM_KINDS or user.kind == "softmax":
+                continue
+            if user.kind in O.WEIGHT_KINDS or user.kind in ("rnn", "attention"):
+                if flat:
+                    return f"{flat} (zero with zero gradient at 0)"
+                other = audit.probe.params.get(user.params.get("weight", ""))
+                if other and getattr(other, "spread", None) == 0 and getattr(other, "absmax", None) == 0:
+                    return f"{user.params['weight']}, all zero too"
+                continue
+            frontier.append((user, flat or (user.target if user.kind in O.DYING_KINDS else "")))
+    return None
 
 
 def _numel(audit: AuditContext, name: str) -> int:
