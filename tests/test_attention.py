@@ -325,6 +325,35 @@ def test_explicit_causal_softmax_is_judged_against_the_keys_each_query_sees(mask
     assert float(expected) > 0.9 and report.codes() == []
 
 
+class Phrases(nn.Module):
+    """Self-attention written out, its mask letting each token see the tokens of its own phrase (Grounding
+    DINO's text enhancer): text without phrase delimiters leaves each token itself alone."""
+
+    def __init__(self, gain: float = 1.0):
+        super().__init__()
+        self.qk = nn.Linear(64, 128)
+        nn.init.normal_(self.qk.weight, std=gain / 8)
+
+    def forward(self, x, phrase):
+        q, k = (t.unflatten(-1, (4, 16)).transpose(1, 2) for t in self.qk(x).chunk(2, -1))
+        sim = q @ k.transpose(-1, -2) * 16 ** -0.5
+        same = phrase[:, None, :, None] == phrase[:, None, None, :]
+        return sim.masked_fill(~same, torch.finfo(sim.dtype).min).softmax(dim=-1)
+
+
+def test_rows_a_mask_leaves_with_one_key_are_not_saturation():
+    torch.manual_seed(0)
+    x = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(0))
+    alone = torch.arange(16).expand(2, 16)  # every token its own phrase: one key per row
+    assert codes(initlint.audit(Phrases(), (x, alone), select=["IL011"]), "IL011") == set()
+    # phrases of four tokens: the rows that see four keys are judged, and large projections still flagged
+    four = alone // 4
+    assert codes(initlint.audit(Phrases(), (x, four), select=["IL011"]), "IL011") == set()
+    assert codes(initlint.audit(Phrases(gain=16.0), (x, four), select=["IL011"]), "IL011") == {"qk"}
+    # with scores that large, exact zeros can be the scores' own: one-hot rows count as saturated again
+    assert codes(initlint.audit(Phrases(gain=64.0), (x, alone), select=["IL011"]), "IL011") == {"qk"}
+
+
 def test_a_nan_filled_attention_model_is_il009s_finding_and_no_rule_crashes():
     class Tokens(nn.Module):
         def __init__(self):

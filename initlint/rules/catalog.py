@@ -952,7 +952,12 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'Jacobian ``diag(p) - p p^T`` vanishes when ``p`` is one-hot, so the queries and keys do not\n'
                       "learn and each token copies one other token's value. Entropy is judged against the keys a\n"
                       'query may see, so the first rows of causal attention (one or two keys) and padded keys are\n'
-                      'never mistaken for saturation; rows left with a single key are not judged at all.\n'
+                      'never mistaken for saturation; rows left with a single key are not judged at all. Where the\n'
+                      'softmax is written out (``softmax(q @ k^T + mask)``), a row whose other probabilities are\n'
+                      'exactly 0 is either masked down to one key or saturated; with scores of std up to 2 no\n'
+                      "gap between a row's two largest scores reaches the 17 at which ``exp`` underflows in\n"
+                      "float16, so such rows are a mask's (Grounding DINO's text self-attention on text with no\n"
+                      'phrase delimiters lets each token see only itself) and are not judged.\n'
                       '\n'
                       "How it depends on the sequence's length: the same scores look less saturated over more\n"
                       "keys, because the entropy's shortfall grows more slowly than ``ln(n)``. Gaussian scores of\n"

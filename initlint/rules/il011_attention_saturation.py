@@ -14,6 +14,12 @@ from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fm
                    reference_std)
 
 
+MASKED_ZEROS_MAX_STD = 2.0
+"""Scores of a standard deviation up to this cannot leave a row one-hot by themselves: the gap between a row's
+two largest scores would have to pass 17 (float16's underflow of ``exp``; float32's is 104). A row that is
+one-hot there was made so by a mask."""
+
+
 @dataclass
 class _Site:
     """One attention op as measured: its rows, and the three factors of its score scale."""
@@ -99,7 +105,12 @@ class AttentionSaturation(Rule):
     Jacobian ``diag(p) - p p^T`` vanishes when ``p`` is one-hot, so the queries and keys do not
     learn and each token copies one other token's value. Entropy is judged against the keys a
     query may see, so the first rows of causal attention (one or two keys) and padded keys are
-    never mistaken for saturation; rows left with a single key are not judged at all.
+    never mistaken for saturation; rows left with a single key are not judged at all. Where the
+    softmax is written out (``softmax(q @ k^T + mask)``), a row whose other probabilities are
+    exactly 0 is either masked down to one key or saturated; with scores of std up to 2 no
+    gap between a row's two largest scores reaches the 17 at which ``exp`` underflows in
+    float16, so such rows are a mask's (Grounding DINO's text self-attention on text with no
+    phrase delimiters lets each token see only itself) and are not judged.
 
     How it depends on the sequence's length: the same scores look less saturated over more
     keys, because the entropy's shortfall grows more slowly than ``ln(n)``. Gaussian scores of
@@ -174,9 +185,15 @@ class AttentionSaturation(Rule):
         raw = audit.op_stats(scores.matmul).get("rms") if scores is not None else None
         if scores is None or not raw:
             return None
-        # a row left with one key (p exactly 0 elsewhere) is a mask's first row or a saturated row
+        # a row left with one key (p exactly 0 elsewhere) is a mask's first row or a saturated row; scores
+        # of a small spread cannot make exact zeros (a gap of 17 underflows in float16, of 104 in float32)
         onehot = stats.get("onehot_rows", 0.0)
-        entropy = 0.0 if onehot > 0.5 else stats["entropy"] * (1.0 - onehot)
+        if onehot and raw / scores.pre_scale * scores.scale < MASKED_ZEROS_MAX_STD:
+            if onehot >= 1.0:
+                return None  # every row left with one key by its mask (Grounding DINO's text without phrases)
+            entropy = stats["entropy"]  # over the rows that see two keys or more
+        else:
+            entropy = 0.0 if onehot > 0.5 else stats["entropy"] * (1.0 - onehot)
         at = next((u for u in audit.graph.consumers(scores.matmul) if u.kind in ("mul", "div")), op)
         return _Site(op, entropy, stats["maxprob"], raw, scores.pre_scale, scores.scale, scores.head_dim, at, True,
                      scores.q.id, scores.k.id)
