@@ -334,3 +334,30 @@ def test_rule_options_change_thresholds():
     model = mlp(8)
     report = initlint.audit(model, select=["IL001"], rule_options={"init-scale": {"max-variance-drift": 1e12}})
     assert report.clean
+
+
+def test_il007_a_gate_set_near_a_bound_by_its_offset_is_information():
+    # Kimi Delta Attention's decay gate (Bailing's hybrid): sigmoid(exp(A_log) * (f_proj(h) + dt_bias))
+    class DecayGate(nn.Module):
+        def __init__(self, width=64, offset=True):
+            super().__init__()
+            self.f_proj = nn.Linear(width, width, bias=False)
+            nn.init.normal_(self.f_proj.weight, std=0.02)
+            self.A_log = nn.Parameter(torch.empty(width).uniform_(1, 16).log())
+            dt = torch.empty(width).uniform_(math.log(1e-3), math.log(1e-1)).exp()
+            self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)) if offset else torch.zeros(width))
+
+        def forward(self, h):
+            return torch.sigmoid(self.A_log.exp() * (self.f_proj(h) + self.dt_bias)) * h
+
+    torch.manual_seed(0)
+    report = initlint.audit(DecayGate(), torch.randn(4, 16, 64))
+    found = [f for f in report.findings if f.code == "IL007"]
+    assert [(f.module, f.severity) for f in found] == [("", "info")]
+    assert "by the offset dt_bias" in found[0].message
+    # the same gate saturated by its weights, without the offset, is a warning
+    torch.manual_seed(0)
+    model = DecayGate(offset=False)
+    nn.init.normal_(model.f_proj.weight, std=1.0)
+    assert {f.severity for f in initlint.audit(model, torch.randn(4, 16, 64)).findings
+            if f.code == "IL007"} == {"warning"}

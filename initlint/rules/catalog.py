@@ -687,6 +687,15 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'init of a tanh pyramid saturates about 88% of the units of every layer), or a signal\n'
                       'that has grown upstream.\n'
                       '\n'
+                      "A saturation set by an offset is reported as information: where the activation's input\n"
+                      'is ``x + offset`` (or ``scale * (x + offset)``), with an offset (and scale) computed from\n'
+                      'parameters alone that make its scale more than 3x that of ``x``, its parameters put it at\n'
+                      "a bound on purpose. Kimi Delta Attention's decay gate,\n"
+                      '``sigmoid(exp(A_log) * (f_proj(h) + dt_bias))`` with ``A_log = log U(1, 16)`` and\n'
+                      '``dt_bias`` the inverse softplus of ``U(1e-3, 1e-1)``, sits near 0 at init (a decay near\n'
+                      "1: long memory), as Mamba's step size is set small; its weights are not the cause, and\n"
+                      "rescaling them would not move it. A layer's own bias is not such an offset.\n"
+                      '\n'
                       '## Example\n'
                       '```python\n'
                       'def tanh_after_a_wide_layer_with_large_weights():\n'
