@@ -290,3 +290,52 @@ def test_a_zero_layer_feeding_attention_learns_and_is_not_flagged():
                                                   self.v(ref).unsqueeze(1))
 
     assert il008(initlint.audit(Decoder(), torch.randn(2, 16, 64))) == set()
+
+
+def test_a_subpixel_convolution_initialised_as_nearest_neighbour_upsampling_is_not_copies():
+    # Nemotron's diarizer: Conv1d(H, 4H) whose four blocks are the identity on the centre tap, reshaped
+    # to 4x the frames; the copies land on different frames and part on the first step
+    class Upsampler(nn.Module):
+        def __init__(self, hidden=32, factor=4, icnr=True):
+            super().__init__()
+            self.factor, self.conv, self.head = factor, nn.Conv1d(hidden, hidden * factor, 3, padding=1), \
+                nn.Linear(hidden, 3)
+            weight = torch.zeros_like(self.conv.weight)
+            weight[:, :, 1] = torch.eye(hidden).repeat(factor, 1)
+            if not icnr:  # the same copies, summed back over the frames they would fill: they stay copies
+                self.factor = 1
+            with torch.no_grad():
+                self.conv.weight.copy_(weight)
+                self.conv.bias.zero_()
+
+        def forward(self, h):
+            b, t, d = h.shape
+            y = self.conv(h.transpose(1, 2)).transpose(1, 2)
+            y = y.reshape(b, t * self.factor, d) if self.factor > 1 else y.reshape(b, t, -1, d).sum(2)
+            return self.head(y)
+
+    x = torch.randn(2, 10, 32)
+    model = Upsampler()
+    assert il008(initlint.audit(model, x)) == set()
+    target = torch.randn(2, 40, 3)  # one per frame, as the diarizer's speaker activity
+    (model(x) - target).square().mean().backward()
+    grads = model.conv.weight.grad[:, :, 1].reshape(4, 32, 32)
+    assert not torch.equal(grads[0], grads[1])  # the copies get different gradients
+    assert il008(initlint.audit(Upsampler(icnr=False), x)) == {"conv"}
+    # pixel shuffle (2-D sub-pixel, blocked layout: the r*r units of a channel are consecutive)
+
+    class Shuffle(nn.Module):
+        def __init__(self, blocked=True):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 8 * 4, 3, padding=1)
+            base = torch.randn(8, 8, 3, 3) * 0.1
+            with torch.no_grad():  # strided copies: four channels' sub-pixels alike, each channel its own
+                self.conv.weight.copy_(base.repeat_interleave(4, dim=0) if blocked else base.repeat(4, 1, 1, 1))
+                self.conv.bias.zero_()
+            self.head = nn.Conv2d(8, 2, 1)
+
+        def forward(self, x):
+            return self.head(F.pixel_shuffle(self.conv(x), 2))
+
+    assert il008(initlint.audit(Shuffle(), torch.randn(2, 8, 6, 6))) == set()
+    assert il008(initlint.audit(Shuffle(blocked=False), torch.randn(2, 8, 6, 6))) == {"conv"}

@@ -361,3 +361,30 @@ def test_il007_a_gate_set_near_a_bound_by_its_offset_is_information():
     nn.init.normal_(model.f_proj.weight, std=1.0)
     assert {f.severity for f in initlint.audit(model, torch.randn(4, 16, 64)).findings
             if f.code == "IL007"} == {"warning"}
+
+
+def test_il005_an_average_over_positions_of_one_batchnormed_example_is_not_judged():
+    # ALIGN's EfficientNet on one image (the probe's fallback batch when two run out of memory): every
+    # training-mode BatchNorm centres its channels on that image's positions, so the pooled mean is rounding
+    class Tower(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.bn0 = nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32)
+            self.conv, self.bn1 = nn.Conv2d(32, 32, 3, padding=1), nn.BatchNorm2d(32)
+            self.head = nn.Linear(32, 10)
+
+        def forward(self, x):
+            h = self.bn0(self.stem(x))
+            h = h + self.bn1(self.conv(F.relu(h)))
+            return self.head(F.avg_pool2d(h, h.shape[-1]).flatten(1))
+
+    torch.manual_seed(0)
+    one = torch.randn(1, 3, 16, 16)
+    model = Tower()
+    with torch.no_grad():
+        model.train()
+        h = model.bn0(model.stem(one))
+        pooled = F.avg_pool2d(h + model.bn1(model.conv(F.relu(h))), 16)
+    assert float(pooled.abs().max()) < 1e-5  # what the probe measures at a batch of 1
+    assert codes(initlint.audit(model, one), "IL005") == set()
+    assert codes(initlint.audit(model, torch.randn(4, 3, 16, 16)), "IL005") == set()

@@ -460,6 +460,12 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'projections). They make a branch near identity by design: the branch is judged up to\n'
                       'the gate, and the signal starts afresh after it.\n'
                       '\n'
+                      'A batch of one example cannot tell a vanishing at an average over positions: a training-mode\n'
+                      "BatchNorm centres each channel on that example's positions, so a sum of such outputs averages\n"
+                      "to rounding (ALIGN's EfficientNet on one 600 x 600 image, the batch the probe falls back to\n"
+                      'when two run out of memory: 1.99 -> 4.3e-8 at its pooler, with no weight layer in between).\n'
+                      'Such an average is not judged at a batch of 1.\n'
+                      '\n'
                       'Tensors the forward creates (``torch.zeros``, ``ones``, ``empty``, ``full``, ``arange``\n'
                       "and their ``_like``/``new_`` forms: an LSTM's zero initial state, a position index) are\n"
                       'not the signal: they neither start nor end a stretch. Nor are integer outputs: an audio codec\n'
@@ -777,7 +783,11 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "output goes into a softmax: Deformable DETR's attention weights over its sampling points\n"
                       '(``constant_(attention_weights.weight, 0.0)``, kept by RT-DETR, D-FINE, DEIM and Grounding\n'
                       'DINO) start uniform, and the layer learns from its first step. A constant depthwise\n'
-                      'convolution (one unit per group) is a fixed filter per channel, not a set of copies.\n'
+                      'convolution (one unit per group) is a fixed filter per channel, not a set of copies. Nor\n'
+                      'is a sub-pixel convolution initialised as nearest-neighbour upsampling (ICNR; the\n'
+                      "Nemotron diarizer's upsampler): its output is reshaped so that the units that copy each\n"
+                      'other fill the same channel at different positions, where targets that differ by position\n'
+                      'give them different gradients.\n'
                       '\n'
                       '## Example\n'
                       '```python\n'

@@ -100,6 +100,12 @@ class SignalDrift(Rule):
     projections). They make a branch near identity by design: the branch is judged up to
     the gate, and the signal starts afresh after it.
 
+    A batch of one example cannot tell a vanishing at an average over positions: a training-mode
+    BatchNorm centres each channel on that example's positions, so a sum of such outputs averages
+    to rounding (ALIGN's EfficientNet on one 600 x 600 image, the batch the probe falls back to
+    when two run out of memory: 1.99 -> 4.3e-8 at its pooler, with no weight layer in between).
+    Such an average is not judged at a batch of 1.
+
     Tensors the forward creates (``torch.zeros``, ``ones``, ``empty``, ``full``, ``arange``
     and their ``_like``/``new_`` forms: an LSTM's zero initial state, a position index) are
     not the signal: they neither start nor end a stretch. Nor are integer outputs: an audio codec
@@ -170,6 +176,8 @@ class SignalDrift(Rule):
                         rescales_only(audit, op) is not False
                         for op in _deepest_path(audit.graph, audit.graph[start[1]], src, trace.carried)):
                     continue  # a rescaled copy of the signal, into a norm that undoes the rescale
+                if ratio < 0 and _centred_by_a_batch_of_one(audit, audit.graph[start[1]], src, trace):
+                    continue
                 worst = (ratio, src, audit.graph[start[1]])
         if worst is None:
             return
@@ -449,6 +457,20 @@ def _first_drifting(audit: AuditContext, chain: List[Op], start_rms: float, rati
             return op
         prev = out
     return None
+
+
+def _centred_by_a_batch_of_one(audit: AuditContext, start: Op, end: Op, trace: "_Trace") -> bool:
+    """True for an average over positions, with no weight layer since ``start``, of a batch of one example
+    that training-mode BatchNorms have made: each centres every channel on that one example's positions, so
+    a sum of their outputs has a mean of 0 per channel, and the average is rounding (ALIGN's EfficientNet,
+    whose probe fell back to one 600 x 600 image: 1.99 -> 4.3e-8 at its pooler). A batch of one cannot
+    tell a vanishing there; with two examples or more the means are the examples' own."""
+    shape = audit.shape(end)
+    if not shape or shape[0] != 1 or end.kind not in ("pool", "mean", "reduce") or "max" in end.target:
+        return False
+    if any(op.kind in O.WEIGHT_KINDS for op in _deepest_path(audit.graph, start, end, trace.carried)):
+        return False
+    return any(op.kind == "batch_norm" and op.id < end.id for op in audit.graph)
 
 
 def _deepest_path(graph: Graph, start: Op, end: Op, carried: Dict[int, List[int]]) -> List[Op]:

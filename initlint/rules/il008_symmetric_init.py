@@ -104,7 +104,11 @@ class SymmetricInit(Rule):
     output goes into a softmax: Deformable DETR's attention weights over its sampling points
     (``constant_(attention_weights.weight, 0.0)``, kept by RT-DETR, D-FINE, DEIM and Grounding
     DINO) start uniform, and the layer learns from its first step. A constant depthwise
-    convolution (one unit per group) is a fixed filter per channel, not a set of copies.
+    convolution (one unit per group) is a fixed filter per channel, not a set of copies. Nor
+    is a sub-pixel convolution initialised as nearest-neighbour upsampling (ICNR; the
+    Nemotron diarizer's upsampler): its output is reshaped so that the units that copy each
+    other fill the same channel at different positions, where targets that differ by position
+    give them different gradients.
 
     ## Fix
     Draw the weights at random with the scale the next activation needs:
@@ -171,6 +175,8 @@ class SymmetricInit(Rule):
             scope = f"{rows} units" if groups == 1 else f"{rows} units in {groups} groups"
             return self.finding(audit, op, f"all {numel} weights of {name} ({scope}) equal {fmt(stats['mean'])}, "
                                 f"{same}", weight_fix(audit, op), value=0.0, threshold=0.0)
+        if dups >= 1 and _subpixel_copies(audit, op, name, rows, dups):
+            return None
         if dups >= 1:
             compared = "weights and bias compared in full" if stats.get("biased") else "weights compared in full; no bias"
             return self.finding(audit, op, f"{dups} of the {rows} units of {name} are exact copies of another unit "
@@ -298,6 +304,40 @@ def feeds_weight_layer(graph: Graph, op: Op) -> bool:
                 continue  # a norm rescales it; zero logits make a softmax uniform, which it learns away from
             frontier.append(user)
     return False
+
+
+def _subpixel_copies(audit: AuditContext, op: Op, name: str, rows: int, dups: int) -> bool:
+    """True when the copies are a sub-pixel convolution's, initialised as nearest-neighbour upsampling (ICNR):
+    the output is reshaped (or pixel-shuffled) so that its ``rows`` channels become ``rows / f`` channels at
+    ``f`` positions each, and the ``f`` units that land on the same channel are equal. Those copies sit at
+    different positions, where targets that differ by position part them on the first step."""
+    current, factor, blocked = op, 0, False
+    for _ in range(8):
+        users = audit.graph.consumers(current)
+        if len(users) != 1:
+            return False
+        current = users[0]
+        if "pixel_shuffle" in current.target:  # (B, C r^2, H, W) -> (B, C, r H, r W)
+            shape = audit.shape(current)
+            factor, blocked = (rows // shape[1] if shape and len(shape) > 1 and shape[1] else 0), True
+            break
+        if current.kind != "view":
+            return False
+        before, shape = audit.shape(audit.graph[current.inputs[0]]) if current.inputs else None, audit.shape(current)
+        if shape and before and rows not in shape:
+            widths = [d for d in shape[1:] if 1 < d < rows and rows % d == 0]
+            factor = rows // widths[-1] if widths else 0
+            # the channels' factor goes into a position axis (frames x f), not an axis of its own
+            if len(shape) != len(before) or not any(a == b * factor for a, b in zip(shape, before)):
+                return False
+            break
+    weight = audit.param(name)
+    if factor < 2 or weight is None or rows % factor or dups > rows - rows // factor:
+        return False
+    units = unit_matrix(weight.detach(), op.attrs.get("layout", "out_in"))
+    groups = units.reshape(rows // factor, factor, -1).transpose(0, 1) if blocked \
+        else units.reshape(factor, rows // factor, -1)
+    return bool((groups == groups[:1]).all())
 
 
 def _frozen_zero(audit: AuditContext, op: Op) -> Optional[str]:
