@@ -103,7 +103,10 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "carries on: a deliberately small residual branch (GPT-2's ``N(0, 0.02)`` behind LayerNorm,\n"
                       'zero-initialised last layers) is not a defect. A product of two signals (a gate, ``q @ k^T``,\n'
                       'a linear solve) multiplies their scales and carries the shrinks of both on, to the softmax or\n'
-                      'normalisation that ends them; a small input leaves a sigmoid at 1/2 (softplus at ln 2), so\n'
+                      "normalisation that ends them, and the growth of both but a gate's: a bounded activation\n"
+                      "(sigmoid, hardsigmoid, tanh) caps what it passes on (squeeze-excitation's\n"
+                      '``x * hardsigmoid(conv(pool(x)))`` grows as ``x`` does, once); a small input leaves a sigmoid at '
+                      '1/2 (softplus at ln 2), so\n'
                       'its output does not shrink with it, and a softmax whose output only gates elementwise\n'
                       "(PatchTSMixer's ``h * softmax(W h)``) uniform, a constant factor of one over its size: the\n"
                       'shrink into such a softmax is not judged, what it gates carries its own on (PatchTSMixer at its\n'

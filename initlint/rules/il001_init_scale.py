@@ -105,7 +105,9 @@ class InitScale(Rule):
     carries on: a deliberately small residual branch (GPT-2's ``N(0, 0.02)`` behind LayerNorm,
     zero-initialised last layers) is not a defect. A product of two signals (a gate, ``q @ k^T``,
     a linear solve) multiplies their scales and carries the shrinks of both on, to the softmax or
-    normalisation that ends them; a small input leaves a sigmoid at 1/2 (softplus at ln 2), so
+    normalisation that ends them, and the growth of both but a gate's: a bounded activation
+    (sigmoid, hardsigmoid, tanh) caps what it passes on (squeeze-excitation's
+    ``x * hardsigmoid(conv(pool(x)))`` grows as ``x`` does, once); a small input leaves a sigmoid at 1/2 (softplus at ln 2), so
     its output does not shrink with it, and a softmax whose output only gates elementwise
     (PatchTSMixer's ``h * softmax(W h)``) uniform, a constant factor of one over its size: the
     shrink into such a softmax is not judged, what it gates carries its own on (PatchTSMixer at its
@@ -227,6 +229,10 @@ class InitScale(Rule):
                 drift[op.id] = zero  # a shrunk input leaves sigmoid at 1/2: its output does not shrink with it
             else:
                 if (op.kind == "mul" or O.is_product(op)) and len(ins) >= 2:
+                    # a gate's bounded output (sigmoid, hardsigmoid, tanh) carries no growth into the product:
+                    # squeeze-excitation's x * hardsigmoid(conv(pool(x))) grows as x does, once
+                    ins = [(0.0, (), True) if i in drift and drift[i][0] > 0 and _bounded(audit.graph[i]) else drift[i]
+                           for i in op.inputs if i in drift] or [zero]
                     total, chain = sum(t for t, _, _ in ins), tuple(sorted({c for _, ch, _ in ins for c in ch}))
                     scaled = all(s for _, _, s in ins)
                 elif op.kind in ("add", "cat"):
@@ -296,6 +302,11 @@ class InitScale(Rule):
 PREFERRED_GAIN = {"selu": 1.0}
 """Where the rule accepts a band of gains, a repair draws the band's low end (LeCun's 1 for tanh and sigmoid),
 except for these activations (SELU is self-normalising with LeCun's 1, the high end)."""
+
+
+def _bounded(op: Op) -> bool:
+    act = O.ACTIVATIONS.get(op.kind)
+    return act is not None and act.bounds is not None
 
 
 def target_std(plan: RepairPlan, op: Op, edge: float) -> float:
