@@ -125,8 +125,8 @@ def _keep_attention(config: Any, depth: int = 2) -> None:
         kinds = getattr(config, name, None)
         if not (isinstance(kinds, (list, tuple)) and len(kinds) > depth and all(isinstance(k, str) for k in kinds)):
             continue
-        attention = [i for i, k in enumerate(kinds) if k != kinds[0] and ("attention" in k or k == "hybrid")
-                     and "linear" not in k]
+        attention = sorted((i for i, k in enumerate(kinds) if k != kinds[0] and ("attention" in k or k == "hybrid")
+                            and "linear" not in k), key=lambda i: "full" not in kinds[i])  # full attention first
         keep = [0, attention[0]] if attention else list(range(depth))
         for key in PER_LAYER:
             value = getattr(config, key, None)

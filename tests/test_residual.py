@@ -327,3 +327,22 @@ def test_image_features_written_into_the_embeddings_leave_the_first_branch_on_th
     torch.manual_seed(0)
     [big] = initlint.audit(MergedImageTokens(branch_std=2.0), (ids, patches), select=["IL012"]).findings
     assert (big.code, big.module, big.severity) == ("IL012", "down", "info") and "the embedding" in big.message
+
+
+def test_sams_prompt_tokens_added_to_its_queries_are_no_residual_stream():
+    # SAM's two-way transformer: attn(q=queries + pe, k=keys + key_pe, v=...) with `queries` going on as the
+    # stream; read as pe + branch(pe), the prompt tokens (std 0.02) made every block's attention and MLP a
+    # branch "50x its stream" (IL012 at SAM's real config)
+    config = tf.SamConfig(
+        vision_config=dict(hidden_size=64, output_channels=64, num_hidden_layers=1, num_attention_heads=2,
+                           image_size=256, mlp_dim=128, global_attn_indexes=[0], initializer_range=0.02,
+                           num_pos_feats=32),
+        prompt_encoder_config=dict(hidden_size=64, image_size=256, image_embedding_size=16),
+        mask_decoder_config=dict(hidden_size=64, mlp_dim=128, num_attention_heads=2, iou_head_hidden_dim=64))
+    torch.manual_seed(0)
+    report = initlint.audit(tf.SamModel(config), batch_size=2, select=["IL012"])
+    assert report.error is None and [f for f in report.findings if f.code == "IL012"] == []
+    sums = [op for op in report.graph if op.kind == "add" and op.module.startswith("mask_decoder.transformer.layers")]
+    residuals = {r.add.id for r in residual_adds(report.graph)}
+    assert len(sums) > 4 and {op.id for op in sums} - residuals  # the query sums are found, and not residuals
+    assert residuals & {op.id for op in sums}  # while the blocks' own additions still are

@@ -603,7 +603,7 @@ def residual_adds(graph: Graph, limit: int = 4000) -> List[Residual]:
     found: List[Residual] = []
     streams: Dict[int, int] = {}  # a residual add found so far -> its stream
     for op in graph:
-        if op.kind != "add" or len(op.inputs) != 2:
+        if op.kind != "add" or len(op.inputs) != 2 or _query_key_only(graph, op):
             continue
         for stream_id, branch_id in (op.inputs, op.inputs[::-1]):
             layers = _branch_layers(graph, stream_id, branch_id, limit, streams)
@@ -612,6 +612,69 @@ def residual_adds(graph: Graph, limit: int = 4000) -> List[Residual]:
                 streams[op.id] = stream_id
                 break
     return found
+
+
+def _query_key_only(graph: Graph, op: Op) -> bool:
+    """True when the sum is read only as the queries or keys of attentions: SAM's two-way transformer adds its
+    prompt tokens to the normalised queries before each attention (``attn(q=queries + pe, k=..., v=queries)``)
+    while ``queries`` goes on as the stream. Such a sum is a query with positions, not a stream its operands
+    are residual branches of."""
+    frontier, seen, used = [op], {op.id}, False
+    while frontier:
+        current = frontier.pop()
+        for user in graph.consumers(current):
+            if user.id in seen:
+                continue
+            seen.add(user.id)
+            if user.kind == "view" or user.kind in O.PASS_KINDS:
+                frontier.append(user)
+            elif user.kind in O.WEIGHT_KINDS and "weight" in user.params and _scores_query_key(graph, user):
+                used = True
+            elif user.kind == "attention" and current.id in user.inputs[:2] and current.id not in user.inputs[2:]:
+                used = True
+            else:
+                return False
+    return used
+
+
+def _scores_query_key(graph: Graph, start: Op) -> bool:
+    """True when ``start``'s output goes, through views and scalings, only into the scores of attention: an
+    attention op's query or key, or a product whose output a softmax reads."""
+    frontier, seen = [start], {start.id}
+    while frontier:
+        current = frontier.pop()
+        users = graph.consumers(current)
+        if not users:
+            return False
+        for user in users:
+            if user.id in seen:
+                continue
+            seen.add(user.id)
+            if user.kind == "attention":
+                if current.id not in user.inputs[:2] or current.id in user.inputs[2:]:
+                    return False
+            elif O.is_product(user):
+                if not _into_softmax(graph, user):
+                    return False
+            elif user.kind in ("view", "mul", "div") or user.kind in O.PASS_KINDS:
+                frontier.append(user)
+            else:
+                return False
+    return True
+
+
+def _into_softmax(graph: Graph, op: Op) -> bool:
+    current = op
+    for _ in range(6):
+        users = graph.consumers(current)
+        if len(users) != 1:
+            return False
+        current = users[0]
+        if current.kind == "softmax":
+            return True
+        if current.kind not in ("view", "mul", "div", "add") and current.kind not in O.PASS_KINDS:
+            return False
+    return False
 
 
 def _branch_layers(graph: Graph, stream_id: int, branch_id: int, limit: int,

@@ -1064,102 +1064,104 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'Severity: **warning**. Role: symptom. Needs: activations.\n'
                       '\n'
                       '## What it does\n'
-                      'Finds the residual additions of the model (``x + f(x)``: an ``add`` whose one input is\n'
-                      'computed from the other through at least one weight layer, and not only through the branch\n'
-                      "of an earlier residual addition: RT-DETR's next query, ``norm(h + attn(h + pos)) + pos``,\n"
-                      'is no residual of its positions ``pos``) and compares, at each, the\n'
-                      'scale (root mean square) of what the branch adds with the scale of the stream it is added\n'
-                      'to. It flags branches that dwarf the stream at initialisation, at the layer the excess comes\n'
-                      'from: a weight layer of the branch whose scale is more than 4x what a sound init gives it\n'
-                      '(``gain / sqrt(fan_in)`` for the activation after it) or 4x the same layer in the other\n'
-                      "blocks (``h.0.mlp.c_fc`` for ``h.1.mlp.c_fc``), else the branch's output projection.\n"
-                      'Three kinds of addition have\n'
-                      'their own limit: post-norm ones (``LN(x + f(x))`` on a normalised stream: BERT, the\n'
-                      'original Transformer), the first branch added to an embedding or to the model input, and\n'
-                      'all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals). An\n'
-                      'embedding into which a vision-language model writes its image features\n'
-                      "(``masked_scatter``, as GOT-OCR2 and LLaVA do) is still an embedding: the vision tower's\n"
-                      'final norm does not make it a built-up stream.\n'
+                      '    Finds the residual additions of the model (``x + f(x)``: an ``add`` whose one input is\n'
+                      '    computed from the other through at least one weight layer, and not only through the branch\n'
+                      "    of an earlier residual addition: RT-DETR's next query, ``norm(h + attn(h + pos)) + pos``,\n"
+                      '    is no residual of its positions ``pos``; nor is a sum read only as the queries or keys of\n'
+                      "attentions, as SAM's ``attn(q=queries + pe, ...)`` while ``queries`` goes on as the stream) and "
+                      'compares, at each, the\n'
+                      '    scale (root mean square) of what the branch adds with the scale of the stream it is added\n'
+                      '    to. It flags branches that dwarf the stream at initialisation, at the layer the excess comes\n'
+                      '    from: a weight layer of the branch whose scale is more than 4x what a sound init gives it\n'
+                      '    (``gain / sqrt(fan_in)`` for the activation after it) or 4x the same layer in the other\n'
+                      "    blocks (``h.0.mlp.c_fc`` for ``h.1.mlp.c_fc``), else the branch's output projection.\n"
+                      '    Three kinds of addition have\n'
+                      '    their own limit: post-norm ones (``LN(x + f(x))`` on a normalised stream: BERT, the\n'
+                      '    original Transformer), the first branch added to an embedding or to the model input, and\n'
+                      '    all others (pre-norm blocks ``x + f(LN(x))`` as in GPT-2 and Llama, plain residuals). An\n'
+                      '    embedding into which a vision-language model writes its image features\n'
+                      "    (``masked_scatter``, as GOT-OCR2 and LLaVA do) is still an embedding: the vision tower's\n"
+                      '    final norm does not make it a built-up stream.\n'
                       '\n'
-                      'A branch over the limit on a pre-norm stream is reported as information, not a warning,\n'
-                      'when a later branch on the same stream adds at least ``1 / max-branch-ratio`` of what it\n'
-                      'adds and none of its layers is out of scale against the same layer in the other blocks:\n'
-                      "the stream is then rebuilt at the branches' scale, as when every block is scaled alike,\n"
-                      "not drowned by one block (hybrids whose first mixer adds little at init: Nemotron-H's and\n"
-                      "Lara-mini's MLPs after a Mamba or linear-attention layer).\n"
+                      '    A branch over the limit on a pre-norm stream is reported as information, not a warning,\n'
+                      '    when a later branch on the same stream adds at least ``1 / max-branch-ratio`` of what it\n'
+                      '    adds and none of its layers is out of scale against the same layer in the other blocks:\n'
+                      "    the stream is then rebuilt at the branches' scale, as when every block is scaled alike,\n"
+                      "    not drowned by one block (hybrids whose first mixer adds little at init: Nemotron-H's and\n"
+                      "    Lara-mini's MLPs after a Mamba or linear-attention layer).\n"
                       '\n'
-                      "On sequences longer than 16 tokens, both scales are taken over each sequence's first 16\n"
-                      'positions. Causal attention at init spreads each query evenly over the tokens before it, so\n'
-                      'what it adds at position ``t`` shrinks as ``1 / sqrt(t)``: over a whole sequence of 512\n'
-                      "tokens, Llama's first attention branch adds 0.12 to an embedding of 0.02, over 16 tokens\n"
-                      '0.44, and the MLP branch after it (0.72 at any length) would be judged 5.7x the stream at\n'
-                      '512 tokens and 1.6x at 16. Training sharpens the attention within a few steps, so the\n'
-                      'averaged scale says nothing of the weights. Position ``t`` of a causal model sees only the\n'
-                      'tokens up to ``t``, so the first 16 positions give the same ratio at 16, 512 or 2048\n'
-                      'tokens. Bidirectional attention averages over the whole sequence at every position; there\n'
-                      'the attention branches shrink with the length at all positions, and what follows them is\n'
-                      "compared with a smaller stream (ModernBERT and x-transformers' ``Encoder`` audit clean at\n"
-                      '16, 512 and 2048 tokens, BERT at 16 and 512).\n'
+                      "    On sequences longer than 16 tokens, both scales are taken over each sequence's first 16\n"
+                      '    positions. Causal attention at init spreads each query evenly over the tokens before it, so\n'
+                      '    what it adds at position ``t`` shrinks as ``1 / sqrt(t)``: over a whole sequence of 512\n'
+                      "    tokens, Llama's first attention branch adds 0.12 to an embedding of 0.02, over 16 tokens\n"
+                      '    0.44, and the MLP branch after it (0.72 at any length) would be judged 5.7x the stream at\n'
+                      '    512 tokens and 1.6x at 16. Training sharpens the attention within a few steps, so the\n'
+                      '    averaged scale says nothing of the weights. Position ``t`` of a causal model sees only the\n'
+                      '    tokens up to ``t``, so the first 16 positions give the same ratio at 16, 512 or 2048\n'
+                      '    tokens. Bidirectional attention averages over the whole sequence at every position; there\n'
+                      '    the attention branches shrink with the length at all positions, and what follows them is\n'
+                      "    compared with a smaller stream (ModernBERT and x-transformers' ``Encoder`` audit clean at\n"
+                      '    16, 512 and 2048 tokens, BERT at 16 and 512).\n'
                       '\n'
-                      '## Why is this bad?\n'
-                      'After ``x_{l+1} = x_l + f_l(x_l)`` with a branch independent of the stream,\n'
-                      '``Var(x_{l+1}) = Var(x_l) + Var(f_l)``: the stream is the sum of the embedding and every\n'
-                      "earlier branch. A branch ``r`` times larger than the stream leaves the stream's earlier\n"
-                      'content (the embedding, the earlier blocks) a share ``1 / (1 + r^2)`` of the variance: the\n'
-                      'skip connection, whose point is to carry the input and the gradient through depth, is\n'
-                      'drowned. In a post-norm block the norm then rescales everything, so the identity path\n'
-                      'shrinks by ``sqrt(1 + r^2)`` at every block and compounds. In a pre-norm stack, scaling\n'
-                      "every branch alike changes nothing but the embedding's share (each branch sees a\n"
-                      'normalised input, and the final norm undoes the scale); a single block that dwarfs what\n'
-                      'the stream gathered before it does matter.\n'
+                      '    ## Why is this bad?\n'
+                      '    After ``x_{l+1} = x_l + f_l(x_l)`` with a branch independent of the stream,\n'
+                      '    ``Var(x_{l+1}) = Var(x_l) + Var(f_l)``: the stream is the sum of the embedding and every\n'
+                      "    earlier branch. A branch ``r`` times larger than the stream leaves the stream's earlier\n"
+                      '    content (the embedding, the earlier blocks) a share ``1 / (1 + r^2)`` of the variance: the\n'
+                      '    skip connection, whose point is to carry the input and the gradient through depth, is\n'
+                      '    drowned. In a post-norm block the norm then rescales everything, so the identity path\n'
+                      '    shrinks by ``sqrt(1 + r^2)`` at every block and compounds. In a pre-norm stack, scaling\n'
+                      "    every branch alike changes nothing but the embedding's share (each branch sees a\n"
+                      '    normalised input, and the final norm undoes the scale); a single block that dwarfs what\n'
+                      '    the stream gathered before it does matter.\n'
                       '\n'
-                      'Calibration. ``benchmarks/residual_training.py`` trains a small GPT (width 128, 4 blocks,\n'
-                      "GPT-2's init) on a copy task, with output projections scaled up, 2 seeds each, 250 AdamW\n"
-                      'steps; the unscaled model learns the copy (loss below 1) after about 85-110 steps:\n'
-                      '- post-norm, every block scaled: learning slows as the ratio grows (0.02 unscaled: 85\n'
-                      '  steps; 0.19: 108-118; 0.6: 192 steps in one seed, never in the other) and stops from\n'
-                      "  ratio 2 (x100) on. BERT-base's default (0.37) and ``nn.TransformerEncoder``'s (0.26) lie\n"
-                      '  in the range where this model still learns; the limit 1 sits between them and the\n'
-                      '  ratio at which it never learns (2);\n'
-                      '- pre-norm, one block (the third of four) scaled: ratio 2.6 (x10) learns 25-45% later and\n'
-                      '  its loss spikes afterwards; ratio 5 (x30) takes 1.5-2x as long, ratio 16 (x100) 1.5-2.3x;\n'
-                      '- pre-norm, every block scaled: no harm up to x1000 (the first branch 193x the\n'
-                      '  embedding); it even learns sooner (69 steps);\n'
-                      "- pre-norm, only the MLP's output projection of every block scaled (``--branch mlp``,\n"
-                      '  3 seeds), so that the first MLP dwarfs a stream of the embedding and one small attention\n'
-                      '  branch and every later MLP matches it: ratio 6.6 (x10), 20 (x30) and 66 (x100) learned\n'
-                      '  at steps 84-90, the unscaled model at 96-109. A branch that later branches match is\n'
-                      '  therefore information; one that stands out (the single scaled block above) warns.\n'
-                      'On 255 tokens (the 32 tokens repeated 8 times, batch 8) every model the limits flag failed\n'
-                      'to learn in 250 steps (post-norm x100, one pre-norm block x30), and so did post-norm x30\n'
-                      '(ratio 0.58) below them; the unscaled pre-norm model learned it in one seed of two, too few\n'
-                      'to move the limits.\n'
-                      'Post-norm recipes train with a learning-rate warm-up (BERT, ALBERT), so the post-norm runs\n'
-                      'were repeated with one (``--warmup``): over 25 of the 250 steps, x30 (ratio 0.59) learned at\n'
-                      'steps 124-126 (without: 192 in one seed, never in the other) and x100 (ratio 1.95) never did;\n'
-                      'over 100 steps, x100 learned in one seed of two, at step 239. The limit holds with a warm-up.\n'
-                      "ALBERT's default config (xxlarge: hidden 4096, feed-forward 16384, std 0.02) is flagged at\n"
-                      '2.2x; it was pre-trained from that init with LAMB and a 3125-step warm-up, a recipe these\n'
-                      'runs do not reproduce.\n'
-                      'Default initialisations stay below the limits with room to spare, measured at real width\n'
-                      'and depth: post-norm BERT-base at most 0.37, ``nn.TransformerEncoder`` 0.26; pre-norm GPT-2\n'
-                      '(12 x 768) at most 2.0 (its first MLP on 32 tokens; 2.55 on 1024), Llama (hidden 1024, 32\n'
-                      "layers) 1.5, T5-small 0.72, ViT-B/16 0.65, x-transformers' ``Decoder`` 1.34; first branches\n"
-                      'on the embedding: Llama 7.7, x-transformers 1.6, GPT-2 0.8. An embedding drowned beyond\n'
-                      '``max-embedding-ratio`` is reported as information only, since the experiment found no\n'
-                      'harm in it.\n'
+                      '    Calibration. ``benchmarks/residual_training.py`` trains a small GPT (width 128, 4 blocks,\n'
+                      "    GPT-2's init) on a copy task, with output projections scaled up, 2 seeds each, 250 AdamW\n"
+                      '    steps; the unscaled model learns the copy (loss below 1) after about 85-110 steps:\n'
+                      '    - post-norm, every block scaled: learning slows as the ratio grows (0.02 unscaled: 85\n'
+                      '      steps; 0.19: 108-118; 0.6: 192 steps in one seed, never in the other) and stops from\n'
+                      "      ratio 2 (x100) on. BERT-base's default (0.37) and ``nn.TransformerEncoder``'s (0.26) lie\n"
+                      '      in the range where this model still learns; the limit 1 sits between them and the\n'
+                      '      ratio at which it never learns (2);\n'
+                      '    - pre-norm, one block (the third of four) scaled: ratio 2.6 (x10) learns 25-45% later and\n'
+                      '      its loss spikes afterwards; ratio 5 (x30) takes 1.5-2x as long, ratio 16 (x100) 1.5-2.3x;\n'
+                      '    - pre-norm, every block scaled: no harm up to x1000 (the first branch 193x the\n'
+                      '      embedding); it even learns sooner (69 steps);\n'
+                      "    - pre-norm, only the MLP's output projection of every block scaled (``--branch mlp``,\n"
+                      '      3 seeds), so that the first MLP dwarfs a stream of the embedding and one small attention\n'
+                      '      branch and every later MLP matches it: ratio 6.6 (x10), 20 (x30) and 66 (x100) learned\n'
+                      '      at steps 84-90, the unscaled model at 96-109. A branch that later branches match is\n'
+                      '      therefore information; one that stands out (the single scaled block above) warns.\n'
+                      '    On 255 tokens (the 32 tokens repeated 8 times, batch 8) every model the limits flag failed\n'
+                      '    to learn in 250 steps (post-norm x100, one pre-norm block x30), and so did post-norm x30\n'
+                      '    (ratio 0.58) below them; the unscaled pre-norm model learned it in one seed of two, too few\n'
+                      '    to move the limits.\n'
+                      '    Post-norm recipes train with a learning-rate warm-up (BERT, ALBERT), so the post-norm runs\n'
+                      '    were repeated with one (``--warmup``): over 25 of the 250 steps, x30 (ratio 0.59) learned at\n'
+                      '    steps 124-126 (without: 192 in one seed, never in the other) and x100 (ratio 1.95) never did;\n'
+                      '    over 100 steps, x100 learned in one seed of two, at step 239. The limit holds with a warm-up.\n'
+                      "    ALBERT's default config (xxlarge: hidden 4096, feed-forward 16384, std 0.02) is flagged at\n"
+                      '    2.2x; it was pre-trained from that init with LAMB and a 3125-step warm-up, a recipe these\n'
+                      '    runs do not reproduce.\n'
+                      '    Default initialisations stay below the limits with room to spare, measured at real width\n'
+                      '    and depth: post-norm BERT-base at most 0.37, ``nn.TransformerEncoder`` 0.26; pre-norm GPT-2\n'
+                      '    (12 x 768) at most 2.0 (its first MLP on 32 tokens; 2.55 on 1024), Llama (hidden 1024, 32\n'
+                      "    layers) 1.5, T5-small 0.72, ViT-B/16 0.65, x-transformers' ``Decoder`` 1.34; first branches\n"
+                      '    on the embedding: Llama 7.7, x-transformers 1.6, GPT-2 0.8. An embedding drowned beyond\n'
+                      '    ``max-embedding-ratio`` is reported as information only, since the experiment found no\n'
+                      '    harm in it.\n'
                       '\n'
-                      'One layer out of scale inside a branch. ``benchmarks/gpt2_corrupt_layer.py`` redraws one\n'
-                      'weight of Hugging Face GPT-2 (width 768, 2 blocks) at std 1 (27.7x ``1/sqrt(768)``) and\n'
-                      'trains a copy task, 3 seeds, 100 AdamW steps; the intact model learns it after 37-41\n'
-                      "steps. The last block's ``c_fc`` (branch 47x the stream) learns it after 48-49 steps, 25%\n"
-                      "later, like the calibration's single over-scaled block; the first block's ``c_fc`` (151x)\n"
-                      'and its ``c_proj`` scaled x50 (127x) learn it sooner (27-34 steps); ``c_attn`` at std 1\n'
-                      'never learns it (IL011). So the branch keeps its warning, located at the layer whose\n'
-                      'scale is off, and that layer gets no separate IL001 finding (the norm after the branch\n'
-                      "undoes its scale, and what harm there is is the branch's).\n"
+                      '    One layer out of scale inside a branch. ``benchmarks/gpt2_corrupt_layer.py`` redraws one\n'
+                      '    weight of Hugging Face GPT-2 (width 768, 2 blocks) at std 1 (27.7x ``1/sqrt(768)``) and\n'
+                      '    trains a copy task, 3 seeds, 100 AdamW steps; the intact model learns it after 37-41\n'
+                      "    steps. The last block's ``c_fc`` (branch 47x the stream) learns it after 48-49 steps, 25%\n"
+                      "    later, like the calibration's single over-scaled block; the first block's ``c_fc`` (151x)\n"
+                      '    and its ``c_proj`` scaled x50 (127x) learn it sooner (27-34 steps); ``c_attn`` at std 1\n'
+                      '    never learns it (IL011). So the branch keeps its warning, located at the layer whose\n'
+                      '    scale is off, and that layer gets no separate IL001 finding (the norm after the branch\n'
+                      "    undoes its scale, and what harm there is is the branch's).\n"
                       '\n'
-                      '## Example\n'
+                      '    ## Example\n'
                       '```python\n'
                       'def pre_norm_transformer_with_one_output_projection_times_thirty():\n'
                       '    layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True, '
@@ -1181,33 +1183,35 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '```\n'
                       '\n'
                       '## Fix\n'
-                      'When one layer of the branch is out of scale (a weight drawn with ``randn``, a layer\n'
-                      'multiplied by mistake), re-initialise that layer, at the scale of the same layer in the\n'
-                      'other blocks or of a sound init for its fan-in; shrinking the healthy output projection to\n'
-                      'compensate would hide it:\n'
-                      '```python\n'
-                      'nn.init.normal_(model.transformer.h[1].mlp.c_fc.weight, std=0.02)  # as transformer.h.0.mlp.c_fc\n'
-                      '```\n'
-                      "When every layer is at a sound scale, initialise the branch's output projection smaller,\n"
-                      'so that what the branch adds is at most comparable with the stream (GPT-2 and nanoGPT use\n'
-                      '``0.02 / sqrt(2 * n_layers)``):\n'
-                      '```python\n'
-                      'nn.init.normal_(block.output.dense.weight, std=0.02)\n'
-                      '```\n'
+                      '    When one layer of the branch is out of scale (a weight drawn with ``randn``, a layer\n'
+                      '    multiplied by mistake), re-initialise that layer, at the scale of the same layer in the\n'
+                      '    other blocks or of a sound init for its fan-in; shrinking the healthy output projection to\n'
+                      '    compensate would hide it:\n'
+                      '    ```python\n'
+                      '    nn.init.normal_(model.transformer.h[1].mlp.c_fc.weight, std=0.02)  # as '
+                      'transformer.h.0.mlp.c_fc\n'
+                      '    ```\n'
+                      "    When every layer is at a sound scale, initialise the branch's output projection smaller,\n"
+                      '    so that what the branch adds is at most comparable with the stream (GPT-2 and nanoGPT use\n'
+                      '    ``0.02 / sqrt(2 * n_layers)``):\n'
+                      '    ```python\n'
+                      '    nn.init.normal_(block.output.dense.weight, std=0.02)\n'
+                      '    ```\n'
                       '\n'
-                      '## Options\n'
-                      '- ``max-post-norm-ratio`` (default ``1``): flag a post-norm block whose branch is larger\n'
-                      '  than the normalised stream it is added to.\n'
-                      '- ``max-branch-ratio`` (default ``4``): flag any other residual branch that exceeds the\n'
-                      '  stream by more than this factor.\n'
-                      '- ``max-embedding-ratio`` (default ``100``): report (as information) a first branch that\n'
-                      '  exceeds the embedding or model input it is added to by more than this factor.\n'
-                      '- ``zero-branch-ends`` (default ``false``): when no layer of the branch is out of scale,\n'
-                      "  ``initlint fix`` zeroes the branch's last layer (weight and bias; the block starts as the\n"
-                      "  identity, as in Fixup, SkipInit and DiT's adaLN-Zero) instead of drawing it at the\n"
-                      "  depth-aware scale, where that layer's output goes to the addition and nowhere else and its\n"
-                      "  weight is not shared. The branch's earlier layers then get no gradient in the first step\n"
-                      '  only. ``benchmarks/bench_trainability.py`` trains both repairs (column ``fix, zero ends``).\n'},
+                      '    ## Options\n'
+                      '    - ``max-post-norm-ratio`` (default ``1``): flag a post-norm block whose branch is larger\n'
+                      '      than the normalised stream it is added to.\n'
+                      '    - ``max-branch-ratio`` (default ``4``): flag any other residual branch that exceeds the\n'
+                      '      stream by more than this factor.\n'
+                      '    - ``max-embedding-ratio`` (default ``100``): report (as information) a first branch that\n'
+                      '      exceeds the embedding or model input it is added to by more than this factor.\n'
+                      '    - ``zero-branch-ends`` (default ``false``): when no layer of the branch is out of scale,\n'
+                      "      ``initlint fix`` zeroes the branch's last layer (weight and bias; the block starts as the\n"
+                      "      identity, as in Fixup, SkipInit and DiT's adaLN-Zero) instead of drawing it at the\n"
+                      "      depth-aware scale, where that layer's output goes to the addition and nowhere else and its\n"
+                      "      weight is not shared. The branch's earlier layers then get no gradient in the first step\n"
+                      '      only. ``benchmarks/bench_trainability.py`` trains both repairs (column ``fix, zero '
+                      'ends``).\n'},
     'IL013': {'code': 'IL013',
               'name': 'token-collapse',
               'severity': 'warning',

@@ -38,7 +38,8 @@ class ResidualGrowth(Rule):
     Finds the residual additions of the model (``x + f(x)``: an ``add`` whose one input is
     computed from the other through at least one weight layer, and not only through the branch
     of an earlier residual addition: RT-DETR's next query, ``norm(h + attn(h + pos)) + pos``,
-    is no residual of its positions ``pos``) and compares, at each, the
+    is no residual of its positions ``pos``; nor is a sum read only as the queries or keys of
+attentions, as SAM's ``attn(q=queries + pe, ...)`` while ``queries`` goes on as the stream) and compares, at each, the
     scale (root mean square) of what the branch adds with the scale of the stream it is added
     to. It flags branches that dwarf the stream at initialisation, at the layer the excess comes
     from: a weight layer of the branch whose scale is more than 4x what a sound init gives it
