@@ -42,6 +42,11 @@ draws both projections at std 1 (its ``initializer_factor``), 32x and 28x their 
 feed the L2 normalisation of the embeddings (initlint: IL006, the vision projection's weight gradient 1.3e3x
 below the vision head's); the twin draws them at ``1 / sqrt(fan_in)``, as CLIP does.
 
+``gemma4``: Gemma 4's text model at width 256, 4 layers (sliding and full attention alternating), its head width
+256, on the copy task. Gemma 4 normalises each head's queries and keys (RMSNorm, weight 1) and scales the scores
+by 1, not ``head_dim ** -0.5``: scores of std ``sqrt(256) = 16`` at init (initlint: IL011, mean entropy 0.07-0.09
+of uniform's). The twin sets the query and key norm weights to ``256 ** -0.25``, scores of std 1.
+
 ``pp_lcnet_v4``: PP-LCNetV4 (PP-OCRv6's recognition backbone) at its default config, 13 blocks, its last stage
 mean-pooled into a Linear, on the image classification task. Each block adds ``channel_conv2(gelu(channel_conv1(
 s)))``, both convs behind a BatchNorm (rms 1), to the stream ``s = token_conv(x)``, a depthwise 3 x 3 conv: HF
@@ -112,6 +117,14 @@ def _paddle_convs(net: nn.Module, per_group: bool = False) -> None:
                 nn.init.zeros_(m.bias)
 
 
+def _qk_norm_scale(net: nn.Module, scale: float) -> None:
+    """Every attention's query and key norm weights at ``scale``: ``head_dim ** -0.25`` each puts the scores of
+    an attention whose scale is 1 (Gemma 4's) at std 1, what ``head_dim ** -0.5`` would."""
+    for name, m in net.named_modules():
+        if name.endswith(("q_norm", "k_norm")) and getattr(m, "weight", None) is not None:
+            nn.init.constant_(m.weight, scale)
+
+
 class LCNetClassifier(nn.Module):
     """PP-LCNetV4 (PP-OCRv6's recognition backbone) at its default config, its last stage mean-pooled into a
     Linear over the classes: HF has no classification head for it."""
@@ -154,6 +167,12 @@ MODELS = {
     "patchtsmixer_io": (lambda tf: tf.PatchTSMixerForPrediction(tf.PatchTSMixerConfig()),
                         lambda net: _to_fan_in(*[m for n, m in net.named_modules()  # IL005's: patcher and head
                                                  if isinstance(m, nn.Linear) and ("patcher" in n or "head" in n)])),
+    "gemma4": (lambda tf: tf.Gemma4ForCausalLM(tf.Gemma4TextConfig(
+        vocab_size=VOCAB, vocab_size_per_layer_input=VOCAB, hidden_size=256, intermediate_size=1024,
+        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=256, global_head_dim=256,
+        layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=64, hidden_size_per_layer_input=64,
+        max_position_embeddings=256)),
+        lambda net: _qk_norm_scale(net, 256 ** -0.25)),
     "pp_lcnet_v4": (lambda tf: LCNetClassifier(tf), _paddle_convs),
     "pp_lcnet_v4_fan_in": (lambda tf: LCNetClassifier(tf), lambda net: _paddle_convs(net, per_group=True)),
     "convbert": (lambda tf: tf.ConvBertForMaskedLM(tf.ConvBertConfig(vocab_size=VOCAB, num_hidden_layers=2,
@@ -168,7 +187,7 @@ MODELS = {
 }
 
 
-COPY = ("lara_mini", "falcon_h1")
+COPY = ("lara_mini", "falcon_h1", "gemma4")
 """The models trained on the copy task."""
 
 
