@@ -93,7 +93,7 @@ def probe_retrying(cap, args, kwargs, logits: Optional[bool], backward: bool, re
         except (LoadError, KeyboardInterrupt):
             raise
         except Exception as exc:
-            if not _out_of_memory(exc):
+            if not out_of_memory(exc):
                 raise ForwardFailed(exc, cap.name) from None
         smaller = _halve_batch(args, kwargs)
         if smaller is None:
@@ -116,7 +116,7 @@ def _gradient_rules() -> List[str]:
     return [code for code, rule in all_rules().items() if "gradients" in rule.needs]
 
 
-def _out_of_memory(exc: BaseException) -> bool:
+def out_of_memory(exc: BaseException) -> bool:
     """CUDA/MPS raise ``torch.OutOfMemoryError``; the CPU allocator a plain RuntimeError."""
     return isinstance(exc, torch.OutOfMemoryError) or (
         isinstance(exc, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(exc))

@@ -534,3 +534,27 @@ def test_an_init_writing_a_tensor_outside_the_copy_is_stopped_before_the_write()
     assert il014(model, x) == {}
     assert torch.equal(model.hidden[0].weight, before)
     assert deep_state(model) == state
+
+
+def test_a_unit_whose_replay_runs_out_of_memory_is_named_not_a_rule_error(monkeypatch):
+    # Gemma 4 at its real width under a 6 GiB limit: the replay of its declared init asked for one more copy
+    # of its embedding (2.4 GB), and the whole rule failed (IL000)
+    import initlint.rules.il014_init_not_applied as il014
+
+    def short_of_memory(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 2415919104 bytes")
+
+    torch.manual_seed(0)
+    model = gpt2()
+    undo_c_proj_scaling(model)  # flagged when the replay runs (test above); one unit: the whole model
+    monkeypatch.setattr(il014, "declare_applied", short_of_memory)
+    report = initlint.audit(model, {"input_ids": ids(1000)}, select=["IL014"])
+    assert [(f.code, f.module, f.severity) for f in report.findings] == [("IL014", "", "info")]
+    assert "ran out of memory on its private copy: its parameters are not judged" in report.findings[0].message
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("not a memory error")
+
+    monkeypatch.setattr(il014, "declare_applied", broken)
+    assert [f.code for f in initlint.audit(model, {"input_ids": ids(1000)}, select=["IL014"]).findings] == ["IL000"]

@@ -16,6 +16,7 @@ from ..probe.declared import (BLOCK, DECLARED_DIGITS, HUGE, Draw, declare_applie
                               may_be_unwritten, one_thread, own_random_stream, post_order, same,
                               scan_memory)
 from ..report.findings import Finding
+from ..attempts import out_of_memory
 from .base import AuditContext, Example, RepairPlan, Rule, fmt, py_path, to_host
 from .il008_symmetric_init import feeds_weight_layer
 
@@ -146,8 +147,13 @@ class InitNotApplied(Rule):
     def check(self, audit: AuditContext) -> Iterator[Finding]:
         tol = float(self.opts["std-tolerance"])
         by_module: Dict[str, List[Verdict]] = {}
+        skipped: List[str] = []
         with one_thread():
-            verdicts = list(judge(audit.model, tol, drawn=audit.probe.drawn, norms=_probe_norms(audit)))
+            verdicts = list(judge(audit.model, tol, drawn=audit.probe.drawn, norms=_probe_norms(audit), skipped=skipped))
+        for path in skipped:
+            yield self.finding(audit, path, f"the declared init of {path or '<model>'} ran out of memory on its private "
+                               f"copy: its parameters are not judged", "run the audit where there is memory for one "
+                               f"more copy of this module's parameters", severity="info")
         for verdict in verdicts:
             if verdict.kind == "zeros" and not _random_zero_is_a_bug(audit, verdict.name):
                 continue
@@ -388,11 +394,13 @@ def _module_of(name: str) -> str:
 
 
 def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dict[str, Draw]] = None,
-          norms: Optional[Dict[str, float]] = None) -> Iterator[Verdict]:
+          norms: Optional[Dict[str, float]] = None, skipped: Optional[List[str]] = None) -> Iterator[Verdict]:
     """Every parameter of ``model`` that is not what its declared init makes it, or that no init wrote.
 
     ``drawn``: the statistics a streamed audit recorded for parameters that are back on the meta device;
-    ``norms``: parameters' norms already measured (the probe's weights)."""
+    ``norms``: parameters' norms already measured (the probe's weights); ``skipped``: where given, the units
+    whose declared init ran out of memory on its private copy are listed there and not judged (else the
+    error is raised)."""
     drawn = drawn or {}
     params = {n: p for n, p in model.named_parameters()
               if (p.device.type != "meta" or n in drawn) and p.is_floating_point() and p.layout == torch.strided}
@@ -431,7 +439,12 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
                  if any(id(m) in owners for m in unit.modules())]
         # what every such unit holds, drawn at once: one reduction per few samples and one transfer,
         # not one of each per unit (a 32-layer Llama has 160 units)
-        actual.ensure(join_path(path, n) for path, unit, whole in units for n, _ in unit.named_parameters(recurse=whole))
+        try:
+            actual.ensure(join_path(path, n) for path, unit, whole in units
+                          for n, _ in unit.named_parameters(recurse=whole))
+        except Exception as exc:  # noqa: BLE001 - drawn unit by unit below instead
+            if skipped is None or not out_of_memory(exc):
+                raise
         # a module split into its children (larger than the budget) is replayed apart from them, its own
         # tensors alone; when its own init reaches into its children (Mamba2's mixer re-initialises its conv1d
         # and out_proj after their own _init_weights drew them) that fails, and its subtree is replayed whole
@@ -446,11 +459,15 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
                 whole = True
                 rejoined.append(path)
             if _wanted(path, unit, whole, params, judged):
-                yield from _judge_applied(model, path, unit, whole, owners, params, actual, judged, empty, tol,
-                                          matched, deferred, every)
+                yield from _unless_out_of_memory(
+                    path, unit, whole, judged, skipped,
+                    lambda: list(_judge_applied(model, path, unit, whole, owners, params, actual, judged, empty, tol,
+                                                matched, deferred, every)))
     for path, scope, method in _called_scopes(model, owners, budget):
         if _wanted(path, scope, True, params, judged):
-            yield from _judge_called(model, path, scope, method, params, actual, judged, empty, tol, every)
+            yield from _unless_out_of_memory(
+                path, scope, True, judged, skipped,
+                lambda: list(_judge_called(model, path, scope, method, params, actual, judged, empty, tol, every)))
     for owner_path, verdicts in deferred.items():
         if owner_path not in matched:
             yield from verdicts
@@ -462,6 +479,20 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
         if name not in judged and name in suspects and never_written(name):
             empty[name] = _empty(model, name, actual[name], None)
     yield from empty.values()
+
+
+def _unless_out_of_memory(path: str, unit: nn.Module, whole: bool, judged: set, skipped: Optional[List[str]],
+                          run: Callable[[], List[Verdict]]) -> List[Verdict]:
+    """``run()``'s verdicts; where its private copy runs out of memory and ``skipped`` is given, none: the unit
+    is listed there and its parameters count as judged (no verdict of "never written" for them either)."""
+    try:
+        return run()
+    except Exception as exc:  # noqa: BLE001
+        if skipped is None or not out_of_memory(exc):
+            raise
+    skipped.append(path)
+    judged.update(join_path(path, n) for n, _ in unit.named_parameters(recurse=whole))
+    return []
 
 
 class _Actual(dict):
