@@ -619,22 +619,40 @@ def _query_key_only(graph: Graph, op: Op) -> bool:
     prompt tokens to the normalised queries before each attention (``attn(q=queries + pe, k=..., v=queries)``)
     while ``queries`` goes on as the stream. Such a sum is a query with positions, not a stream its operands
     are residual branches of."""
-    frontier, seen, used = [op], {op.id}, False
+    used = []
+
+    def step(current: Op, user: Op) -> Any:
+        if user.kind == "view" or user.kind in O.PASS_KINDS:
+            return EXPAND
+        if (user.kind in O.WEIGHT_KINDS and "weight" in user.params and _scores_query_key(graph, user)) or (
+                user.kind == "attention" and current.id in user.inputs[:2] and current.id not in user.inputs[2:]):
+            used.append(user)
+            return SKIP
+        return False
+
+    return walk_users(graph, op, step, True) and bool(used)
+
+
+EXPAND, SKIP = "expand", "skip"
+
+
+def walk_users(graph: Graph, start: Op, step: Callable[[Op, Op], Any], default: bool) -> bool:
+    """Walk the ops that read ``start``'s output, each once: ``step(current, user)`` says ``EXPAND`` (go on
+    through ``user``), ``SKIP`` (not through it), or ends the walk with a verdict (True or False); ``default``
+    when the walk runs out."""
+    frontier, seen = [start], {start.id}
     while frontier:
         current = frontier.pop()
         for user in graph.consumers(current):
             if user.id in seen:
                 continue
             seen.add(user.id)
-            if user.kind == "view" or user.kind in O.PASS_KINDS:
+            verdict = step(current, user)
+            if verdict == EXPAND:
                 frontier.append(user)
-            elif user.kind in O.WEIGHT_KINDS and "weight" in user.params and _scores_query_key(graph, user):
-                used = True
-            elif user.kind == "attention" and current.id in user.inputs[:2] and current.id not in user.inputs[2:]:
-                used = True
-            else:
-                return False
-    return used
+            elif verdict != SKIP:
+                return bool(verdict)
+    return default
 
 
 def _scores_query_key(graph: Graph, start: Op) -> bool:
@@ -664,15 +682,21 @@ def _scores_query_key(graph: Graph, start: Op) -> bool:
 
 
 def _into_softmax(graph: Graph, op: Op) -> bool:
+    return reads_into(graph, op, {"softmax"}, {"view", "mul", "div", "add"} | O.PASS_KINDS, 6)
+
+
+def reads_into(graph: Graph, op: Op, targets: Set[str], through: Set[str], limit: int) -> bool:
+    """True when ``op``'s output goes, each op read by one op alone and of a kind in ``through``, into an op of a
+    kind in ``targets`` within ``limit`` steps."""
     current = op
-    for _ in range(6):
+    for _ in range(limit):
         users = graph.consumers(current)
         if len(users) != 1:
             return False
         current = users[0]
-        if current.kind == "softmax":
+        if current.kind in targets:
             return True
-        if current.kind not in ("view", "mul", "div", "add") and current.kind not in O.PASS_KINDS:
+        if current.kind not in through:
             return False
     return False
 

@@ -11,8 +11,8 @@ from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
 from ..probe.duplicates import KEYED, unit_matrix
-from .base import (AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix, py_path,
-                   to_host)
+from .base import (EXPAND, SKIP, AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix,
+                   py_path, reads_into, to_host, walk_users)
 from .il001_init_scale import scale_target
 from .il002_bias_before_norm import cancelling_norm
 
@@ -240,17 +240,7 @@ def _zero_units_before_norms(audit: AuditContext, layers: List[Tuple[Op, str]]) 
 
 def _relu_reads(graph: Graph, norm: Op) -> bool:
     """True when a ReLU reads the norm's output directly (through views and the like, not through an add)."""
-    op = norm
-    for _ in range(16):
-        users = graph.consumers(op)
-        if len(users) != 1:
-            return False
-        op = users[0]
-        if op.kind in ("relu", "relu6"):
-            return True
-        if op.kind not in O.PASS_KINDS:
-            return False
-    return False
+    return reads_into(graph, norm, {"relu", "relu6"}, set(O.PASS_KINDS), 16)
 
 
 def weight_fix(audit: AuditContext, op: Op) -> str:
@@ -289,21 +279,16 @@ def _owner(audit: AuditContext, op: Op):
 
 def feeds_weight_layer(graph: Graph, op: Op) -> bool:
     """True when ``op``'s output reaches another weight layer through neither a residual add, a norm nor a softmax."""
-    frontier, seen = [op], {op.id}
-    while frontier:
-        current = frontier.pop()
-        for user in graph.consumers(current):
-            if user.id in seen:
-                continue
-            seen.add(user.id)
-            if user.kind == "add" and len(user.inputs) > 1:
-                continue  # residual branch end: deliberate zero-init
-            if user.kind in O.WEIGHT_KINDS or user.kind in ("rnn", "attention"):
-                return True
-            if user.kind in O.NORM_KINDS or user.kind == "softmax":
-                continue  # a norm rescales it; zero logits make a softmax uniform, which it learns away from
-            frontier.append(user)
-    return False
+    def step(_current: Op, user: Op) -> object:
+        if user.kind == "add" and len(user.inputs) > 1:
+            return SKIP  # residual branch end: deliberate zero-init
+        if user.kind in O.WEIGHT_KINDS or user.kind in ("rnn", "attention"):
+            return True
+        if user.kind in O.NORM_KINDS or user.kind == "softmax":
+            return SKIP  # a norm rescales it; zero logits make a softmax uniform, which it learns away from
+        return EXPAND
+
+    return walk_users(graph, op, step, False)
 
 
 def _subpixel_copies(audit: AuditContext, op: Op, name: str, rows: int, dups: int) -> bool:
