@@ -117,9 +117,11 @@ def _gradient_rules() -> List[str]:
 
 
 def out_of_memory(exc: BaseException) -> bool:
-    """CUDA/MPS raise ``torch.OutOfMemoryError``; the CPU allocator a plain RuntimeError."""
-    return isinstance(exc, torch.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError) and "DefaultCPUAllocator: can't allocate memory" in str(exc))
+    """CUDA/MPS raise ``torch.OutOfMemoryError``; the CPU allocator a plain RuntimeError, saying so or
+    passing on C++'s ``std::bad_alloc``; Python's own allocations a MemoryError."""
+    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(exc, RuntimeError) and ("DefaultCPUAllocator: can't allocate memory" in str(exc)
+                                           or "std::bad_alloc" in str(exc)))
 
 
 def _batch_of(args, kwargs) -> int:

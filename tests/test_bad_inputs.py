@@ -271,23 +271,29 @@ def test_out_of_memory_on_the_first_probe_retries_with_a_smaller_batch(monkeypat
     assert report.probe.forward_ran and report.probe.backward_ran
 
 
-class _NeedsSmallBatch(nn.Module):
-    """Raises the CPU allocator's out-of-memory error for batches above ``limit``."""
+CPU_OUT_OF_MEMORY = "[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: " \
+    "you tried to allocate 40000000000000 bytes."
 
-    def __init__(self, limit: int) -> None:
+
+class _NeedsSmallBatch(nn.Module):
+    """Raises a CPU out-of-memory error (the allocator's, by default) for batches above ``limit``."""
+
+    def __init__(self, limit: int, error: Exception = RuntimeError(CPU_OUT_OF_MEMORY)) -> None:
         super().__init__()
-        self.limit = limit
+        self.limit, self.error = limit, error
         self.fc = nn.Linear(8, 8)
 
     def forward(self, x):
         if x.shape[0] > self.limit:
-            raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
-                               "can't allocate memory: you tried to allocate 40000000000000 bytes.")
+            raise self.error
         return self.fc(x)
 
 
-def test_cpu_out_of_memory_halves_until_it_fits():
-    report = initlint.audit(_NeedsSmallBatch(limit=4))
+@pytest.mark.parametrize("error", [RuntimeError(CPU_OUT_OF_MEMORY), RuntimeError("std::bad_alloc"), MemoryError()],
+                         ids=["allocator", "bad_alloc", "MemoryError"])
+def test_cpu_out_of_memory_halves_until_it_fits(error):
+    # SAM 3 at 1008 x 1008 under a 6 GiB limit raised "std::bad_alloc", which was reported as a bug in initlint
+    report = initlint.audit(_NeedsSmallBatch(limit=4, error=error))
     notes = [n for n in report.notes if "ran out of memory" in n]
     assert [n.rsplit(" ", 1)[-1] for n in notes] == ["8", "4"]
     assert report.probe.forward_ran
