@@ -454,8 +454,11 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
         for path, unit, whole in units:
             if any(_inside(path, r) for r in rejoined):
                 continue
-            if not whole and element_count(unit) <= WHOLE_CAP and not _replayable_apart(model, path, unit, owners,
-                                                                                          every):
+            apart = whole or element_count(unit) > WHOLE_CAP or _unless_out_of_memory(
+                path, unit, True, judged, skipped, lambda: [_replayable_apart(model, path, unit, owners, every)])
+            if apart == []:  # out of memory: the unit is skipped
+                continue
+            if apart is not True and not apart[0]:
                 whole = True
                 rejoined.append(path)
             if _wanted(path, unit, whole, params, judged):
@@ -482,7 +485,7 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
 
 
 def _unless_out_of_memory(path: str, unit: nn.Module, whole: bool, judged: set, skipped: Optional[List[str]],
-                          run: Callable[[], List[Verdict]]) -> List[Verdict]:
+                          run: Callable[[], List[Any]]) -> List[Any]:
     """``run()``'s verdicts; where its private copy runs out of memory and ``skipped`` is given, none: the unit
     is listed there and its parameters count as judged (no verdict of "never written" for them either)."""
     try:
