@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from .capture import nested
+from .compat import out_of_memory
 from .errors import LoadError
 from .probe.run import ProbeResult, run_probe
 from .report.findings import Report
@@ -114,14 +115,6 @@ def _out_of_memory_at_smallest(device: torch.device, backward: bool, batch: int)
 
 def _gradient_rules() -> List[str]:
     return [code for code, rule in all_rules().items() if "gradients" in rule.needs]
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    """CUDA/MPS raise ``torch.OutOfMemoryError``; the CPU allocator a plain RuntimeError, saying so or
-    passing on C++'s ``std::bad_alloc``; Python's own allocations a MemoryError."""
-    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or (
-        isinstance(exc, RuntimeError) and ("DefaultCPUAllocator: can't allocate memory" in str(exc)
-                                           or "std::bad_alloc" in str(exc)))
 
 
 def _batch_of(args, kwargs) -> int:

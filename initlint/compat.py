@@ -72,3 +72,11 @@ def set_version_counters(tensors: Sequence[torch.Tensor], versions: Sequence[int
         return
     for t, v in zip(tensors, versions):
         setter(t, v)
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """CUDA/MPS raise ``torch.OutOfMemoryError``; the CPU allocator a plain RuntimeError, saying so or
+    passing on C++'s ``std::bad_alloc``; Python's own allocations a MemoryError."""
+    return isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or (
+        isinstance(exc, RuntimeError) and ("DefaultCPUAllocator: can't allocate memory" in str(exc)
+                                           or "std::bad_alloc" in str(exc)))

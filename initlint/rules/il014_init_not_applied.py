@@ -16,7 +16,7 @@ from ..probe.declared import (BLOCK, DECLARED_DIGITS, HUGE, Draw, declare_applie
                               may_be_unwritten, one_thread, own_random_stream, post_order, same,
                               scan_memory)
 from ..report.findings import Finding
-from ..attempts import out_of_memory
+from ..compat import out_of_memory
 from .base import AuditContext, Example, RepairPlan, Rule, fmt, py_path, to_host
 from .il008_symmetric_init import feeds_weight_layer
 

@@ -42,7 +42,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..capture import ops as O
 from ..capture import Capture, RuntimeCapture, capture
 from ..capture.base import DropoutOff
-from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory_at_smallest, out_of_memory as _out_of_memory
+from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory_at_smallest
+from ..compat import out_of_memory as _out_of_memory
 from ..inputs.load import LoadError
 from ..probe import draw
 from ..probe.guard import saved_rng, seed_devices
