@@ -11,8 +11,9 @@ from .capture import BACKENDS, CaptureError, capture
 from .capture.fx import untraceable
 from .errors import LoadError, UsageError
 from .rules.link import link_findings
+from .inputs.hf import other_layouts
 from .inputs.load import DEFAULT_BATCH, check_finite, infer_inputs, move_inputs, normalise_inputs, shaped_inputs
-from .attempts import ForwardFailed, model_device, probe_retrying
+from .attempts import ForwardFailed, describe_inputs, model_device, probe_retrying
 from .probe.guard import guarded
 from .probe.run import ProbeResult, run_probe
 from .report.findings import Finding, Report, group_runs
@@ -175,6 +176,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
                             "only its inputs and outputs; audit the nn.Module before torch.jit.script")
     is_meta = model_device(work).type == "meta" and not streamed
     args, kwargs = _probe_inputs(work, example_inputs, options["input_shapes"], options, None if is_meta else dev)
+    inferred = example_inputs is None and not options["input_shapes"]
     bad_batch = None
     if not is_meta:
         args, kwargs = _real_inputs((args, kwargs), int(options["seed"]), report, dev)
@@ -203,7 +205,9 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
                                    logits=options["logits"], backward="gradients" in needs, notes=report.notes,
                                    progress=progress, failed=bad_batch)
     else:
-        cap, probe = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report, step)
+        layouts = other_layouts(work, kwargs, int(options["seed"])) if inferred and not args else []
+        cap, probe, (args, kwargs) = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report, step,
+                                                        layouts)
     work = cap.model  # the streamed and sharded audits ran on a plain copy: the user's classes, global shapes
     probe.seal()
     report.capture, report.graph, report.probe = cap.name, cap.graph, probe
@@ -346,19 +350,47 @@ def _first_lazy_module(model: nn.Module) -> Optional[Tuple[str, nn.Module]]:
 
 
 def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], options: Dict[str, Any],
-                       needs: set, is_meta: bool, report: Report, step: Any = None):
-    """Capture and probe inside the state guard: fx first, then the runtime capture.
+                       needs: set, is_meta: bool, report: Report, step: Any = None,
+                       layouts: Sequence[Tuple[str, Dict[str, Any]]] = ()):
+    """Capture and probe inside the state guard: fx first, then the runtime capture; returns the capture,
+    the probe and the inputs probed with.
 
     Each attempt runs in its own guard, so what a failed fx trace or probe left behind (a
-    half-updated buffer, an fx Proxy registered as a buffer) is undone before the next one."""
-    seed = int(options["seed"])
+    half-updated buffer, an fx Proxy registered as a buffer) is undone before the next one. Where the
+    forward refuses inferred inputs' sizes, each of ``layouts`` (:func:`~initlint.inputs.hf.other_layouts`)
+    is tried in turn, and the one that runs is named in a note."""
     if is_meta:
-        with guarded(model, seed):
+        with guarded(model, int(options["seed"])):
             cap = capture(model)
             probe = run_probe(cap, args, kwargs, forward=False)
         report.notes.append("the model is on the meta device (its tensors hold no values): only graph rules ran; "
                             "materialise it with model.to_empty(device='cpu') and initialise it for a full audit")
-        return cap, probe
+        return cap, probe, (args, kwargs)
+    tries = [("", kwargs)] + list(layouts)
+    refused: Optional[ForwardFailed] = None
+    notes = len(report.notes)
+    for described, kw in tries:
+        try:
+            cap, probe = _capture_and_probe_once(model, args, kw, options, needs, report, step)
+        except ForwardFailed as failed:
+            del report.notes[notes:]  # the fx attempt's note on inputs that did not run
+            if refused is None and not failed.about_inputs:
+                raise failed.as_load_error(model, args, kw) from None
+            refused = refused or failed  # a refused layout: the next one, and in the end the first refusal
+            continue
+        if refused is not None:
+            report.notes.insert(notes, f"the model's forward refused the inferred inputs "
+                                       f"{describe_inputs(args, kwargs)} ({refused.reason}); probed with {described}")
+        return cap, probe, (args, kw)
+    assert refused is not None
+    raise refused.as_load_error(model, args, kwargs) from None
+
+
+def _capture_and_probe_once(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], options: Dict[str, Any],
+                            needs: set, report: Report, step: Any = None):
+    """One capture and probe on these inputs; raises :class:`ForwardFailed` where the runtime capture's
+    forward raised."""
+    seed = int(options["seed"])
     # logits None: judged as logits when the output says so (a `logits` field, a tied head)
     run = dict(logits=options["logits"], backward="gradients" in needs or step is not None, report=report, step=step)
     reasons: List[str] = []
@@ -380,7 +412,7 @@ def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str
             if failed.copy_on_write and lazy:
                 attempts.insert(0, (backend, False))  # a kernel that mishandles copy-on-write tensors
             elif backend == "runtime":
-                raise failed.as_load_error(model, args, kwargs) from None
+                raise
             else:
                 report.notes.append(f"the fx-traced graph failed to run ({failed.reason}); used the runtime capture")
     raise AssertionError("unreachable: the runtime capture either returns or raises")

@@ -443,3 +443,61 @@ def test_instructblip_gets_the_instructions_tokens_for_its_qformer():
     _, kwargs = infer_inputs(model, 2, 0)
     assert kwargs["qformer_input_ids"].shape == (2, 16) and int(kwargs["qformer_input_ids"].max()) < 50
     assert_probed(model, 2)
+
+
+AUDIO = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+
+
+@pytest.mark.parametrize("build, probed", [
+    # a waveform OmniASR's first convolution reads as is: batch x 1 x samples
+    (lambda: tf.OmniASRAudioModel(tf.OmniASRAudioConfig(**AUDIO, conv_dim=[32, 32], conv_stride=[5, 2],
+                                                         conv_kernel=[10, 3])), "input_values as (2, 1, 4000)"),
+    # a Whisper-style convolution stem: mel bins x frames
+    (lambda: tf.GlmAsrEncoder(tf.GlmAsrEncoderConfig(**AUDIO, num_mel_bins=16)), "input_features as (2, 16, 64)"),
+    # a front end that stacks 4 frames of 8 mel bins: its first Linear reads 32 values a frame
+    (lambda: tf.GraniteSpeech5Encoder(tf.GraniteSpeech5EncoderConfig(**AUDIO, num_mel_bins=8)),
+     "input_features as (2, 64, 32)"),
+])
+def test_an_audio_model_that_refuses_its_inferred_layout_is_probed_with_the_one_it_takes(build, probed):
+    for name in ("OmniASRAudioConfig", "GlmAsrEncoderConfig", "GraniteSpeech5EncoderConfig"):
+        if not hasattr(tf, name):
+            pytest.skip(f"transformers {tf.__version__} has no {name}")
+    torch.manual_seed(0)
+    model = build()
+    report = assert_probed(model, 2)
+    refused = [n for n in report.notes if n.startswith("the model's forward refused the inferred inputs")]
+    assert len(refused) == 1 and refused[0].endswith(f"probed with {probed}"), report.notes
+    assert not any("fx-traced graph failed" in n for n in report.notes)  # the refused layout's attempts leave no note
+
+
+def test_a_model_that_refuses_every_layout_gets_the_first_refusal():
+    # a Whisper stem whose convolution reads 16 bins, on 8-bin spectrograms: neither layout runs
+    if not hasattr(tf, "GlmAsrEncoderConfig"):
+        pytest.skip(f"transformers {tf.__version__} has no GLM-ASR")
+    torch.manual_seed(0)
+    model = tf.GlmAsrEncoder(tf.GlmAsrEncoderConfig(**AUDIO, num_mel_bins=16))
+    model.config.num_mel_bins = 8
+    with pytest.raises(LoadError, match=r"on the probe input input_features=\(2, 64, 8\); pass matching"):
+        initlint.audit(model, batch_size=2)
+
+
+def test_required_features_no_config_sizes_are_as_wide_as_the_first_layer_reads():
+    # Wav2Vec2-BERT: "missing 1 required positional argument: 'input_features'"; its config's
+    # feature_projection_input_dim is read by its first layer, a Linear
+    torch.manual_seed(0)
+    model = tf.Wav2Vec2BertModel(tf.Wav2Vec2BertConfig(**AUDIO, feature_projection_input_dim=24))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_features"} and kwargs["input_features"].shape == (2, 64, 24)
+    assert_probed(model, 2)
+
+
+def test_qwen3_asr_gets_one_chunk_of_its_window():
+    # "expects `padded_feature_length` to be a multiple of `n_window * 2` (100), but got 128"
+    if not hasattr(tf, "Qwen3ASREncoderConfig"):
+        pytest.skip(f"transformers {tf.__version__} has no Qwen3-ASR")
+    torch.manual_seed(0)
+    model = tf.Qwen3ASREncoder(tf.Qwen3ASREncoderConfig(d_model=32, encoder_layers=1, encoder_attention_heads=2,
+                                                        encoder_ffn_dim=64, downsample_hidden_size=16, output_dim=32))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["input_features"].shape == (2, 128, 100) and kwargs["input_features_mask"].shape == (2, 100)
+    assert_probed(model, 2)

@@ -22,6 +22,8 @@ HF_TOKENS = 16
 """Sequence length of the token ids built for a Hugging Face model (text tokens, placeholders excluded)."""
 AUDIO_SAMPLES = 4000
 """Length of a raw waveform (``input_values``)."""
+FEATURE_FRAMES = 64
+"""Frames of a ``frames x features`` spectrogram whose config names no length (Speech2Text, Parakeet)."""
 CLAP_FRAMES = 1001
 """Frames of CLAP's log-mel features: its feature extractor's 10-second clip at 48 kHz, 480 samples a hop."""
 DECISION_STEPS = 20
@@ -75,6 +77,8 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
         if name != main and (name not in accepts or not (_describes(config, name) or name in required)):
             continue
         made = _one_input(config, name, batch, gen, dtype)
+        if made is None and name == "input_features" and (name == main or name in required):
+            made = _features_from_first_layer(model, batch, gen, dtype)
         if made is None and name == main:
             return None
         if made is not None:
@@ -164,6 +168,69 @@ def _native_patches(vis: Any, batch: int, gen: torch.Generator, dtype: torch.dty
                                         device=gen.device, dtype=dtype),
             "spatial_shapes": torch.tensor([[side, side]] * batch, dtype=torch.long, device=gen.device),
             "pixel_attention_mask": torch.ones(batch, side * side, dtype=torch.long, device=gen.device)}
+
+
+def _features_from_first_layer(model: nn.Module, batch: int, gen: torch.Generator,
+                               dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """Frames x features for a model that needs ``input_features`` and whose config does not size them
+    (Wav2Vec2-BERT's 160-wide stacked filterbanks, read by its first layer, a Linear): 64 frames as wide as
+    that Linear reads. None where the first layer is not a Linear."""
+    first = next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding))),
+                 None)
+    if not isinstance(first, nn.Linear):
+        return None
+    return torch.randn(batch, FEATURE_FRAMES, first.in_features, generator=gen, device=gen.device, dtype=dtype)
+
+
+def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> List[Tuple[str, Dict[str, Any]]]:
+    """Other layouts of inferred inputs, to try in turn where the model's forward refuses them.
+
+    A config names the sizes of an audio input, not its layout, and models of one kind disagree:
+    a waveform is ``batch x samples`` for Wav2Vec2 and ``batch x 1 x samples`` for a codec or
+    OmniASR, whose first convolution reads it as is; a spectrogram is ``frames x mel bins`` for
+    Parakeet and ``mel bins x frames`` for a Whisper-style convolution stem (GLM-ASR, Voxtral
+    Realtime); a front end that stacks frames (Fun-ASR's 7, Granite Speech's) reads features several
+    times the mel bins wide, which its first layer, a Linear, gives. A keypoint matcher (SuperGlue,
+    LightGlue, EfficientLoFTR) takes its images in pairs: ``batch x 2 x channels x H x W``. Each entry is a description
+    (``"input_values as (2, 1, 4000)"``) and the inputs with that one changed; a mask over the
+    frames follows its spectrogram. Empty where nothing is left to try."""
+    out: List[Tuple[str, Dict[str, Any]]] = []
+    wave = kwargs.get("input_values")
+    if isinstance(wave, torch.Tensor) and wave.is_floating_point() and wave.dim() == 2:
+        out.append(("input_values", {**kwargs, "input_values": wave.unsqueeze(1)}))
+    images = kwargs.get("pixel_values")
+    if isinstance(images, torch.Tensor) and images.is_floating_point() and images.dim() == 4:
+        out.append(("pixel_values", {**kwargs, "pixel_values": torch.stack(
+            [images, torch.randn(images.shape, generator=_generator(images, seed), device=images.device,
+                                 dtype=images.dtype)], dim=1)}))
+    feats = kwargs.get("input_features")
+    if isinstance(feats, torch.Tensor) and feats.is_floating_point() and feats.dim() == 3:
+        out.append(("input_features", _with_frames_mask(kwargs, feats.transpose(1, 2).contiguous(), frames_at=2)))
+        first = next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd,
+                                                                    nn.Embedding))), None)
+        if isinstance(first, nn.Linear) and first.in_features != feats.shape[-1] and \
+                getattr(model, "main_input_name", None) == "input_features":
+            wide = torch.randn(feats.shape[0], feats.shape[1], first.in_features, generator=_generator(feats, seed),
+                               device=feats.device, dtype=feats.dtype)
+            out.append(("input_features", _with_frames_mask(kwargs, wide, frames_at=1)))
+    return [(f"{name} as {tuple(changed[name].shape)}", changed) for name, changed in out]
+
+
+def _generator(like: torch.Tensor, seed: int) -> torch.Generator:
+    """A generator on ``like``'s device, seeded."""
+    return torch.Generator(device=like.device).manual_seed(seed)
+
+
+def _with_frames_mask(kwargs: Dict[str, Any], features: torch.Tensor, frames_at: int) -> Dict[str, Any]:
+    """``kwargs`` with these features, and a frame mask (``input_features_mask``, ``attention_mask`` over
+    frames) of all ones over their ``frames_at`` axis where one was there."""
+    changed = {**kwargs, "input_features": features}
+    for key in ("input_features_mask", "attention_mask"):
+        mask = kwargs.get(key)
+        if isinstance(mask, torch.Tensor) and mask.dim() == 2 and "input_ids" not in kwargs:
+            changed[key] = torch.ones(features.shape[0], features.shape[frames_at], dtype=mask.dtype,
+                                      device=mask.device)
+    return changed
 
 
 def _frames_mask(config: Any, features: torch.Tensor) -> torch.Tensor:
@@ -350,8 +417,9 @@ def _feature_shape(config: Any) -> Optional[Tuple[int, ...]]:
     """Per-example shape of ``input_features``: Whisper's log-mel spectrogram (mel bins x frames, the
     encoder takes exactly ``2 * max_source_positions`` frames); CLAP's audio encoder (a ``spec_size``
     spectrogram transformer): channels x frames x mel bins, the 1001 frames of its feature extractor's
-    10-second clip, or fewer where its ``spec_size`` square holds fewer (``spec_size**2 / bins``); else
-    frames x features (Speech2Text, Parakeet): 64 frames."""
+    10-second clip, or fewer where its ``spec_size`` square holds fewer (``spec_size**2 / bins``); Qwen3-ASR's
+    chunked encoder (``n_window``): mel bins x one chunk of ``2 * n_window`` frames; else frames x features
+    (Speech2Text, Parakeet): 64 frames."""
     bins, positions = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
     channels = _count(config, "patch_embed_input_channels")
     spec = _count(config, "spec_size")
@@ -361,9 +429,12 @@ def _feature_shape(config: Any) -> Optional[Tuple[int, ...]]:
         return bins, 2 * positions
     per_channel = getattr(config, "input_feat_per_channel", None)
     if isinstance(per_channel, int):
-        return 64, per_channel * int(getattr(config, "input_channels", 1) or 1)
+        return FEATURE_FRAMES, per_channel * int(getattr(config, "input_channels", 1) or 1)
+    window = _count(config, "n_window")
+    if isinstance(bins, int) and window:  # Qwen3-ASR's chunked encoder: mel bins x one chunk of 2 x n_window frames
+        return bins, 2 * window
     if isinstance(bins, int):  # frames x mel bins, as a feature extractor pads them (Parakeet, Canary)
-        return 64, bins
+        return FEATURE_FRAMES, bins
     return None
 
 
