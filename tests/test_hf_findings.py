@@ -96,3 +96,34 @@ def test_longformers_own_padding_to_its_window_is_not_token_collapse():
             layer.attention.output.dense.weight.mul_(30)
     flagged = initlint.audit(twin, {"input_ids": ids}, select=["IL013"]).findings
     assert [f.code for f in flagged] == ["IL013"]
+
+
+def lightglue():
+    if not hasattr(tf, "LightGlueConfig"):
+        pytest.skip(f"transformers {tf.__version__} has no LightGlue")
+    torch.manual_seed(0)
+    detector = dict(model_type="superpoint", encoder_hidden_sizes=[16, 16, 32, 32], decoder_hidden_size=64,
+                    keypoint_decoder_dim=65, descriptor_decoder_dim=64, max_keypoints=64)
+    return tf.LightGlueForKeypointMatching(tf.LightGlueConfig(num_hidden_layers=2, descriptor_dim=64,
+                                                              num_attention_heads=2, keypoint_detector_config=detector))
+
+
+def test_lightglues_attention_inside_residual_blocks_is_not_a_stack_without_residuals():
+    # LightGlue's layer: descriptors + mlp(cat(descriptors, self_attention(descriptors))), then the same with
+    # cross-attention to the other image's keypoints. Its streams are conditioned on the other image, so no
+    # stream is judged; its self-attention outputs are not those of a stack without residual connections
+    # (IL013 said "no residual connection carries each token's own vector", cosine 1 at
+    # transformer_layers.0.self_attention).
+    model = lightglue()
+    pairs = torch.randn(2, 2, 3, 64, 64)
+    report = initlint.audit(model, {"pixel_values": pairs}, select=["IL013"])
+    assert report.error is None and report.probe.forward_ran
+    assert not [f for f in report.findings if f.code == "IL013"]
+
+
+def test_a_keypoint_matcher_is_probed_with_pairs_of_images():
+    # "Input must be a 5D tensor of shape (batch_size, 2, num_channels, height, width)"
+    model = lightglue()
+    report = initlint.audit(model, batch_size=2, select=["IL013", "IL006"])
+    assert report.error is None and report.probe.forward_ran and report.probe.backward_ran
+    assert any(n.endswith("probed with pixel_values as (2, 2, 3, 224, 224)") for n in report.notes), report.notes

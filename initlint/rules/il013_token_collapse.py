@@ -168,7 +168,7 @@ class TokenCollapse(Rule):
         stats = audit.probe.ops
         adds = self_attending(audit, residuals_of(audit))
         if not adds:
-            return [self._points(audit)]
+            return [self._points(audit, residuals_of(audit))]
         measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
         every = {r.add.id: r for r in residuals_of(audit)}
         streams: Dict[int, List[Residual]] = {}
@@ -189,12 +189,17 @@ class TokenCollapse(Rule):
                           + [(r.add, stats[r.add.id]["token_cos"]) for r in ordered], True))
         return found
 
-    def _points(self, audit: AuditContext) -> Tuple[List[Tuple[Op, float]], bool]:
-        """A stack without residual additions: each attention layer's output in order as ``(where to report,
-        token cosine)``, after the network's start."""
+    def _points(self, audit: AuditContext, adds: List[Residual]) -> Tuple[List[Tuple[Op, float]], bool]:
+        """A stack without residual additions around its attention: each attention layer's output in order as
+        ``(where to report, token cosine)``, after the network's start. An attention layer inside a residual
+        block (its stream's own vector added back past it) is not one: where every such block attends to
+        another sequence too (LightGlue's self- and cross-attention between two images' keypoints), the
+        streams are conditioned (:func:`self_attending`) and nothing is judged."""
         stats = audit.probe.ops
         measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
-        outputs = [(site, out) for site in self._attention(audit) if (out := self._block_output(audit, site)) is not None]
+        spans = [(r.stream.id, r.add.id) for r in adds]
+        sites = [site for site in self._attention(audit) if not any(a < site.id < b for a, b in spans)]
+        outputs = [(site, out) for site in sites if (out := self._block_output(audit, site)) is not None]
         if not measured or not outputs or measured[0].id >= outputs[0][1].id:
             return [], False
         start = measured[0]
