@@ -79,7 +79,9 @@ def shrink(config: Any, seen: Optional[set] = None, sizes: str = "shrunk") -> No
     """Make the config's sizes small, in place, sub-configs included (a size is never raised).
 
     ``sizes="real"`` cuts the depth only (layers and per-stage depths to 2): widths, heads,
-    feed-forward widths and vocabularies stay the default config's.
+    feed-forward widths and vocabularies stay the default config's. A backbone keeps the layers (or
+    stages) up to the deepest its ``out_indices`` name, which a head reads (Depth Anything's four, ConvNeXt's
+    last stage).
     """
     from transformers import PretrainedConfig
 
@@ -96,7 +98,12 @@ def shrink(config: Any, seen: Optional[set] = None, sizes: str = "shrunk") -> No
                 setattr(config, key, type(value)(min(v, target) for v in value))
             except Exception:  # noqa: BLE001
                 pass
+    indices = getattr(config, "out_indices", None)  # a backbone: the layers (or stages) its head reads stay
+    deepest = max(indices) if isinstance(indices, (list, tuple)) and indices and all(
+        isinstance(i, int) and not isinstance(i, bool) for i in indices) else 0
     for key, target in targets:
+        if key in LAYERS:
+            target = max(target, deepest)
         value = getattr(config, key, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > target:
             try:
@@ -108,6 +115,20 @@ def shrink(config: Any, seen: Optional[set] = None, sizes: str = "shrunk") -> No
         sub = getattr(config, key, None)
         if isinstance(sub, PretrainedConfig):
             shrink(sub, seen, sizes)
+
+
+def _fit_sections(model: Any) -> None:
+    """Multimodal rotary sections (Qwen2-VL's and GLM-4V's ``mrope_section``: the rotary half-width split into
+    time, height and width; the model code's default when the config names none) shrink with the head: each
+    rotary module's sections are scaled to sum to its ``inv_freq``'s length."""
+    for module in model.modules():
+        sections, inv = getattr(module, "mrope_section", None), getattr(module, "inv_freq", None)
+        if not (isinstance(sections, (list, tuple)) and sections and inv is not None) or sum(sections) == inv.numel():
+            continue
+        ratio = inv.numel() / sum(sections)
+        cut = [max(1, int(v * ratio)) for v in sections]
+        cut[0] += inv.numel() - sum(cut)  # the first section takes the rounding
+        module.mrope_section = type(sections)(cut)
 
 
 PER_LAYER = ("layer_types", "layers_block_type", "mlp_layer_types", "block_types")
@@ -162,7 +183,10 @@ def build(kind: str, cls_name: str, sizes: str = "shrunk") -> Any:
     shrink(config, sizes=sizes)
     cls = getattr(transformers, cls_name)
     torch.manual_seed(0)
-    return cls(config)
+    model = cls(config)
+    if sizes == "shrunk":
+        _fit_sections(model)
+    return model
 
 
 # ------------------------------------------------------------------ one type, in a child
