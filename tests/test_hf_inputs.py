@@ -501,3 +501,17 @@ def test_qwen3_asr_gets_one_chunk_of_its_window():
     _, kwargs = infer_inputs(model, 2, 0)
     assert kwargs["input_features"].shape == (2, 128, 100) and kwargs["input_features_mask"].shape == (2, 100)
     assert_probed(model, 2)
+
+
+def test_gemma4s_vision_tower_gets_patches_and_their_positions():
+    # "Gemma4VisionModel.forward() missing 1 required positional argument: 'pixel_position_ids'"
+    if not hasattr(tf, "Gemma4VisionConfig"):
+        pytest.skip(f"transformers {tf.__version__} has no Gemma 4")
+    torch.manual_seed(0)
+    model = tf.Gemma4VisionModel(tf.Gemma4VisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                                       num_attention_heads=2, num_key_value_heads=2, head_dim=32))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["pixel_values"].shape == (2, 144, 3 * 16 * 16)  # 12 x 12 patches: 4 pooling kernels of 3 a side
+    positions = kwargs["pixel_position_ids"]
+    assert positions.shape == (2, 144, 2) and positions[0, 13].tolist() == [1, 1] and int(positions.max()) == 11
+    assert_probed(model, 2)

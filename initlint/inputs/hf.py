@@ -96,6 +96,8 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
         inputs["bbox"] = _boxes(inputs["input_ids"], gen, dtype)
     if "pixel_values" in inputs and "spatial_shapes" in accepts:
         inputs.update(_native_patches(vision_config(config), batch, gen, dtype))
+    if "pixel_values" in inputs and "pixel_position_ids" in required:
+        inputs.update(_positioned_patches(vision_config(config), batch, gen, dtype))
     if "input_features" in inputs and "input_features_mask" in required:
         inputs["input_features_mask"] = _frames_mask(audio_config(config), inputs["input_features"])
     if "qformer_input_ids" in required:
@@ -168,6 +170,20 @@ def _native_patches(vis: Any, batch: int, gen: torch.Generator, dtype: torch.dty
                                         device=gen.device, dtype=dtype),
             "spatial_shapes": torch.tensor([[side, side]] * batch, dtype=torch.long, device=gen.device),
             "pixel_attention_mask": torch.ones(batch, side * side, dtype=torch.long, device=gen.device)}
+
+
+def _positioned_patches(vis: Any, batch: int, gen: torch.Generator, dtype: torch.dtype) -> Dict[str, torch.Tensor]:
+    """Images as Gemma 4's vision tower takes them: each a square grid of flattened patches of
+    ``channels x patch_size**2`` values, and each patch's ``(x, y)`` position in its grid. The grid is
+    4 pooling kernels a side (``pooling_kernel_size``), so that the tower's pooler gives 16 tokens."""
+    patch = _count(vis, "patch_size") or 16
+    channels = _count(vis, "num_channels") or 3
+    side = 4 * (_count(vis, "pooling_kernel_size") or 1)
+    y, x = torch.meshgrid(torch.arange(side, device=gen.device), torch.arange(side, device=gen.device), indexing="ij")
+    positions = torch.stack([x.flatten(), y.flatten()], dim=-1)
+    return {"pixel_values": torch.rand(batch, side * side, channels * patch * patch, generator=gen, device=gen.device,
+                                       dtype=dtype),
+            "pixel_position_ids": positions.unsqueeze(0).expand(batch, -1, -1).contiguous()}
 
 
 def _features_from_first_layer(model: nn.Module, batch: int, gen: torch.Generator,
