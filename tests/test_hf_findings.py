@@ -127,3 +127,16 @@ def test_a_keypoint_matcher_is_probed_with_pairs_of_images():
     report = initlint.audit(model, batch_size=2, select=["IL013", "IL006"])
     assert report.error is None and report.probe.forward_ran and report.probe.backward_ran
     assert any(n.endswith("probed with pixel_values as (2, 2, 3, 224, 224)") for n in report.notes), report.notes
+
+
+def test_oneformers_queries_repeat_one_task_token_and_are_not_token_collapse():
+    # OneFormer's query transformer starts every query as the same task token
+    # (task_token.repeat(num_queries, 1, 1)), told apart by the positions added to queries and keys; IL013
+    # measured its rise from the Swin backbone's patches (cosine 0.00027 -> 1 at its first decoder layer)
+    torch.manual_seed(0)
+    config = tf.OneFormerConfig()
+    config.backbone_config.depths = [1, 1, 1, 1]
+    config.encoder_layers, config.text_encoder_num_layers, config.decoder_layers = 1, 1, 2
+    report = initlint.audit(tf.OneFormerModel(config), batch_size=2, select=["IL013"])
+    assert report.error is None and report.probe.forward_ran
+    assert not [f for f in report.findings if f.code == "IL013"]

@@ -22,6 +22,8 @@ HF_TOKENS = 16
 """Sequence length of the token ids built for a Hugging Face model (text tokens, placeholders excluded)."""
 AUDIO_SAMPLES = 4000
 """Length of a raw waveform (``input_values``)."""
+VISUAL_REGIONS = 36
+"""Regions an image of a region-feature model (LXMERT) is given: the 36 boxes its object detector keeps."""
 FEATURE_FRAMES = 64
 """Frames of a ``frames x features`` spectrogram whose config names no length (Speech2Text, Parakeet)."""
 CLAP_FRAMES = 1001
@@ -44,7 +46,7 @@ PLACEHOLDERS = (
 )
 VISION_KEYS = ("vision_config", "vision_tower_config", "visual", "image_config", "encoder")
 AUDIO_KEYS = ("audio_config", "encoder_config", "audio_encoder_config", "speech_config", "encoder")
-MODALITIES = ("input_ids", "pixel_values", "input_features")
+MODALITIES = ("input_ids", "pixel_values", "input_features", "input_values")
 """The inputs built for a Hugging Face model besides its main one: those its forward takes and its config
 sizes, and those its forward cannot run without."""
 SPECIAL_KEYS = ("image_token_id", "image_token_index", "video_token_id", "video_token_index", "audio_token_id",
@@ -59,6 +61,8 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
     cannot be shaped from its config); an encoder-decoder model also gets ``decoder_input_ids``."""
     config = getattr(model, "config", None)
     main = getattr(model, "main_input_name", None)
+    if isinstance(main, (list, tuple)) and main and isinstance(main[0], str):  # OneFormer: images, then task tokens
+        main = main[0]
     if config is None or not isinstance(main, str):
         return None
     accepts = forward_parameters(model)
@@ -102,6 +106,7 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
         inputs["input_features_mask"] = _frames_mask(audio_config(config), inputs["input_features"])
     if "qformer_input_ids" in required:
         inputs["qformer_input_ids"] = _qformer_ids(config, batch, gen)
+    inputs.update(_companions(config, accepts, required, inputs, gen, dtype))
     if "input_ids" in inputs:
         inputs["input_ids"] = _with_placeholders(model, config, inputs, gen)
         inputs.update(_training_inputs(config, accepts, inputs["input_ids"], gen, dtype))
@@ -170,6 +175,33 @@ def _native_patches(vis: Any, batch: int, gen: torch.Generator, dtype: torch.dty
                                         device=gen.device, dtype=dtype),
             "spatial_shapes": torch.tensor([[side, side]] * batch, dtype=torch.long, device=gen.device),
             "pixel_attention_mask": torch.ones(batch, side * side, dtype=torch.long, device=gen.device)}
+
+
+def _companions(config: Any, accepts: set, required: set, inputs: Dict[str, Any], gen: torch.Generator,
+                dtype: torch.dtype) -> Dict[str, torch.Tensor]:
+    """What a forward takes beside its main modality, where its config sizes it: LXMERT's region features and
+    boxes (``visual_feat_dim``, ``visual_pos_dim``; 36 regions an image, as its object detector gives), X-MOD's
+    language (the first of its ``languages``), OneFormer's task tokens (``task_seq_len`` of its text
+    encoder's vocabulary) and SegGPT's prompt image and mask (its ``image_size`` is the two stacked: the image,
+    the prompt and its mask are each half its height)."""
+    made: Dict[str, torch.Tensor] = {}
+    ids, images = inputs.get("input_ids"), inputs.get("pixel_values")
+    batch = next(iter(t.shape[0] for t in inputs.values() if isinstance(t, torch.Tensor)), 1)
+    feat, pos = _count(config, "visual_feat_dim"), _count(config, "visual_pos_dim")
+    if "visual_feats" in accepts and feat and pos and ids is not None:
+        made["visual_feats"] = torch.randn(batch, VISUAL_REGIONS, feat, generator=gen, device=gen.device, dtype=dtype)
+        corners = torch.rand(batch, VISUAL_REGIONS, 2, pos // 2, generator=gen, device=gen.device, dtype=dtype)
+        made["visual_pos"] = corners.sort(dim=-2).values.reshape(batch, VISUAL_REGIONS, -1)
+    if "lang_ids" in accepts and getattr(config, "languages", None) and ids is not None:
+        made["lang_ids"] = torch.zeros(batch, dtype=torch.long, device=gen.device)
+    tokens, length = _count(config, "text_encoder_vocab_size"), _count(config, "task_seq_len")
+    if "task_inputs" in required and tokens and length:
+        made["task_inputs"] = torch.randint(0, tokens, (batch, length), generator=gen, device=gen.device)
+    if images is not None and images.dim() == 4 and {"prompt_pixel_values", "prompt_masks"} <= required:
+        half = (*images.shape[:2], images.shape[2] // 2, images.shape[3])  # its image_size stacks prompt and image
+        for name in ("pixel_values", "prompt_pixel_values", "prompt_masks"):
+            made[name] = torch.randn(half, generator=gen, device=gen.device, dtype=images.dtype)
+    return made
 
 
 def _positioned_patches(vis: Any, batch: int, gen: torch.Generator, dtype: torch.dtype) -> Dict[str, torch.Tensor]:

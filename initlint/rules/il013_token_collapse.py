@@ -164,7 +164,8 @@ class TokenCollapse(Rule):
         decoder's, a backbone's and a DETR-style decoder's object queries. A stream that begins at a
         tensor the forward creates (DETR's ``tgt = torch.zeros_like(query_embed)``: every query the same
         zero vector, told apart only by the positions added to its queries and keys) has no start of its
-        own to rise from, and is not judged."""
+        own to rise from, and is not judged; nor is one whose way back reaches the model's inputs without
+        passing measured tokens (OneFormer's queries: its one task token, repeated for every query)."""
         stats = audit.probe.ops
         adds = self_attending(audit, residuals_of(audit))
         if not adds:
@@ -180,8 +181,10 @@ class TokenCollapse(Rule):
             root = audit.graph[root_id]
             if created_tensor(root):
                 continue
-            start = next((op for op in audit.graph.back(root, limit=64) if "token_cos" in stats.get(op.id, {})),
-                         measured[0] if measured else None)
+            path = list(audit.graph.back(root, limit=64))
+            start = next((op for op in path if "token_cos" in stats.get(op.id, {})), None)
+            if start is None and len(path) == 64:  # a long way back: the network's first measured tokens
+                start = measured[0] if measured else None
             ordered = sorted(members, key=lambda r: r.add.id)
             if start is None or start.id >= ordered[0].add.id:
                 continue
