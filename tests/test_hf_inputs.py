@@ -515,3 +515,17 @@ def test_gemma4s_vision_tower_gets_patches_and_their_positions():
     positions = kwargs["pixel_position_ids"]
     assert positions.shape == (2, 144, 2) and positions[0, 13].tolist() == [1, 1] and int(positions.max()) == 11
     assert_probed(model, 2)
+
+
+def test_a_spectrogram_gets_a_mask_of_real_frames_where_the_forward_reads_one():
+    # AudioFlamingo3Encoder: "'NoneType' object has no attribute 'sum'" without input_features_mask
+    if not hasattr(tf, "AudioFlamingo3EncoderConfig"):
+        pytest.skip(f"transformers {tf.__version__} has no Audio Flamingo 3")
+    torch.manual_seed(0)
+    model = tf.AudioFlamingo3Encoder(tf.AudioFlamingo3EncoderConfig(
+        d_model=32, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, num_mel_bins=16,
+        max_source_positions=20))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["input_features"].shape == (2, 16, 40)
+    assert kwargs["input_features_mask"].shape == (2, 40) and bool(kwargs["input_features_mask"].all())
+    assert_probed(model, 2)

@@ -102,8 +102,9 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
         inputs.update(_native_patches(vision_config(config), batch, gen, dtype))
     if "pixel_values" in inputs and "pixel_position_ids" in required:
         inputs.update(_positioned_patches(vision_config(config), batch, gen, dtype))
-    if "input_features" in inputs and "input_features_mask" in required:
-        inputs["input_features_mask"] = _frames_mask(audio_config(config), inputs["input_features"])
+    for mask in ("input_features_mask", "feature_attention_mask"):  # every frame real (Qwen2-Audio, AF3 read it)
+        if "input_features" in inputs and mask in accepts:
+            inputs[mask] = _frames_mask(audio_config(config), inputs["input_features"])
     if "qformer_input_ids" in required:
         inputs["qformer_input_ids"] = _qformer_ids(config, batch, gen)
     inputs.update(_companions(config, accepts, required, inputs, gen, dtype))
