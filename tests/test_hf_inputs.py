@@ -529,3 +529,22 @@ def test_a_spectrogram_gets_a_mask_of_real_frames_where_the_forward_reads_one():
     assert kwargs["input_features"].shape == (2, 16, 40)
     assert kwargs["input_features_mask"].shape == (2, 40) and bool(kwargs["input_features_mask"].all())
     assert_probed(model, 2)
+
+
+def test_mllama_gets_its_image_as_tiles_with_their_aspect_ratio():
+    # "`aspect_ratio_ids` must be provided if `pixel_values` is provided"
+    config = tf.MllamaConfig(
+        vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_global_layers=1,
+                           attention_heads=2, image_size=56, patch_size=14, vision_output_dim=128,
+                           intermediate_layers_indices=[0]),
+        text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=2, vocab_size=300, cross_attention_layers=[1], pad_token_id=0,
+                         bos_token_id=1, eos_token_id=2), image_token_index=299)
+    torch.manual_seed(0)
+    model = tf.MllamaModel(config)
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["pixel_values"].shape == (2, 1, 4, 3, 56, 56)  # one image of 4 tiles, the first one real
+    assert bool(kwargs["pixel_values"][:, 0, 1:].eq(0).all()) and kwargs["aspect_ratio_ids"].tolist() == [[1], [1]]
+    assert kwargs["aspect_ratio_mask"].tolist() == [[[1, 0, 0, 0]]] * 2
+    assert kwargs["cross_attention_mask"].shape == (2, 16, 1, 4)
+    assert_probed(model, 2)

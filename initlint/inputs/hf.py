@@ -100,6 +100,8 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
         inputs["bbox"] = _boxes(inputs["input_ids"], gen, dtype)
     if "pixel_values" in inputs and "spatial_shapes" in accepts:
         inputs.update(_native_patches(vision_config(config), batch, gen, dtype))
+    if "pixel_values" in inputs and "aspect_ratio_ids" in accepts and _count(vision_config(config), "max_num_tiles"):
+        inputs.update(_tiled_images(vision_config(config), inputs["pixel_values"], accepts, "input_ids" in inputs))
     if "pixel_values" in inputs and "pixel_position_ids" in required:
         inputs.update(_positioned_patches(vision_config(config), batch, gen, dtype))
     for mask in ("input_features_mask", "feature_attention_mask"):  # every frame real (Qwen2-Audio, AF3 read it)
@@ -202,6 +204,23 @@ def _companions(config: Any, accepts: set, required: set, inputs: Dict[str, Any]
         half = (*images.shape[:2], images.shape[2] // 2, images.shape[3])  # its image_size stacks prompt and image
         for name in ("pixel_values", "prompt_pixel_values", "prompt_masks"):
             made[name] = torch.randn(half, generator=gen, device=gen.device, dtype=images.dtype)
+    return made
+
+
+def _tiled_images(vis: Any, images: torch.Tensor, accepts: set, text: bool) -> Dict[str, torch.Tensor]:
+    """Images as Mllama (Llama 3.2 Vision) takes them: one image a sequence, cut into at most ``max_num_tiles``
+    tiles of ``image_size`` a side, here one tile (aspect ratio 1:1, its id 1) and the other tiles zero and
+    masked out, as its processor pads them; the text sees that one tile (``cross_attention_mask``)."""
+    tiles = _count(vis, "max_num_tiles")
+    batch = images.shape[0]
+    padded = torch.zeros(batch, 1, tiles, *images.shape[1:], device=images.device, dtype=images.dtype)
+    padded[:, 0, 0] = images
+    mask = torch.zeros(batch, 1, tiles, dtype=torch.long, device=images.device)
+    mask[..., 0] = 1
+    made = {"pixel_values": padded, "aspect_ratio_ids": torch.ones(batch, 1, dtype=torch.long, device=images.device),
+            "aspect_ratio_mask": mask}
+    if text and "cross_attention_mask" in accepts:
+        made["cross_attention_mask"] = mask[:, None].expand(batch, HF_TOKENS, 1, tiles).contiguous()
     return made
 
 
