@@ -548,3 +548,18 @@ def test_mllama_gets_its_image_as_tiles_with_their_aspect_ratio():
     assert kwargs["aspect_ratio_mask"].tolist() == [[[1, 0, 0, 0]]] * 2
     assert kwargs["cross_attention_mask"].shape == (2, 16, 1, 4)
     assert_probed(model, 2)
+
+
+def test_kosmos2_gets_places_for_its_image_embeddings_before_the_text():
+    # "'NoneType' object has no attribute 'to'": Kosmos-2 writes its latent_query_num image embeddings at the
+    # positions image_embeds_position_mask marks
+    config = tf.Kosmos2Config(text_config=dict(embed_dim=64, ffn_dim=128, layers=1, attention_heads=2, vocab_size=300),
+                              vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                                 num_attention_heads=2, image_size=56, patch_size=14),
+                              latent_query_num=8)
+    torch.manual_seed(0)
+    model = tf.Kosmos2Model(config)
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["input_ids"].shape == (2, 8 + 2 + 16) and int(kwargs["input_ids"].max()) < 300
+    assert kwargs["image_embeds_position_mask"][0].tolist() == [0] + [1] * 8 + [0] * 17
+    assert_probed(model, 2)

@@ -184,7 +184,8 @@ def _companions(config: Any, accepts: set, required: set, inputs: Dict[str, Any]
                 dtype: torch.dtype) -> Dict[str, torch.Tensor]:
     """What a forward takes beside its main modality, where its config sizes it: LXMERT's region features and
     boxes (``visual_feat_dim``, ``visual_pos_dim``; 36 regions an image, as its object detector gives), X-MOD's
-    language (the first of its ``languages``), OneFormer's task tokens (``task_seq_len`` of its text
+    language (the first of its ``languages``), Kosmos-2's places for its ``latent_query_num`` image embeddings
+    before the text (``image_embeds_position_mask``), OneFormer's task tokens (``task_seq_len`` of its text
     encoder's vocabulary) and SegGPT's prompt image and mask (its ``image_size`` is the two stacked: the image,
     the prompt and its mask are each half its height)."""
     made: Dict[str, torch.Tensor] = {}
@@ -200,6 +201,13 @@ def _companions(config: Any, accepts: set, required: set, inputs: Dict[str, Any]
     tokens, length = _count(config, "text_encoder_vocab_size"), _count(config, "task_seq_len")
     if "task_inputs" in required and tokens and length:
         made["task_inputs"] = torch.randint(0, tokens, (batch, length), generator=gen, device=gen.device)
+    latent = _count(config, "latent_query_num")
+    if "image_embeds_position_mask" in accepts and latent and ids is not None and images is not None:
+        room = torch.randint(0, vocab(text_config(config)) or 1, (batch, latent + 2), generator=gen, device=gen.device)
+        made["input_ids"] = torch.cat([room, ids], dim=1)  # <image>, a place per image embedding, </image>, text
+        mask = torch.zeros_like(made["input_ids"])
+        mask[:, 1:1 + latent] = 1
+        made["image_embeds_position_mask"] = mask
     if images is not None and images.dim() == 4 and {"prompt_pixel_values", "prompt_masks"} <= required:
         half = (*images.shape[:2], images.shape[2] // 2, images.shape[3])  # its image_size stacks prompt and image
         for name in ("pixel_values", "prompt_pixel_values", "prompt_masks"):
