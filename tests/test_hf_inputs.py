@@ -445,6 +445,14 @@ def test_instructblip_gets_the_instructions_tokens_for_its_qformer():
     assert_probed(model, 2)
 
 
+def needs(*names):
+    """Skip where this transformers has not the named classes (4.x in the torch 2.4 tier); seed the build."""
+    missing = [n for n in names if not hasattr(tf, n)]
+    if missing:
+        pytest.skip(f"transformers {tf.__version__} has no {', '.join(missing)}")
+    torch.manual_seed(0)
+
+
 AUDIO = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
 
 
@@ -459,10 +467,7 @@ AUDIO = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_atte
      "input_features as (2, 64, 32)"),
 ])
 def test_an_audio_model_that_refuses_its_inferred_layout_is_probed_with_the_one_it_takes(build, probed):
-    for name in ("OmniASRAudioConfig", "GlmAsrEncoderConfig", "GraniteSpeech5EncoderConfig"):
-        if not hasattr(tf, name):
-            pytest.skip(f"transformers {tf.__version__} has no {name}")
-    torch.manual_seed(0)
+    needs("OmniASRAudioConfig", "GlmAsrEncoderConfig", "GraniteSpeech5EncoderConfig")
     model = build()
     report = assert_probed(model, 2)
     refused = [n for n in report.notes if n.startswith("the model's forward refused the inferred inputs")]
@@ -472,42 +477,44 @@ def test_an_audio_model_that_refuses_its_inferred_layout_is_probed_with_the_one_
 
 def test_a_model_that_refuses_every_layout_gets_the_first_refusal():
     # a Whisper stem whose convolution reads 16 bins, on 8-bin spectrograms: neither layout runs
-    if not hasattr(tf, "GlmAsrEncoderConfig"):
-        pytest.skip(f"transformers {tf.__version__} has no GLM-ASR")
-    torch.manual_seed(0)
+    needs("GlmAsrEncoderConfig")
     model = tf.GlmAsrEncoder(tf.GlmAsrEncoderConfig(**AUDIO, num_mel_bins=16))
     model.config.num_mel_bins = 8
     with pytest.raises(LoadError, match=r"on the probe input input_features=\(2, 64, 8\); pass matching"):
         initlint.audit(model, batch_size=2)
 
 
-def test_required_features_no_config_sizes_are_as_wide_as_the_first_layer_reads():
-    # Wav2Vec2-BERT: "missing 1 required positional argument: 'input_features'"; its config's
-    # feature_projection_input_dim is read by its first layer, a Linear
-    torch.manual_seed(0)
-    model = tf.Wav2Vec2BertModel(tf.Wav2Vec2BertConfig(**AUDIO, feature_projection_input_dim=24))
+@pytest.mark.parametrize("name, build, shapes", [
+    # Wav2Vec2-BERT: "missing 1 required positional argument: 'input_features'"; no config key sizes them, its
+    # first layer (a Linear) reads feature_projection_input_dim
+    ("Wav2Vec2BertConfig",
+     lambda: tf.Wav2Vec2BertModel(tf.Wav2Vec2BertConfig(**AUDIO, feature_projection_input_dim=24)),
+     {"input_features": (2, 64, 24)}),
+    # Qwen3-ASR: "expects `padded_feature_length` to be a multiple of `n_window * 2` (100), but got 128"
+    ("Qwen3ASREncoderConfig",
+     lambda: tf.Qwen3ASREncoder(tf.Qwen3ASREncoderConfig(d_model=32, encoder_layers=1, encoder_attention_heads=2,
+                                                         encoder_ffn_dim=64, downsample_hidden_size=16,
+                                                         output_dim=32)),
+     {"input_features": (2, 128, 100), "input_features_mask": (2, 100)}),
+    # Audio Flamingo 3's encoder: "'NoneType' object has no attribute 'sum'" without its optional frame mask
+    ("AudioFlamingo3EncoderConfig",
+     lambda: tf.AudioFlamingo3Encoder(tf.AudioFlamingo3EncoderConfig(
+         d_model=32, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, num_mel_bins=16,
+         max_source_positions=20)),
+     {"input_features": (2, 16, 40), "input_features_mask": (2, 40)}),
+])
+def test_a_spectrogram_is_shaped_as_its_model_reads_it(name, build, shapes):
+    needs(name)
+    model = build()
     _, kwargs = infer_inputs(model, 2, 0)
-    assert set(kwargs) == {"input_features"} and kwargs["input_features"].shape == (2, 64, 24)
-    assert_probed(model, 2)
-
-
-def test_qwen3_asr_gets_one_chunk_of_its_window():
-    # "expects `padded_feature_length` to be a multiple of `n_window * 2` (100), but got 128"
-    if not hasattr(tf, "Qwen3ASREncoderConfig"):
-        pytest.skip(f"transformers {tf.__version__} has no Qwen3-ASR")
-    torch.manual_seed(0)
-    model = tf.Qwen3ASREncoder(tf.Qwen3ASREncoderConfig(d_model=32, encoder_layers=1, encoder_attention_heads=2,
-                                                        encoder_ffn_dim=64, downsample_hidden_size=16, output_dim=32))
-    _, kwargs = infer_inputs(model, 2, 0)
-    assert kwargs["input_features"].shape == (2, 128, 100) and kwargs["input_features_mask"].shape == (2, 100)
+    assert {k: tuple(v.shape) for k, v in kwargs.items()} == shapes
+    assert all(bool(kwargs[k].all()) for k in shapes if k.endswith("_mask"))  # every frame real
     assert_probed(model, 2)
 
 
 def test_gemma4s_vision_tower_gets_patches_and_their_positions():
     # "Gemma4VisionModel.forward() missing 1 required positional argument: 'pixel_position_ids'"
-    if not hasattr(tf, "Gemma4VisionConfig"):
-        pytest.skip(f"transformers {tf.__version__} has no Gemma 4")
-    torch.manual_seed(0)
+    needs("Gemma4VisionConfig")
     model = tf.Gemma4VisionModel(tf.Gemma4VisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                                                        num_attention_heads=2, num_key_value_heads=2, head_dim=32))
     _, kwargs = infer_inputs(model, 2, 0)
@@ -517,22 +524,9 @@ def test_gemma4s_vision_tower_gets_patches_and_their_positions():
     assert_probed(model, 2)
 
 
-def test_a_spectrogram_gets_a_mask_of_real_frames_where_the_forward_reads_one():
-    # AudioFlamingo3Encoder: "'NoneType' object has no attribute 'sum'" without input_features_mask
-    if not hasattr(tf, "AudioFlamingo3EncoderConfig"):
-        pytest.skip(f"transformers {tf.__version__} has no Audio Flamingo 3")
-    torch.manual_seed(0)
-    model = tf.AudioFlamingo3Encoder(tf.AudioFlamingo3EncoderConfig(
-        d_model=32, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, num_mel_bins=16,
-        max_source_positions=20))
-    _, kwargs = infer_inputs(model, 2, 0)
-    assert kwargs["input_features"].shape == (2, 16, 40)
-    assert kwargs["input_features_mask"].shape == (2, 40) and bool(kwargs["input_features_mask"].all())
-    assert_probed(model, 2)
-
-
 def test_mllama_gets_its_image_as_tiles_with_their_aspect_ratio():
     # "`aspect_ratio_ids` must be provided if `pixel_values` is provided"
+    needs("MllamaModel")
     config = tf.MllamaConfig(
         vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_global_layers=1,
                            attention_heads=2, image_size=56, patch_size=14, vision_output_dim=128,
@@ -540,7 +534,6 @@ def test_mllama_gets_its_image_as_tiles_with_their_aspect_ratio():
         text_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
                          num_key_value_heads=2, vocab_size=300, cross_attention_layers=[1], pad_token_id=0,
                          bos_token_id=1, eos_token_id=2), image_token_index=299)
-    torch.manual_seed(0)
     model = tf.MllamaModel(config)
     _, kwargs = infer_inputs(model, 2, 0)
     assert kwargs["pixel_values"].shape == (2, 1, 4, 3, 56, 56)  # one image of 4 tiles, the first one real
@@ -553,11 +546,11 @@ def test_mllama_gets_its_image_as_tiles_with_their_aspect_ratio():
 def test_kosmos2_gets_places_for_its_image_embeddings_before_the_text():
     # "'NoneType' object has no attribute 'to'": Kosmos-2 writes its latent_query_num image embeddings at the
     # positions image_embeds_position_mask marks
+    needs("Kosmos2Model")
     config = tf.Kosmos2Config(text_config=dict(embed_dim=64, ffn_dim=128, layers=1, attention_heads=2, vocab_size=300),
                               vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                                                  num_attention_heads=2, image_size=56, patch_size=14),
                               latent_query_num=8)
-    torch.manual_seed(0)
     model = tf.Kosmos2Model(config)
     _, kwargs = infer_inputs(model, 2, 0)
     assert kwargs["input_ids"].shape == (2, 8 + 2 + 16) and int(kwargs["input_ids"].max()) < 300
