@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
@@ -205,7 +206,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
                                    logits=options["logits"], backward="gradients" in needs, notes=report.notes,
                                    progress=progress, failed=bad_batch)
     else:
-        layouts = other_layouts(work, kwargs, int(options["seed"])) if inferred and not args else []
+        layouts = other_layouts(work, kwargs, int(options["seed"])) if inferred and not args else iter(())
         cap, probe, (args, kwargs) = _capture_and_probe(work, args, kwargs, options, needs, is_meta, report, step,
                                                         layouts)
     work = cap.model  # the streamed and sharded audits ran on a plain copy: the user's classes, global shapes
@@ -351,7 +352,7 @@ def _first_lazy_module(model: nn.Module) -> Optional[Tuple[str, nn.Module]]:
 
 def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], options: Dict[str, Any],
                        needs: set, is_meta: bool, report: Report, step: Any = None,
-                       layouts: Sequence[Tuple[str, Dict[str, Any]]] = ()):
+                       layouts: Iterable[Tuple[str, Dict[str, Any]]] = ()):
     """Capture and probe inside the state guard: fx first, then the runtime capture; returns the capture,
     the probe and the inputs probed with.
 
@@ -366,7 +367,7 @@ def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str
         report.notes.append("the model is on the meta device (its tensors hold no values): only graph rules ran; "
                             "materialise it with model.to_empty(device='cpu') and initialise it for a full audit")
         return cap, probe, (args, kwargs)
-    tries = [("", kwargs)] + list(layouts)
+    tries = itertools.chain([("", kwargs)], layouts)  # each layout made only if the one before was refused
     refused: Optional[ForwardFailed] = None
     notes = len(report.notes)
     for described, kw in tries:

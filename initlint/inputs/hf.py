@@ -11,7 +11,7 @@ the RNG and the training flags restored.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -258,8 +258,9 @@ def _features_from_first_layer(model: nn.Module, batch: int, gen: torch.Generato
     return torch.randn(batch, FEATURE_FRAMES, first.in_features, generator=gen, device=gen.device, dtype=dtype)
 
 
-def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> List[Tuple[str, Dict[str, Any]]]:
-    """Other layouts of inferred inputs, to try in turn where the model's forward refuses them.
+def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterator[Tuple[str, Dict[str, Any]]]:
+    """Other layouts of inferred inputs, to try in turn where the model's forward refuses them (each made
+    only when it is reached).
 
     A config names the sizes of an audio input, not its layout, and models of one kind disagree:
     a waveform is ``batch x samples`` for Wav2Vec2 and ``batch x 1 x samples`` for a codec or
@@ -267,29 +268,29 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> List[T
     Parakeet and ``mel bins x frames`` for a Whisper-style convolution stem (GLM-ASR, Voxtral
     Realtime); a front end that stacks frames (Fun-ASR's 7, Granite Speech's) reads features several
     times the mel bins wide, which its first layer, a Linear, gives. A keypoint matcher (SuperGlue,
-    LightGlue, EfficientLoFTR) takes its images in pairs: ``batch x 2 x channels x H x W``. Each entry is a description
-    (``"input_values as (2, 1, 4000)"``) and the inputs with that one changed; a mask over the
-    frames follows its spectrogram. Empty where nothing is left to try."""
-    out: List[Tuple[str, Dict[str, Any]]] = []
+    LightGlue, EfficientLoFTR) takes its images in pairs: ``batch x 2 x channels x H x W``. Each entry
+    is a description (``"input_values as (2, 1, 4000)"``) and the inputs with that one changed; a mask
+    over the frames follows its spectrogram."""
+    def described(name: str, changed: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+        return f"{name} as {tuple(changed[name].shape)}", changed
+
     wave = kwargs.get("input_values")
     if isinstance(wave, torch.Tensor) and wave.is_floating_point() and wave.dim() == 2:
-        out.append(("input_values", {**kwargs, "input_values": wave.unsqueeze(1)}))
+        yield described("input_values", {**kwargs, "input_values": wave.unsqueeze(1)})
     images = kwargs.get("pixel_values")
     if isinstance(images, torch.Tensor) and images.is_floating_point() and images.dim() == 4:
-        out.append(("pixel_values", {**kwargs, "pixel_values": torch.stack(
-            [images, torch.randn(images.shape, generator=_generator(images, seed), device=images.device,
-                                 dtype=images.dtype)], dim=1)}))
+        other = torch.randn(images.shape, generator=_generator(images, seed), device=images.device, dtype=images.dtype)
+        yield described("pixel_values", {**kwargs, "pixel_values": torch.stack([images, other], dim=1)})
     feats = kwargs.get("input_features")
     if isinstance(feats, torch.Tensor) and feats.is_floating_point() and feats.dim() == 3:
-        out.append(("input_features", _with_frames_mask(kwargs, feats.transpose(1, 2).contiguous(), frames_at=2)))
+        yield described("input_features", _with_frames_mask(kwargs, feats.transpose(1, 2).contiguous(), frames_at=2))
         first = next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd,
                                                                     nn.Embedding))), None)
         if isinstance(first, nn.Linear) and first.in_features != feats.shape[-1] and \
                 getattr(model, "main_input_name", None) == "input_features":
             wide = torch.randn(feats.shape[0], feats.shape[1], first.in_features, generator=_generator(feats, seed),
                                device=feats.device, dtype=feats.dtype)
-            out.append(("input_features", _with_frames_mask(kwargs, wide, frames_at=1)))
-    return [(f"{name} as {tuple(changed[name].shape)}", changed) for name, changed in out]
+            yield described("input_features", _with_frames_mask(kwargs, wide, frames_at=1))
 
 
 def _generator(like: torch.Tensor, seed: int) -> torch.Generator:
