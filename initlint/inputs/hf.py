@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import LoadError
+from ..probe import draw
 
 HF_TOKENS = 16
 """Sequence length of the token ids built for a Hugging Face model (text tokens, placeholders excluded)."""
@@ -251,8 +252,7 @@ def _features_from_first_layer(model: nn.Module, batch: int, gen: torch.Generato
     """Frames x features for a model that needs ``input_features`` and whose config does not size them
     (Wav2Vec2-BERT's 160-wide stacked filterbanks, read by its first layer, a Linear): 64 frames as wide as
     that Linear reads. None where the first layer is not a Linear."""
-    first = next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding))),
-                 None)
+    first = _first_layer(model)
     if not isinstance(first, nn.Linear):
         return None
     return torch.randn(batch, FEATURE_FRAMES, first.in_features, generator=gen, device=gen.device, dtype=dtype)
@@ -279,30 +279,35 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
         yield described("input_values", {**kwargs, "input_values": wave.unsqueeze(1)})
     images = kwargs.get("pixel_values")
     if isinstance(images, torch.Tensor) and images.is_floating_point() and images.dim() == 4:
-        other = torch.randn(images.shape, generator=_generator(images, seed), device=images.device, dtype=images.dtype)
+        other = _randn(tuple(images.shape), images, seed)
         yield described("pixel_values", {**kwargs, "pixel_values": torch.stack([images, other], dim=1)})
     feats = kwargs.get("input_features")
     if isinstance(feats, torch.Tensor) and feats.is_floating_point() and feats.dim() == 3:
         yield described("input_features", _with_frames_mask(kwargs, feats.transpose(1, 2).contiguous(), frames_at=2))
-        first = next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd,
-                                                                    nn.Embedding))), None)
+        first = _first_layer(model)
         if isinstance(first, nn.Linear) and first.in_features != feats.shape[-1] and \
                 getattr(model, "main_input_name", None) == "input_features":
-            wide = torch.randn(feats.shape[0], feats.shape[1], first.in_features, generator=_generator(feats, seed),
-                               device=feats.device, dtype=feats.dtype)
+            wide = _randn((feats.shape[0], feats.shape[1], first.in_features), feats, seed)
             yield described("input_features", _with_frames_mask(kwargs, wide, frames_at=1))
 
 
-def _generator(like: torch.Tensor, seed: int) -> torch.Generator:
-    """A generator on ``like``'s device, seeded."""
-    return torch.Generator(device=like.device).manual_seed(seed)
+def _randn(shape: Tuple[int, ...], like: torch.Tensor, seed: int) -> torch.Tensor:
+    """Standard-normal values of ``like``'s device and dtype, from a generator of that device seeded with ``seed``."""
+    return draw.randn(shape, draw.generator(like.device, seed), like.device, like.dtype)
+
+
+def _first_layer(model: nn.Module) -> Optional[nn.Module]:
+    """The first Linear, convolution or embedding of the model, in definition order."""
+    return next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding))),
+                None)
 
 
 def _with_frames_mask(kwargs: Dict[str, Any], features: torch.Tensor, frames_at: int) -> Dict[str, Any]:
-    """``kwargs`` with these features, and a frame mask (``input_features_mask``, ``attention_mask`` over
-    frames) of all ones over their ``frames_at`` axis where one was there."""
+    """``kwargs`` with these features, and a frame mask (``input_features_mask``, ``feature_attention_mask``,
+    an ``attention_mask`` where no token ids are given) of all ones over their ``frames_at`` axis where one was
+    there."""
     changed = {**kwargs, "input_features": features}
-    for key in ("input_features_mask", "attention_mask"):
+    for key in ("input_features_mask", "feature_attention_mask", "attention_mask"):
         mask = kwargs.get(key)
         if isinstance(mask, torch.Tensor) and mask.dim() == 2 and "input_ids" not in kwargs:
             changed[key] = torch.ones(features.shape[0], features.shape[frames_at], dtype=mask.dtype,
