@@ -556,3 +556,18 @@ def test_kosmos2_gets_places_for_its_image_embeddings_before_the_text():
     assert kwargs["input_ids"].shape == (2, 8 + 2 + 16) and int(kwargs["input_ids"].max()) < 300
     assert kwargs["image_embeds_position_mask"][0].tolist() == [0] + [1] * 8 + [0] * 17
     assert_probed(model, 2)
+
+
+def test_pix2struct_gets_flattened_patches_with_their_rows_and_columns():
+    # "You have to specify flattened_patches": each patch is its row, its column (from 1) and its values
+    needs("Pix2StructForConditionalGeneration")
+    config = tf.Pix2StructConfig(
+        vision_config=dict(hidden_size=64, patch_embed_hidden_size=48, d_ff=128, d_kv=16, num_hidden_layers=1,
+                           num_attention_heads=4, seq_len=64),
+        text_config=dict(hidden_size=64, d_ff=128, d_kv=16, num_layers=1, num_heads=4, vocab_size=300))
+    model = tf.Pix2StructForConditionalGeneration(config)
+    _, kwargs = infer_inputs(model, 2, 0)
+    patches = kwargs["flattened_patches"]
+    assert patches.shape == (2, 64, 2 + 48)  # an 8 x 8 grid: the most that seq_len 64 holds
+    assert patches[0, :9, :2].tolist() == [[1, c] for c in range(1, 9)] + [[2, 1]]
+    assert_probed(model, 2)

@@ -23,6 +23,9 @@ HF_TOKENS = 16
 """Sequence length of the token ids built for a Hugging Face model (text tokens, placeholders excluded)."""
 AUDIO_SAMPLES = 4000
 """Length of a raw waveform (``input_values``)."""
+PATCH_GRID = 16
+"""Patches a side of the image built for a model that takes flattened patches with their grid positions
+(Pix2Struct): 256 patches, within its ``seq_len`` of 4096."""
 VISUAL_REGIONS = 36
 """Regions an image of a region-feature model (LXMERT) is given: the 36 boxes its object detector keeps."""
 FEATURE_FRAMES = 64
@@ -429,6 +432,17 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
         if isinstance(channels, int) and not isinstance(channels, bool):  # a codec (EnCodec, Mimi): channels x samples
             return torch.randn(batch, channels, AUDIO_SAMPLES, generator=gen, device=gen.device, dtype=dtype)
         return torch.randn(batch, AUDIO_SAMPLES, generator=gen, device=gen.device, dtype=dtype)
+    if name == "flattened_patches":  # Pix2Struct: each patch its row, its column (from 1) and its values
+        vis = next(iter(_subs(config, ("vision_config",))), config)
+        width, most = _count(vis, "patch_embed_hidden_size"), _count(vis, "seq_len")
+        if not width:
+            return None
+        side = max(1, min(PATCH_GRID, int(most ** 0.5) if most else PATCH_GRID))
+        rows, cols = torch.meshgrid(torch.arange(1, side + 1, device=gen.device),
+                                    torch.arange(1, side + 1, device=gen.device), indexing="ij")
+        ids = torch.stack([rows.flatten(), cols.flatten()], dim=-1).to(dtype).expand(batch, -1, -1)
+        values = torch.randn(batch, side * side, width, generator=gen, device=gen.device, dtype=dtype)
+        return torch.cat([ids, values], dim=-1)
     if name == "input_features":
         shape = _feature_shape(audio_config(config))
         return None if shape is None else torch.randn(batch, *shape, generator=gen, device=gen.device, dtype=dtype)
