@@ -420,3 +420,59 @@ def test_il001_a_squeeze_excitation_gate_does_not_count_its_inputs_growth_twice(
     for layer in deep:
         nn.init.normal_(layer.weight, std=2.0 / 8)
     assert codes(initlint.audit(deep, torch.randn(4, 64)), "IL001") == {str(i) for i in range(12)}
+
+
+# ----------------------------------------------------------------------------- IL013: collapses still found
+class _Collapsing(nn.Module):
+    """Pre-norm self-attention blocks whose output projections are 30x too large: every token collapses to
+    the same vector. ``start`` makes the stream: patches of a conv stem, or a learned table broadcast over the
+    batch."""
+
+    def __init__(self, start, dim=128, depth=6):
+        super().__init__()
+        self.start = start
+        self.stem = nn.Conv2d(3, dim, 8, 8)
+        self.latents = nn.Parameter(torch.randn(64, dim))
+        self.norms = nn.ModuleList(nn.LayerNorm(dim) for _ in range(depth))
+        self.layers = nn.ModuleList(nn.MultiheadAttention(dim, 4, batch_first=True) for _ in range(depth))
+        with torch.no_grad():
+            for attn in self.layers:
+                attn.out_proj.weight.mul_(30)
+
+    def forward(self, x):
+        if self.start == "conv":
+            x = self.stem(x).flatten(2).transpose(1, 2)
+        else:
+            x = self.latents.unsqueeze(0).expand(x.shape[0], -1, -1) + 0 * x.mean()
+        for norm, attn in zip(self.norms, self.layers):
+            h = norm(x)
+            x = x + attn(h, h, h, need_weights=False)[0]
+        return x
+
+
+@pytest.mark.parametrize("start", ["conv", "latents"])
+def test_il013_a_stream_of_patches_or_of_learned_latents_that_collapses_is_flagged(start):
+    # neither begins as copies of one token: a conv stem's patches differ, and a learned table broadcast
+    # over the batch (latents.expand(batch, -1, -1)) is not OneFormer's task token repeated per query
+    torch.manual_seed(0)
+    report = initlint.audit(_Collapsing(start), torch.randn(2, 3, 64, 64), select=["IL013"])
+    assert [f.code for f in report.findings] == ["IL013"]
+
+
+def test_il013_a_stack_without_residuals_inside_one_long_skip_is_still_judged():
+    # the skip around the whole stack (x + cross(stack(x), memory)) is not each attention layer's own block
+    class StackInSkip(nn.Module):
+        def __init__(self, dim=128, depth=6):
+            super().__init__()
+            self.layers = nn.ModuleList(nn.MultiheadAttention(dim, 4, batch_first=True) for _ in range(depth))
+            self.cross = nn.MultiheadAttention(dim, 4, batch_first=True)
+
+        def forward(self, memory, x):
+            h = x
+            for attn in self.layers:
+                h = attn(h, h, h, need_weights=False)[0]
+            return x + self.cross(h, memory, memory, need_weights=False)[0]
+
+    torch.manual_seed(0)
+    report = initlint.audit(StackInSkip(), (torch.randn(2, 32, 128), torch.randn(2, 64, 128)), select=["IL013"])
+    assert codes(report, "IL013") == {"layers.1"}

@@ -164,8 +164,8 @@ class TokenCollapse(Rule):
         decoder's, a backbone's and a DETR-style decoder's object queries. A stream that begins at a
         tensor the forward creates (DETR's ``tgt = torch.zeros_like(query_embed)``: every query the same
         zero vector, told apart only by the positions added to its queries and keys) has no start of its
-        own to rise from, and is not judged; nor is one whose way back reaches the model's inputs without
-        passing measured tokens (OneFormer's queries: its one task token, repeated for every query)."""
+        own to rise from, and is not judged; nor is one that begins as copies of one token (OneFormer's
+        queries: its task token, repeated for every query)."""
         stats = audit.probe.ops
         adds = self_attending(audit, residuals_of(audit))
         if not adds:
@@ -179,13 +179,11 @@ class TokenCollapse(Rule):
         found = []
         for root_id, members in streams.items():
             root = audit.graph[root_id]
-            if created_tensor(root):
-                continue
-            path = list(audit.graph.back(root, limit=64))
-            start = next((op for op in path if "token_cos" in stats.get(op.id, {})), None)
-            if start is None and len(path) == 64:  # a long way back: the network's first measured tokens
-                start = measured[0] if measured else None
             ordered = sorted(members, key=lambda r: r.add.id)
+            if created_tensor(root) or _copies_one_token(audit, ordered[0].stream, root):
+                continue
+            start = next((op for op in audit.graph.back(root, limit=64) if "token_cos" in stats.get(op.id, {})),
+                         measured[0] if measured else None)
             if start is None or start.id >= ordered[0].add.id:
                 continue
             found.append(([(start, stats[start.id]["token_cos"])]
@@ -194,14 +192,17 @@ class TokenCollapse(Rule):
 
     def _points(self, audit: AuditContext, adds: List[Residual]) -> Tuple[List[Tuple[Op, float]], bool]:
         """A stack without residual additions around its attention: each attention layer's output in order as
-        ``(where to report, token cosine)``, after the network's start. An attention layer inside a residual
+        ``(where to report, token cosine)``, after the network's start. The one attention layer of a residual
         block (its stream's own vector added back past it) is not one: where every such block attends to
         another sequence too (LightGlue's self- and cross-attention between two images' keypoints), the
-        streams are conditioned (:func:`self_attending`) and nothing is judged."""
+        streams are conditioned (:func:`self_attending`) and nothing is judged. A skip around a whole stack
+        of attention layers leaves the stack judged."""
         stats = audit.probe.ops
         measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
-        spans = [(r.stream.id, r.add.id) for r in adds]
-        sites = [site for site in self._attention(audit) if not any(a < site.id < b for a, b in spans)]
+        every = self._attention(audit)
+        own = [inside[0] for r in adds
+               if len(inside := [site for site in every if r.stream.id < site.id < r.add.id]) == 1]
+        sites = [site for site in every if site not in own]
         outputs = [(site, out) for site in sites if (out := self._block_output(audit, site)) is not None]
         if not measured or not outputs or measured[0].id >= outputs[0][1].id:
             return [], False
@@ -282,6 +283,31 @@ def _attends_elsewhere(graph: Graph, r: Residual) -> bool:
         proj = projection_of(graph, key)
         source = _origin(graph, proj.inputs[0] if proj is not None and proj.inputs else key)
         if source is not None and source < r.stream.id:
+            return True
+    return False
+
+
+COPY_TARGETS = ("repeat", "expand", "expand_as", "tile", "broadcast_to")
+"""Ops that make copies of their input along an axis of size 1."""
+
+
+def _copies_one_token(audit: AuditContext, stream: Op, root: Op, limit: int = 64) -> bool:
+    """Whether a stream begins as copies of one token: on the way back from its first value to where it
+    begins (``root``) and a little past, an op that copies an axis of size 1 to a size other than the probe
+    batch's (``task_token.repeat(num_queries, 1, 1)``; a learned table broadcast over the batch,
+    ``latents.expand(batch, -1, -1)``, is not one)."""
+    first = audit.shape(audit.graph[audit.graph.inputs[0]]) if audit.graph.inputs else None
+    batch = first[0] if first else None
+    past = 0
+    for op in audit.graph.back(stream, limit=limit):
+        past += op.id <= root.id
+        if past > 4:
+            return False
+        if str(op.target).rsplit(".", 1)[-1] not in COPY_TARGETS or not op.inputs:
+            continue
+        before, after = audit.shape(audit.graph[op.inputs[0]]), audit.shape(op)
+        if before and after and len(before) == len(after) and any(
+                b == 1 and a > 1 and a != batch for b, a in zip(before, after)):
             return True
     return False
 
