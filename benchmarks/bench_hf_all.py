@@ -123,7 +123,8 @@ def _fit_sections(model: Any) -> None:
     rotary module's sections are scaled to sum to its ``inv_freq``'s length."""
     for module in model.modules():
         sections, inv = getattr(module, "mrope_section", None), getattr(module, "inv_freq", None)
-        if not (isinstance(sections, (list, tuple)) and sections and inv is not None) or sum(sections) == inv.numel():
+        if not (isinstance(sections, (list, tuple)) and sections and inv is not None) or sum(sections) == inv.numel() \
+                or inv.numel() < len(sections):
             continue
         ratio = inv.numel() / sum(sections)
         cut = [max(1, int(v * ratio)) for v in sections]

@@ -375,9 +375,14 @@ def _capture_and_probe(model: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str
             cap, probe = _capture_and_probe_once(model, args, kw, options, needs, report, step)
         except ForwardFailed as failed:
             del report.notes[notes:]  # the fx attempt's note on inputs that did not run
-            if refused is None and not failed.about_inputs:
+            if (refused is None and not failed.about_inputs) or failed.ours:
                 raise failed.as_load_error(model, args, kw) from None
             refused = refused or failed  # a refused layout: the next one, and in the end the first refusal
+            continue
+        except LoadError:
+            if refused is None:
+                raise
+            del report.notes[notes:]  # another layout that cannot run here (out of memory at a batch of 1)
             continue
         if refused is not None:
             report.notes.insert(notes, f"the model's forward refused the inferred inputs "

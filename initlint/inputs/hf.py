@@ -105,7 +105,8 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
     if "pixel_values" in inputs and "spatial_shapes" in accepts:
         inputs.update(_native_patches(vision_config(config), batch, gen, dtype))
     if "pixel_values" in inputs and "aspect_ratio_ids" in accepts and _count(vision_config(config), "max_num_tiles"):
-        inputs.update(_tiled_images(vision_config(config), inputs["pixel_values"], accepts, "input_ids" in inputs))
+        text = inputs["input_ids"].shape[-1] if "input_ids" in inputs else 0
+        inputs.update(_tiled_images(vision_config(config), inputs["pixel_values"], accepts, text))
     if "pixel_values" in inputs and "pixel_position_ids" in required:
         inputs.update(_positioned_patches(vision_config(config), batch, gen, dtype))
     for mask in ("input_features_mask", "feature_attention_mask"):  # every frame real (Qwen2-Audio, AF3 read it)
@@ -219,10 +220,11 @@ def _companions(config: Any, accepts: set, required: set, inputs: Dict[str, Any]
     return made
 
 
-def _tiled_images(vis: Any, images: torch.Tensor, accepts: set, text: bool) -> Dict[str, torch.Tensor]:
+def _tiled_images(vis: Any, images: torch.Tensor, accepts: set, text: int) -> Dict[str, torch.Tensor]:
     """Images as Mllama (Llama 3.2 Vision) takes them: one image a sequence, cut into at most ``max_num_tiles``
     tiles of ``image_size`` a side, here one tile (aspect ratio 1:1, its id 1) and the other tiles zero and
-    masked out, as its processor pads them; the text sees that one tile (``cross_attention_mask``)."""
+    masked out, as its processor pads them; the text (``text`` tokens, 0 for none) sees that one tile
+    (``cross_attention_mask``)."""
     tiles = _count(vis, "max_num_tiles")
     batch = images.shape[0]
     padded = torch.zeros(batch, 1, tiles, *images.shape[1:], device=images.device, dtype=images.dtype)
@@ -232,7 +234,7 @@ def _tiled_images(vis: Any, images: torch.Tensor, accepts: set, text: bool) -> D
     made = {"pixel_values": padded, "aspect_ratio_ids": torch.ones(batch, 1, dtype=torch.long, device=images.device),
             "aspect_ratio_mask": mask}
     if text and "cross_attention_mask" in accepts:
-        made["cross_attention_mask"] = mask[:, None].expand(batch, HF_TOKENS, 1, tiles).contiguous()
+        made["cross_attention_mask"] = mask[:, None].expand(batch, text, 1, tiles).contiguous()
     return made
 
 
@@ -272,8 +274,8 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
     Realtime); a front end that stacks frames (Fun-ASR's 7, Granite Speech's) reads features several
     times the mel bins wide, which its first layer, a Linear, gives. A keypoint matcher (SuperGlue,
     LightGlue, EfficientLoFTR) takes its images in pairs: ``batch x 2 x channels x H x W``. Each entry
-    is a description (``"input_values as (2, 1, 4000)"``) and the inputs with that one changed; a mask
-    over the frames follows its spectrogram."""
+    is a description (``"input_values as (2, 1, 4000)"``) and the inputs with that one changed. No layout
+    changes the number of frames, so a mask over them stays as it is."""
     def described(name: str, changed: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
         return f"{name} as {tuple(changed[name].shape)}", changed
 
@@ -282,16 +284,16 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
         yield described("input_values", {**kwargs, "input_values": wave.unsqueeze(1)})
     images = kwargs.get("pixel_values")
     if isinstance(images, torch.Tensor) and images.is_floating_point() and images.dim() == 4:
-        other = _randn(tuple(images.shape), images, seed)
+        other = _randn(tuple(images.shape), images, seed + 1)  # the inputs' own seed drew the first image
         yield described("pixel_values", {**kwargs, "pixel_values": torch.stack([images, other], dim=1)})
     feats = kwargs.get("input_features")
     if isinstance(feats, torch.Tensor) and feats.is_floating_point() and feats.dim() == 3:
-        yield described("input_features", _with_frames_mask(kwargs, feats.transpose(1, 2).contiguous(), frames_at=2))
+        yield described("input_features", {**kwargs, "input_features": feats.transpose(1, 2).contiguous()})
         first = _first_layer(model)
         if isinstance(first, nn.Linear) and first.in_features != feats.shape[-1] and \
                 getattr(model, "main_input_name", None) == "input_features":
             wide = _randn((feats.shape[0], feats.shape[1], first.in_features), feats, seed)
-            yield described("input_features", _with_frames_mask(kwargs, wide, frames_at=1))
+            yield described("input_features", {**kwargs, "input_features": wide})
 
 
 def _randn(shape: Tuple[int, ...], like: torch.Tensor, seed: int) -> torch.Tensor:
@@ -303,19 +305,6 @@ def _first_layer(model: nn.Module) -> Optional[nn.Module]:
     """The first Linear, convolution or embedding of the model, in definition order."""
     return next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding))),
                 None)
-
-
-def _with_frames_mask(kwargs: Dict[str, Any], features: torch.Tensor, frames_at: int) -> Dict[str, Any]:
-    """``kwargs`` with these features, and a frame mask (``input_features_mask``, ``feature_attention_mask``,
-    an ``attention_mask`` where no token ids are given) of all ones over their ``frames_at`` axis where one was
-    there."""
-    changed = {**kwargs, "input_features": features}
-    for key in ("input_features_mask", "feature_attention_mask", "attention_mask"):
-        mask = kwargs.get(key)
-        if isinstance(mask, torch.Tensor) and mask.dim() == 2 and "input_ids" not in kwargs:
-            changed[key] = torch.ones(features.shape[0], features.shape[frames_at], dtype=mask.dtype,
-                                      device=mask.device)
-    return changed
 
 
 def _frames_mask(config: Any, features: torch.Tensor) -> torch.Tensor:
