@@ -114,7 +114,7 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
             inputs[mask] = _frames_mask(audio_config(config), inputs["input_features"])
     if "qformer_input_ids" in required:
         inputs["qformer_input_ids"] = _qformer_ids(config, batch, gen)
-    inputs.update(_companions(config, accepts, required, inputs, gen, dtype))
+    inputs.update(_companions(config, accepts, required, inputs, batch, gen, dtype))
     if "input_ids" in inputs:
         inputs["input_ids"] = _with_placeholders(model, config, inputs, gen)
         inputs.update(_training_inputs(config, accepts, inputs["input_ids"], gen, dtype))
@@ -185,8 +185,8 @@ def _native_patches(vis: Any, batch: int, gen: torch.Generator, dtype: torch.dty
             "pixel_attention_mask": torch.ones(batch, side * side, dtype=torch.long, device=gen.device)}
 
 
-def _companions(config: Any, accepts: set, required: set, inputs: Dict[str, Any], gen: torch.Generator,
-                dtype: torch.dtype) -> Dict[str, torch.Tensor]:
+def _companions(config: Any, accepts: set, required: set, inputs: Dict[str, Any], batch: int,
+                gen: torch.Generator, dtype: torch.dtype) -> Dict[str, torch.Tensor]:
     """What a forward takes beside its main modality, where its config sizes it: LXMERT's region features and
     boxes (``visual_feat_dim``, ``visual_pos_dim``; 36 regions an image, as its object detector gives), X-MOD's
     language (the first of its ``languages``), Kosmos-2's places for its ``latent_query_num`` image embeddings
@@ -195,7 +195,6 @@ def _companions(config: Any, accepts: set, required: set, inputs: Dict[str, Any]
     the prompt and its mask are each half its height)."""
     made: Dict[str, torch.Tensor] = {}
     ids, images = inputs.get("input_ids"), inputs.get("pixel_values")
-    batch = next(iter(t.shape[0] for t in inputs.values() if isinstance(t, torch.Tensor)), 1)
     feat, pos = _count(config, "visual_feat_dim"), _count(config, "visual_pos_dim")
     if "visual_feats" in accepts and feat and pos and ids is not None:
         made["visual_feats"] = torch.randn(batch, VISUAL_REGIONS, feat, generator=gen, device=gen.device, dtype=dtype)
@@ -252,12 +251,22 @@ def _positioned_patches(vis: Any, batch: int, gen: torch.Generator, dtype: torch
             "pixel_position_ids": positions.unsqueeze(0).expand(batch, -1, -1).contiguous()}
 
 
+def first_consumer(model: nn.Module) -> Optional[nn.Module]:
+    """The first module, in definition order, that can tell the input's shape."""
+    kinds = (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding, nn.RNNBase, nn.MultiheadAttention,
+             nn.TransformerEncoderLayer)
+    for module in model.modules():
+        if isinstance(module, kinds):
+            return module
+    return None
+
+
 def _features_from_first_layer(model: nn.Module, batch: int, gen: torch.Generator,
                                dtype: torch.dtype) -> Optional[torch.Tensor]:
     """Frames x features for a model that needs ``input_features`` and whose config does not size them
     (Wav2Vec2-BERT's 160-wide stacked filterbanks, read by its first layer, a Linear): 64 frames as wide as
     that Linear reads. None where the first layer is not a Linear."""
-    first = _first_layer(model)
+    first = first_consumer(model)
     if not isinstance(first, nn.Linear):
         return None
     return torch.randn(batch, FEATURE_FRAMES, first.in_features, generator=gen, device=gen.device, dtype=dtype)
@@ -289,7 +298,7 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
     feats = kwargs.get("input_features")
     if isinstance(feats, torch.Tensor) and feats.is_floating_point() and feats.dim() == 3:
         yield described("input_features", {**kwargs, "input_features": feats.transpose(1, 2).contiguous()})
-        first = _first_layer(model)
+        first = first_consumer(model)
         if isinstance(first, nn.Linear) and first.in_features != feats.shape[-1] and \
                 getattr(model, "main_input_name", None) == "input_features":
             wide = _randn((feats.shape[0], feats.shape[1], first.in_features), feats, seed)
@@ -299,12 +308,6 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
 def _randn(shape: Tuple[int, ...], like: torch.Tensor, seed: int) -> torch.Tensor:
     """Standard-normal values of ``like``'s device and dtype, from a generator of that device seeded with ``seed``."""
     return draw.randn(shape, draw.generator(like.device, seed), like.device, like.dtype)
-
-
-def _first_layer(model: nn.Module) -> Optional[nn.Module]:
-    """The first Linear, convolution or embedding of the model, in definition order."""
-    return next((m for m in model.modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding))),
-                None)
 
 
 def _frames_mask(config: Any, features: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ import torch.nn as nn
 from ..capture import nested
 from ..errors import LoadError, NoModelsError, NoProbeInputError
 from ..probe import draw
-from .hf import transformers_inputs
+from .hf import first_consumer, transformers_inputs
 from .usercode import TimedOut, time_limit, user_code, user_frame
 
 DEFAULT_BATCH = 16
@@ -291,15 +291,6 @@ def infer_inputs(model: nn.Module, batch: int, seed: int,
     raise NoProbeInputError(f"cannot infer a probe input for {name} (first layer {type(first).__name__}); "
                     f"pass --input-shape or example_inputs")
 
-
-def first_consumer(model: nn.Module) -> Optional[nn.Module]:
-    """The first module, in definition order, that can tell the input's shape."""
-    kinds = (nn.Linear, nn.modules.conv._ConvNd, nn.Embedding, nn.RNNBase, nn.MultiheadAttention,
-             nn.TransformerEncoderLayer)
-    for module in model.modules():
-        if isinstance(module, kinds):
-            return module
-    return None
 
 
 def _float_dtype(model: nn.Module) -> torch.dtype:

@@ -167,11 +167,12 @@ class TokenCollapse(Rule):
         own to rise from, and is not judged; nor is one that begins as copies of one token (OneFormer's
         queries: its task token, repeated for every query)."""
         stats = audit.probe.ops
-        adds = self_attending(audit, residuals_of(audit))
+        residuals = residuals_of(audit)
+        adds = self_attending(audit, residuals)
         if not adds:
-            return [self._points(audit, residuals_of(audit))]
+            return [self._points(audit, residuals)]
         measured = [op for op in audit.graph if "token_cos" in stats.get(op.id, {})]
-        every = {r.add.id: r for r in residuals_of(audit)}
+        every = {r.add.id: r for r in residuals}
         streams: Dict[int, List[Residual]] = {}
         for r in adds:
             if "token_cos" in stats.get(r.add.id, {}):

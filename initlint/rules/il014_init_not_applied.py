@@ -454,13 +454,14 @@ def judge(model: nn.Module, tol: float, budget: int = BLOCK, drawn: Optional[Dic
         for path, unit, whole in units:
             if any(_inside(path, r) for r in rejoined):
                 continue
-            apart = whole or element_count(unit) > WHOLE_CAP or _unless_out_of_memory(
-                path, unit, True, judged, skipped, lambda: [_replayable_apart(model, path, unit, owners, every)])
-            if apart == []:  # out of memory: the unit is skipped
-                continue
-            if apart is not True and not apart[0]:
-                whole = True
-                rejoined.append(path)
+            if not whole and element_count(unit) <= WHOLE_CAP:
+                apart = _unless_out_of_memory(path, unit, True, judged, skipped,
+                                              lambda: [_replayable_apart(model, path, unit, owners, every)])
+                if not apart:  # out of memory: the unit is skipped
+                    continue
+                if not apart[0]:
+                    whole = True
+                    rejoined.append(path)
             if _wanted(path, unit, whole, params, judged):
                 yield from _unless_out_of_memory(
                     path, unit, whole, judged, skipped,
