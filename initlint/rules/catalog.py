@@ -1254,7 +1254,11 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "begins (an encoder's and a decoder's, a backbone's patches and a DETR-style decoder's\n"
                       'object queries), and a stream that begins at a tensor the forward creates is not judged:\n'
                       "DETR's and MaskFormer's queries start as one zero vector (``torch.zeros_like``), told\n"
-                      'apart only by the positions added to their queries and keys. The\n'
+                      'apart only by the positions added to their queries and keys; nor is one that begins as\n'
+                      "copies of one token (OneFormer's task token, repeated for every query). Where every\n"
+                      "residual block also attends to another sequence (LightGlue's self- and cross-attention\n"
+                      'between two images), no stream is judged, and the one attention layer of each block is\n'
+                      'not read as a stack without residual connections. The\n'
                       'similarity is measured on 2 sequences of the probe batch, 64 tokens each (2016 pairs per\n'
                       'sequence), cheap next to the layer itself.\n'
                       '\n'

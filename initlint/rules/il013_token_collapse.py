@@ -88,7 +88,11 @@ class TokenCollapse(Rule):
     begins (an encoder's and a decoder's, a backbone's patches and a DETR-style decoder's
     object queries), and a stream that begins at a tensor the forward creates is not judged:
     DETR's and MaskFormer's queries start as one zero vector (``torch.zeros_like``), told
-    apart only by the positions added to their queries and keys. The
+    apart only by the positions added to their queries and keys; nor is one that begins as
+    copies of one token (OneFormer's task token, repeated for every query). Where every
+    residual block also attends to another sequence (LightGlue's self- and cross-attention
+    between two images), no stream is judged, and the one attention layer of each block is
+    not read as a stack without residual connections. The
     similarity is measured on 2 sequences of the probe batch, 64 tokens each (2016 pairs per
     sequence), cheap next to the layer itself.
 
