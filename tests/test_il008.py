@@ -339,3 +339,23 @@ def test_a_subpixel_convolution_initialised_as_nearest_neighbour_upsampling_is_n
 
     assert il008(initlint.audit(Shuffle(), torch.randn(2, 8, 6, 6))) == set()
     assert il008(initlint.audit(Shuffle(blocked=False), torch.randn(2, 8, 6, 6))) == {"conv"}
+
+
+def test_layers_of_many_shapes_keyed_together_count_only_copies_within_a_layer():
+    """The keys of all layers (of one dtype and keyed width) are sorted in one batch, layer by layer: a unit
+    equal to a unit of another layer is no copy, and copies at a layer's first and last unit are counted."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(40, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 96, bias=False),
+                          nn.ReLU(), nn.Linear(96, 40), nn.ReLU(), nn.Linear(40, 10))
+    with torch.no_grad():
+        model[2].weight[0] = model[2].weight[63]  # the layer's first and last unit
+        model[2].bias[0] = model[2].bias[63]
+        model[4].weight[95] = model[4].weight[3]  # no bias
+        model[4].weight[1] = model[4].weight[3]
+        model[6].weight[:, :32] = model[4].weight[:40, :32]  # equal first weights across layers, not copies
+        model[8].weight[5] = model[2].weight[5, :40]  # a unit equal to another layer's, in its first weights
+    report = initlint.audit(model, torch.randn(8, 40))
+    dup = {name: report.probe.params[name]["dup_rows"] for name in ("0.weight", "2.weight", "4.weight", "6.weight",
+                                                                      "8.weight")}
+    assert dup == {"0.weight": 0, "2.weight": 1, "4.weight": 2, "6.weight": 0, "8.weight": 0}
+    assert il008(report) == {"2", "4"}

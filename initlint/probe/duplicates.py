@@ -26,16 +26,31 @@ class Units:
     group can be copies of each other."""
 
 
-@dataclass
 class _Pending:
-    """A weight whose duplicate-unit candidates are confirmed on the host once their count is known."""
+    """A weight whose duplicate-unit candidates are confirmed on the host once their count is known.
 
-    name: str
-    matrix: torch.Tensor
-    bias: Optional[torch.Tensor]
-    order: torch.Tensor
-    same: torch.Tensor
-    groups: int = 1
+    ``order`` (its units sorted by their keys) and ``same`` (whether each sorted unit's keys match the
+    next one's) are its own tensors, or the batch's of :func:`_duplicate_rows_batched`, of which it has the
+    units ``start:end`` (sorted weight by weight), cut out only when confirmed."""
+
+    def __init__(self, name: str, matrix: torch.Tensor, bias: Optional[torch.Tensor], order: torch.Tensor,
+                 same: torch.Tensor, groups: int = 1, span: Optional[Tuple[int, int]] = None) -> None:
+        self.name, self.matrix, self.bias, self.groups = name, matrix, bias, groups
+        self._order, self._same, self.span = order, same, span
+
+    @property
+    def order(self) -> torch.Tensor:
+        if self.span is None:
+            return self._order
+        start, end = self.span
+        return self._order[start:end] - start
+
+    @property
+    def same(self) -> torch.Tensor:
+        if self.span is None:
+            return self._same
+        start, end = self.span
+        return self._same[start:end - 1]
 
 
 def unit_matrix(w: torch.Tensor, layout: str) -> torch.Tensor:
@@ -99,57 +114,75 @@ def _duplicate_rows(c: _Collector, scope: str, name: str, w: torch.Tensor) -> No
     c.pending.append(_Pending(name, matrix, bias, order, same, max(units.groups, 1)))
 
 
-def _grouped_alike(c: _Collector, weights: List[Tuple[str, torch.Tensor]]) -> List[List[Tuple[str, torch.Tensor]]]:
-    """Weights whose duplicate-unit keys can be taken in one batch: the same units and fan, no convolution
-    groups, a bias each or none, and all or none of them candidates for a constant weight."""
-    def key(name: str, w: torch.Tensor) -> Any:
-        units = c.units.get(name, Units())
-        matrix = unit_matrix(w, units.layout)
-        bias = units.bias is not None and units.bias.numel() == matrix.shape[0]
-        if units.groups > 1 or matrix.shape[0] < 2:
-            return ("alone", name)
-        return (tuple(matrix.shape), w.dtype, w.device, bias, bias and units.bias.dtype, name in c.candidates)
-
-    groups: Dict[Any, List[Tuple[str, torch.Tensor]]] = {}
+def duplicate_rows_all(c: _Collector, scope: str, weights: List[Tuple[str, torch.Tensor]]) -> None:
+    """:func:`_duplicate_rows` for every weight: those without convolution groups in batches of one keyed
+    width, dtype and device (:func:`_duplicate_rows_batched`), the grouped ones one by one."""
+    batches: Dict[Any, List[Tuple[str, torch.Tensor, Optional[torch.Tensor]]]] = {}
     for name, w in weights:
-        groups.setdefault(key(name, w), []).append((name, w))
-    return list(groups.values())
-
-
-def _duplicate_rows_stacked(c: _Collector, scope: str, items: List[Tuple[str, torch.Tensor]]) -> None:
-    """:func:`_duplicate_rows` for weights alike (:func:`_grouped_alike`), their keys taken in one batch:
-    the per-layer ops of a deep stack of equal layers cost their Python dispatch once, not once per layer.
-    The candidates are confirmed in full as :func:`_duplicate_rows`'s are, so the counts are the same."""
-    names = [n for n, _ in items]
-    units = [c.units.get(n, Units()) for n in names]
-    matrices = [unit_matrix(w, u.layout) for (_, w), u in zip(items, units)]
-    rows, fan = matrices[0].shape
-    keyed = min(fan, KEYED)
-    for name in names:
+        units = c.units.get(name, Units())
+        if units.groups > 1:
+            _duplicate_rows(c, scope, name, w)
+            continue
+        matrix = unit_matrix(w, units.layout)
+        rows, fan = matrix.shape
         c.const(scope, name, "rows", float(rows))
-    work = torch.stack([m[:, :keyed] for m in matrices])  # (layers, units, keyed)
-    work = work.float() if work.dtype in (torch.float16, torch.bfloat16) else work
-    dirs = (c.direction(2 * (keyed + 1), work.device, work.dtype) - 1.0).view(2, keyed + 1)
-    keys = dirs[:, :keyed] @ work.transpose(1, 2)  # (layers, 2, units)
-    if names[0] in c.candidates:
-        tolerance = keyed * torch.finfo(keys.dtype).eps * keys.abs().amax(dim=2)
-        alike = (keys.amax(dim=2) - keys.amin(dim=2) <= tolerance).all(dim=1)
-        for name, flag in zip(names, alike.unbind()):
-            c.candidates[name] = c.candidates[name] | flag
-    biases: List[Optional[torch.Tensor]] = [None] * len(names)
-    if units[0].bias is not None and units[0].bias.numel() == rows:
-        biases = [u.bias.detach() for u in units]
-        keys = keys + dirs[:, keyed:] * torch.stack(biases).to(keys.dtype)[:, None, :]
-        for name in names:
-            c.const(scope, name, "biased", 1.0)
+        if rows < 2:
+            c.const(scope, name, "dup_rows", 0.0)
+            continue
+        bias = units.bias.detach() if units.bias is not None and units.bias.numel() == rows else None
+        batches.setdefault((min(fan, KEYED), w.dtype, w.device), []).append((name, matrix, bias))
+    for (keyed, _, _), items in batches.items():
+        _duplicate_rows_batched(c, scope, items, keyed)
+
+
+def _duplicate_rows_batched(c: _Collector, scope: str, items: List[Tuple[str, torch.Tensor, Optional[torch.Tensor]]],
+                            keyed: int) -> None:
+    """:func:`_duplicate_rows` for weights of one dtype and device whose keys read ``keyed`` weights of each
+    unit, without convolution groups: the units of all of them keyed in one product and sorted in one pass,
+    weight by weight (by the weight, then by the keys), so that the ops are per batch, not per layer (a deep
+    stack of equal layers, a ResNet's convolutions of many shapes). The keys are :func:`_duplicate_rows`'s,
+    and the candidates are confirmed in full as its are, so the counts are the same."""
+    names = [name for name, _, _ in items]
+    rows = [m.shape[0] for _, m, _ in items]
+    work = torch.cat([m[:, :keyed] for _, m, _ in items])  # (units of all, keyed)
+    work = work.float() if work.dtype in (torch.float16, torch.bfloat16) else work  # half keys would collide
+    dirs = (c.direction(2 * (keyed + 1), work.device, work.dtype) - 1.0).view(2, keyed + 1)  # zero mean
+    keys = dirs[:, :keyed] @ work.t()  # (2, units of all)
+    # each unit's weight, made on the device (a host list copied there would make CUDA wait)
+    weight = torch.cat([torch.full((n,), i, dtype=torch.int64, device=work.device) for i, n in enumerate(rows)])
+    flagged = [i for i, name in enumerate(names) if name in c.candidates]
+    if flagged:  # every unit's first weights alike: a candidate for a constant weight (see _duplicate_rows)
+        index = weight[None, :].expand(2, -1)
+        high = keys.new_full((2, len(items)), -math.inf).scatter_reduce(1, index, keys, "amax")
+        low = keys.new_full((2, len(items)), math.inf).scatter_reduce(1, index, keys, "amin")
+        size = keys.new_zeros((2, len(items))).scatter_reduce(1, index, keys.abs(), "amax")
+        alike = (high - low <= keyed * torch.finfo(keys.dtype).eps * size).all(dim=0)
+        if len(flagged) == len(items):  # one op for all, not one per weight (no host list as an index)
+            merged = torch.stack([c.candidates[n] for n in names]) | alike
+            c.candidates.update(zip(names, merged.unbind()))
+        else:
+            parts = alike.unbind()
+            for i in flagged:
+                c.candidates[names[i]] = c.candidates[names[i]] | parts[i]
+    biases = [b for _, _, b in items]
+    if any(b is not None for b in biases):
+        none = keys.new_zeros(max(rows))
+        keys = keys + dirs[:, keyed:] * torch.cat([none[:n] if b is None else b.to(keys.dtype)
+                                                   for b, n in zip(biases, rows)])[None, :]
+        for name, b in zip(names, biases):
+            if b is not None:
+                c.const(scope, name, "biased", 1.0)
     ulps = 4 * math.isqrt(keyed) + 8
-    bits = keys.float().view(torch.int32).to(torch.int64)
-    order = ((bits[:, 0] << 32) | (bits[:, 1] & 0xFFFFFFFF)).argsort(dim=1)
-    ranked = bits.gather(2, order[:, None, :].expand(-1, 2, -1))
-    same = ((ranked[:, :, 1:] - ranked[:, :, :-1]).abs() <= ulps).all(dim=1)  # (layers, units - 1)
-    c.put_many(scope, names, "dup_candidates", torch.count_nonzero(same, dim=1).float())
-    for name, matrix, bias, o, s in zip(names, matrices, biases, order.unbind(), same.unbind()):
-        c.pending.append(_Pending(name, matrix, bias, o, s, 1))
+    bits, order = _key_order(keys, weight)
+    ranked = bits[:, order]
+    ranked_weight = weight[order]
+    same = ((ranked[:, 1:] - ranked[:, :-1]).abs() <= ulps).all(dim=0) & (ranked_weight[1:] == ranked_weight[:-1])
+    counts = torch.zeros(len(items), dtype=torch.float32, device=work.device)
+    c.put_many(scope, names, "dup_candidates", counts.index_add_(0, ranked_weight[1:], same.float()))
+    start = 0
+    for (name, matrix, bias), n in zip(items, rows):
+        c.pending.append(_Pending(name, matrix, bias, order, same, 1, (start, start + n)))
+        start += n
 
 
 def confirm_duplicates(c: _Collector, result: Any, chunk: int = 4096) -> None:
@@ -165,8 +198,11 @@ def confirm_duplicates(c: _Collector, result: Any, chunk: int = 4096) -> None:
 
 def queue_candidates(c: _Collector) -> None:
     """Send the flags of :func:`confirm_extremes` with the one transfer."""
+    by_device: Dict[torch.device, List[str]] = {}
     for name, flag in c.candidates.items():
-        c.put("params", name, "maybe_flat", flag.float())
+        by_device.setdefault(flag.device, []).append(name)
+    for names in by_device.values():  # one op per device, not one per weight
+        c.put_many("params", names, "maybe_flat", torch.stack([c.candidates[n] for n in names]).float())
 
 
 def confirm_duplicates_now(c: _Collector, chunk: int = 4096) -> None:

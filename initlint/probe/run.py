@@ -28,7 +28,7 @@ from ..capture.nested import tensors as _tensors
 from ..capture.graph import Graph, Op
 from . import draw
 from .collector import _Collector, _derive
-from .duplicates import (Units, _duplicate_rows, _duplicate_rows_stacked, _grouped_alike, confirm_duplicates,
+from .duplicates import (Units, confirm_duplicates, duplicate_rows_all,
                          queue_candidates)
 from .products import _by_products, _product, _product_grads
 from .rows import LEAD_TOKENS, logit_rows, put_attention, put_softmax, put_token_cosine, sample_rows
@@ -277,10 +277,10 @@ def summarise(c: _Collector, scope: str, tensors: List[Tuple[str, torch.Tensor]]
         names = [n for n, _ in items]
         values = [t for _, t in items]
         acc = _acc(values[0])
-        norms = torch._foreach_norm(values, 2, dtype=acc)
-        c.put_many(scope, names, "norm", torch.stack(norms))
+        norms = torch.stack(torch._foreach_norm(values, 2, dtype=acc))
+        c.put_many(scope, names, "norm", norms)
         if scope == "params" and not extremes:
-            c.candidates.update((n, norm == 0) for n, norm in zip(names, norms) if n in c.weights)
+            c.candidates.update((n, zero) for n, zero in zip(names, (norms == 0).unbind()) if n in c.weights)
         for name, t in items:
             c.const(scope, name, "numel", float(t.numel()))
             if mean:
@@ -290,11 +290,7 @@ def summarise(c: _Collector, scope: str, tensors: List[Tuple[str, torch.Tensor]]
                 c.put(scope, name, "low", low)
                 c.put(scope, name, "high", high)
         if rows:
-            for alike in _grouped_alike(c, [(n, t) for n, t in items if t.dim() >= 2]):
-                if len(alike) > 1:
-                    _duplicate_rows_stacked(c, scope, alike)
-                else:
-                    _duplicate_rows(c, scope, *alike[0])
+            duplicate_rows_all(c, scope, [(n, t) for n, t in items if t.dim() >= 2])
 
 
 def _grouped(tensors: List[Tuple[str, torch.Tensor]], key: Any) -> List[List[Tuple[str, torch.Tensor]]]:
