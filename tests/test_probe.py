@@ -82,7 +82,7 @@ def test_counts_stay_exact_next_to_half_precision_values():
     assert result.ops[0]["high"] == 3.0
 
 
-def test_token_similarity_is_the_mean_cosine_of_the_sampled_token_pairs():
+def test_token_similarity_is_the_mean_cosine_of_the_sampled_token_pairs(monkeypatch):
     """IL013's statistic from two sums over the tokens equals the mean off-diagonal cosine of their Gram matrix."""
     from initlint.probe.rows import TOKEN_COUNT, TOKEN_SEQUENCES, _row_positions, put_token_cosine
 
@@ -107,7 +107,29 @@ def test_token_similarity_is_the_mean_cosine_of_the_sampled_token_pairs():
     for name, y in cases.items():
         c = _Collector()
         put_token_cosine(c, 0, y, batch_first=True)
+        c.flush()
         assert abs(float(c.values[-1]) - direct(y)) < 1e-6, name
     c = _Collector()
     put_token_cosine(c, 0, cases["identical"], batch_first=True)
+    c.flush()
     assert abs(float(c.values[-1]) - 1.0) < 1e-6
+    # samples of one shape are reduced in one batch, each to its own value; the output may change after
+    c = _Collector()
+    batch = {key: cases[name].clone() for key, name in enumerate(("independent", "near one direction", "shifted"))}
+    for key, y in batch.items():
+        put_token_cosine(c, key, y, batch_first=True)
+    expected = {key: direct(y) for key, y in batch.items()}
+    for y in batch.values():
+        y.zero_()
+    assert c.values == [] and len(c.batched) == 2  # nothing computed yet: two shapes wait
+    c.flush()
+    got = {key: float(v) for (_, key, _), v in zip(c.keys, c.values) if key is not None}
+    assert got.keys() == expected.keys()
+    assert all(abs(got[k] - expected[k]) < 1e-6 for k in expected), (got, expected)
+    # past the limit of waiting elements, the batch is computed at once (memory stays bounded)
+    import initlint.probe.collector as collector
+
+    monkeypatch.setattr(collector, "BATCHED_ELEMENTS", 1)
+    c = _Collector()
+    put_token_cosine(c, 0, cases["shifted"], batch_first=True)
+    assert not c.batched and abs(float(c.values[-1]) - direct(cases["shifted"])) < 1e-6

@@ -5,11 +5,15 @@ from their inputs."""
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import torch
 
 from . import draw
+
+
+BATCHED_ELEMENTS = 1 << 22
+"""Sample elements that wait for their batch (:meth:`_Collector.put_batched`) at most: 16 MB in float32."""
 
 
 class _Collector:
@@ -45,6 +49,9 @@ class _Collector:
         self.products: Optional[Dict[int, Any]] = None
         """Op id -> the weight product it computed (:meth:`StatsObserver.weight_product`); None: not kept."""
         self.named: Dict[str, torch.Tensor] = {}
+        self.batched: Dict[Tuple[Any, ...], Tuple[Callable[[torch.Tensor], torch.Tensor], List[Any], List[torch.Tensor]]] = {}
+        """Samples whose statistic is computed in one batch per name and shape (:meth:`put_batched`)."""
+        self.batched_elements = 0
         self.overflow: Dict[str, List[Tuple[Any, torch.Tensor]]] = {}
         """Per weight measured from products: its products and their output gradients, kept until the
         transfer shows whether its gradient overflowed (:func:`confirm_overflow`)."""
@@ -78,6 +85,29 @@ class _Collector:
         self.many_keys.extend((scope, key, name) for key in keys)
         self.many.append(values)
 
+    def put_batched(self, scope: str, key: Any, name: str, sample: torch.Tensor,
+                    reduce: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        """A statistic of ``sample`` (the collector's own copy) computed later, together with the other samples
+        of its name, shape, dtype and device: ``reduce`` maps the stacked samples ``(n, *shape)`` to their
+        ``n`` values. One set of ops per batch instead of one per op of the model (the token similarity of
+        every block); at most :data:`BATCHED_ELEMENTS` sample elements wait at a time."""
+        group = self.batched.setdefault((scope, name, tuple(sample.shape), sample.dtype, sample.device),
+                                        (reduce, [], []))
+        group[1].append(key)
+        group[2].append(sample)
+        self.batched_elements += sample.numel()
+        if self.batched_elements > BATCHED_ELEMENTS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Compute the waiting batched statistics (:meth:`put_batched`); each is then a value like any other."""
+        batched, self.batched, self.batched_elements = self.batched, {}, 0
+        for (scope, name, *_), (reduce, keys, samples) in batched.items():
+            with torch.no_grad():
+                values = reduce(torch.stack(samples))
+            for key, value in zip(keys, values.unbind()):
+                self.put(scope, key, name, value)
+
     def _start(self, device: torch.device) -> None:
         # A float32 zero leads the scalars, so stacking never narrows them to a half type
         # (type promotion of an integer count with a float16 value gives float16).
@@ -101,6 +131,7 @@ class _Collector:
         return current[:size]
 
     def finish(self, result: Any) -> None:
+        self.flush()
         result.shapes.update(self.shapes)
         result.discrete.update(self.discrete)
         tables = {"ops": result.ops, "params": result.params, "grads": result.grads}

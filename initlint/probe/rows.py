@@ -291,10 +291,17 @@ def put_token_cosine(c: _Collector, key: Any, y: torch.Tensor, batch_first: bool
     count, step = _row_positions(int(seqs.shape[1]), TOKEN_COUNT)
     if count < 2:
         return
-    v = seqs[:, ::step][:, :count].float()
+    # a float32 copy: the model may write the output in place later in its forward
+    c.put_batched("ops", key, "token_cos", seqs[:, ::step][:, :count].to(torch.float32, copy=True), _mean_cosines)
+
+
+def _mean_cosines(v: torch.Tensor) -> torch.Tensor:
+    """Per sample of ``v`` (``(samples, sequences, tokens, features)``): the mean cosine of its token vectors'
+    pairs within a sequence. The cosines of all pairs sum, over i != j, to |sum_i v_i|^2 - sum_i |v_i|^2: sums
+    over the tokens, not the (tokens x tokens) Gram matrix (half the time at 768 features, a third at 3072);
+    the two sums are at most tokens^2 and tokens, so their difference is off by about tokens^2 * 1e-7 and the
+    mean by 1e-7."""
     v = v / torch.linalg.vector_norm(v, dim=-1, keepdim=True).clamp_min(1e-30)
-    # the cosines of all pairs sum, over i != j, to |sum_i v_i|^2 - sum_i |v_i|^2: sums over the tokens, not
-    # the (count x count) Gram matrix (half the time at 768 features, a third at 3072); the two sums are at
-    # most count^2 and count, so their difference is off by about count^2 * 1e-7 and the mean by 1e-7
-    off_diagonal = v.sum(dim=1).square().sum() - v.square().sum()
-    c.put("ops", key, "token_cos", off_diagonal / (v.shape[0] * count * (count - 1)))
+    off_diagonal = v.sum(dim=2).square().sum(dim=(1, 2)) - v.square().sum(dim=(1, 2, 3))
+    count = v.shape[2]
+    return off_diagonal / (v.shape[1] * count * (count - 1))

@@ -208,6 +208,7 @@ class _DPCollector(_Collector):
             self.ranks *= dist.get_world_size(group)
 
     def finish(self, result: ProbeResult) -> None:
+        self.flush()  # the batched statistics are reduced with the others
         if self.groups:
             with torch.no_grad(), torch._C.DisableTorchFunction():
                 self._reduce()
