@@ -100,12 +100,12 @@ def _sampled(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
 def _sample_view(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
     """The runs of :func:`_sampled` as a ``(runs, run)`` view of ``t`` (the whole of ``t``, flat, when it
     is the sample): samples of several tensors are stacked from these views in one copy."""
-    flat = t.detach().reshape(-1)
-    where = _runs(flat.numel(), size)
+    where = _runs(t.numel(), size)
     if where is None:
-        return flat
+        return t.detach().reshape(-1)
     runs, run, step = where
-    return flat.as_strided((runs, run), (step, 1))
+    # a contiguous tensor's runs are a view of it as it is (no flat view first: one op less per tensor)
+    return (t.detach() if t.is_contiguous() else t.detach().reshape(-1)).as_strided((runs, run), (step, 1))
 
 
 def _sampled_positions(n: int, size: int, device: torch.device) -> torch.Tensor:
@@ -139,8 +139,10 @@ def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
         x = _sample_view(t, SAMPLE) if sample is None else sample(t, SAMPLE)
         groups.setdefault((tuple(x.shape), x.dtype, x.device), []).append((i, x))
     table = _Table()
+    sizes: Dict[int, int] = {}
     for (shape, _, _), items in groups.items():
         length = math.prod(shape)
+        sizes.update((i, min(length, SAMPLE)) for i, _ in items)
         for part in _in_cache(items, length):
             rows = _moments(torch.stack([x for _, x in part]).reshape(len(part), -1)[:, :SAMPLE])
             if full:
@@ -149,7 +151,7 @@ def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
                                                      for i, _ in part])], dim=1)
             table.add([i for i, _ in part], rows)
     rows_of = dict(table.read())
-    draws = [_draw(rows_of[i] if full else rows_of[i] + _NO_SCAN_ROW) for i in range(len(tensors))]
+    draws = [_draw(sizes[i], rows_of[i] if full else rows_of[i] + _NO_SCAN_ROW) for i in range(len(tensors))]
     for t, d in zip(tensors, draws):
         if d.absmax < 0:
             d.absmax = largest_finite(t)
@@ -190,30 +192,32 @@ class _Table:
 
 
 def _moments(x: torch.Tensor) -> torch.Tensor:
-    """Per row of ``x`` (samples of equal length): sample size, mean, variance, fourth moment (in float64)
-    and the fractions of exact zeros and ones, as a ``(rows, 6)`` float64 tensor."""
-    n = max(x.shape[1], 1)
+    """Per row of ``x`` (samples of equal length): mean, variance, the sum of fourth powers about the mean
+    (in float64) and the counts of exact zeros and ones, as a ``(rows, 5)`` float64 tensor; the sums are
+    divided by the sample size on the host (:func:`_draw`), one op less each."""
     # a bool tensor's sum() takes a slow path on the CPU (about 50x a float sum) unless it sums to int32;
     # logical_not(x) is x == 0 (NaN is not) at less than half its cost, and x - 1 is 0 exactly when x is 1
     if x.is_floating_point():
-        zeros = torch.logical_not(x).sum(dim=1, dtype=torch.int32) / n
-        ones = torch.logical_not(x - 1).sum(dim=1, dtype=torch.int32) / n
+        zeros = torch.logical_not(x).sum(dim=1, dtype=torch.int32)
+        ones = torch.logical_not(x - 1).sum(dim=1, dtype=torch.int32)
     else:
-        zeros = (x == 0).sum(dim=1, dtype=torch.int32) / n
-        ones = (x == 1).sum(dim=1, dtype=torch.int32) / n
+        zeros = (x == 0).sum(dim=1, dtype=torch.int32)
+        ones = (x == 1).sum(dim=1, dtype=torch.int32)
     wide = x.double() if x.dtype != torch.float64 else x.clone()  # worked on in place
-    mean = wide.sum(dim=1) / n
+    var, mean = torch.var_mean(wide, dim=1, correction=0)
     squares = wide.sub_(mean[:, None]).square_()
-    var = squares.sum(dim=1) / n
-    m4 = torch.linalg.vecdot(squares, squares, dim=1) / n
-    return torch.stack([torch.full_like(mean, n), mean, var, m4, zeros.to(mean.dtype), ones.to(mean.dtype)], dim=1)
+    fourth = torch.linalg.vecdot(squares, squares, dim=1)
+    return torch.stack([mean, var, fourth, zeros.double(), ones.double()], dim=1)
 
 
-def _draw(row: List[float]) -> Draw:
-    n, mean, var, m4, zeros, ones, absmax, denormal, finite = row
+def _draw(n: int, row: List[float]) -> Draw:
+    """A :class:`Draw` from a sample of ``n`` elements and its row of :func:`_moments` (and of the memory scan)."""
+    mean, var, fourth, zeros, ones, absmax, denormal, finite = row
+    n = max(n, 1)
     std = math.sqrt(var) if var == var and var > 0 else (0.0 if var == 0 else float("nan"))
-    kurt = m4 / var ** 2 if var > 0 and math.isfinite(var) else None
-    return Draw(int(n), std, mean, zeros, ones, kurt, denormal=int(denormal), absmax=absmax, finite=bool(finite))
+    kurt = fourth / n / var ** 2 if var > 0 and math.isfinite(var) else None
+    return Draw(int(n), std, mean, zeros / n, ones / n, kurt, denormal=int(denormal), absmax=absmax,
+                finite=bool(finite))
 
 
 def scan_memory(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
