@@ -94,18 +94,20 @@ def _runs(n: int, size: int) -> Optional[Tuple[int, int, int]]:
 
 def _sampled(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
     """``size`` elements of ``t`` in evenly spaced runs (:func:`_runs`), in its own dtype."""
-    return _sample_view(t, size).reshape(-1)[:size]
+    view = _sample_view(t, size)
+    return view if view.dim() == 1 and view.numel() <= size else view.reshape(-1)[:size]
 
 
 def _sample_view(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
     """The runs of :func:`_sampled` as a ``(runs, run)`` view of ``t`` (the whole of ``t``, flat, when it
-    is the sample): samples of several tensors are stacked from these views in one copy."""
+    is the sample): samples of several tensors are stacked from these views in one copy. Not detached
+    (one op less per tensor): the callers read samples with autograd off."""
     where = _runs(t.numel(), size)
     if where is None:
-        return t.detach().reshape(-1)
+        return t if t.dim() == 1 else t.reshape(-1)
     runs, run, step = where
     # a contiguous tensor's runs are a view of it as it is (no flat view first: one op less per tensor)
-    return (t.detach() if t.is_contiguous() else t.detach().reshape(-1)).as_strided((runs, run), (step, 1))
+    return (t if t.is_contiguous() else t.reshape(-1)).as_strided((runs, run), (step, 1))
 
 
 def _sampled_positions(n: int, size: int, device: torch.device) -> torch.Tensor:
@@ -131,6 +133,12 @@ def draws_of(tensors: Sequence[torch.Tensor], full: bool = False,
 
     Samples of one length, dtype and device are stacked and reduced row by row (a model's parameters
     come in a few sizes, and every large one gives :data:`SAMPLE` elements), :data:`_CACHED` elements at a time."""
+    with torch.no_grad():  # the samples are views of parameters: nothing of this is differentiated
+        return _draws_of(tensors, full, sample)
+
+
+def _draws_of(tensors: Sequence[torch.Tensor], full: bool,
+              sample: Optional[Callable[[torch.Tensor, int], torch.Tensor]]) -> List[Draw]:
     # the samples of a few tensors at a time, stacked from views of them in one copy (all of them at once
     # took 75 MB on a 32-layer Llama, fresh memory faulted in page by page); another sampler's samples
     # are taken first
@@ -252,6 +260,11 @@ def may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[O
     an init draws none. ``norms``: the norms already known (the probe's weights), None where not; the
     others of a dtype come from one fused call. Samples of a length are read together, and the flags
     reach the host in one transfer per device."""
+    with torch.no_grad():  # parameters read as they are, not detached one by one
+        return _may_be_unwritten(tensors, norms)
+
+
+def _may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[Optional[float]]]) -> List[bool]:
     flags = [False] * len(tensors)
     by_dtype: Dict[Tuple[torch.dtype, torch.device], List[int]] = {}
     known = list(norms) if norms is not None else [None] * len(tensors)
@@ -262,7 +275,7 @@ def may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[O
                 flags[i] = True
     table = _Table()  # a tensor's flags may come in more than once (its norm, its sample): they are or-ed
     for (dtype, device), indices in by_dtype.items():
-        values = [tensors[i].detach() for i in indices]
+        values = [tensors[i] for i in indices]
         unknown = [k for k, i in enumerate(indices) if known[i] is None]
         if unknown:
             measured = torch._foreach_norm([values[k] for k in unknown], 2,
