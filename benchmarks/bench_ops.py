@@ -10,7 +10,10 @@ dispatcher (a ``TorchDispatchMode``) in one ``initlint.audit(model, batch)`` and
 the device or the batch size (the zoo's own 2-example batch is used), so it is measured here and
 compared with the GPU's time.
 
-``--sites N`` lists the N places in initlint that dispatch the most ops (file:line and op).
+Ops that launch a kernel are counted apart (:func:`launches`): views, ``detach`` and allocations cost
+about a microsecond of host time each, a launching op several.
+
+``--sites N`` lists the N places in initlint that dispatch the most kernel-launching ops (file:line and op).
 Models: ``tests/zoo_real.py``'s builders (real widths and vocabularies).
 """
 from __future__ import annotations
@@ -37,18 +40,31 @@ MODELS = ("gpt2", "llama32", "bert", "qwen3", "vit", "resnet50", "swin")
 PACKAGE = os.path.join(ROOT, "initlint") + os.sep
 
 
+_NO_KERNEL = {"detach", "alias", "lift_fresh", "empty", "empty_like", "empty_strided", "_lazy_clone", "set_"}
+"""Ops that launch no kernel besides the views (``func.is_view``): metadata and allocation only."""
+
+
+def launches(func: Any) -> bool:
+    """Whether an op launches a kernel on a GPU: not a view, and not a metadata or allocation-only op. On a GPU
+    a launching op costs its dispatch and a launch (some 5-10 us of host time); a view or a detach about 1 us."""
+    return not func.is_view and func.overloadpacket.__name__ not in _NO_KERNEL
+
+
 class _Count(TorchDispatchMode):
-    """Ops that reach the dispatcher; with ``sites``, also the innermost initlint line of each."""
+    """Ops that reach the dispatcher, and those of them that launch a kernel (:func:`launches`); with
+    ``sites``, also the innermost initlint line of each."""
 
     def __init__(self, sites: bool = False) -> None:
         super().__init__()
         self.ops = 0
+        self.kernels = 0
         self.sites: Counter = Counter()
         self._sites = sites
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         self.ops += 1
-        if self._sites:
+        self.kernels += launches(func)
+        if self._sites and launches(func):
             frames = [f for f in traceback.extract_stack(limit=80) if f.filename.startswith(PACKAGE)]
             where = f"{os.path.relpath(frames[-1].filename, ROOT)}:{frames[-1].lineno}" if frames else "the model"
             self.sites[(where, str(func.overloadpacket))] += 1
@@ -70,13 +86,14 @@ def count(name: str, sites: bool) -> Dict[str, Any]:
         C.forward_backward(model, pair)
     with _Count(sites) as audit_ops:
         initlint.audit(model, C.example(pair))
-    return {"fwd_bwd": model_ops.ops, "audit": audit_ops.ops, "sites": audit_ops.sites}
+    return {"fwd_bwd": model_ops.ops, "audit": audit_ops.ops, "fwd_bwd_kernels": model_ops.kernels,
+            "audit_kernels": audit_ops.kernels, "sites": audit_ops.sites}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--sites", type=int, default=0, help="list this many of initlint's busiest lines")
+    parser.add_argument("--sites", type=int, default=0, help="list this many of initlint's busiest lines (kernel-launching ops)")
     opts = parser.parse_args()
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}; code: {C.revision()}")
@@ -85,14 +102,16 @@ def main() -> None:
         result = count(name, opts.sites > 0)
         rows.append((name, result))
         print(f"  {name}: fwd+bwd {result['fwd_bwd']} ops, audit {result['audit']} ops", flush=True)
-    print("\n| model | fwd+bwd ops | audit ops | audit - fwd+bwd |\n|---|---|---|---|")
+    print("\n| model | fwd+bwd ops | audit ops | audit - fwd+bwd | of which launch a kernel: fwd+bwd | audit | "
+          "audit - fwd+bwd |\n|---|---|---|---|---|---|---|")
     for name, r in rows:
-        print(f"| {name} | {r['fwd_bwd']} | {r['audit']} | {r['audit'] - r['fwd_bwd']} |")
+        print(f"| {name} | {r['fwd_bwd']} | {r['audit']} | {r['audit'] - r['fwd_bwd']} | {r['fwd_bwd_kernels']} | "
+              f"{r['audit_kernels']} | {r['audit_kernels'] - r['fwd_bwd_kernels']} |")
     if opts.sites:
         total: Counter = Counter()
         for _, r in rows:
             total.update(r["sites"])
-        print(f"\ninitlint's busiest lines over these models (ops, line, op):")
+        print(f"\ninitlint's busiest lines over these models (kernel-launching ops, line, op):")
         for (where, op), n in total.most_common(opts.sites):
             print(f"  {n:6d}  {where}  {op}")
 
