@@ -165,6 +165,10 @@ def _derive(stats: Dict[str, float]) -> None:
     """Host-side: rms from the norm, std from rms and mean, absmax and spread from the extremes,
     dead units and the saturated fraction from their counts."""
     numel = max(stats.get("numel", 1.0), 1.0)
+    if "norm_squared" in stats:  # a Gram product's: rounding can take an exact 0 a little below
+        stats["norm"] = math.sqrt(max(stats.pop("norm_squared"), 0.0))  # NaN stays NaN
+    if "sum" in stats:
+        stats["mean"] = stats.pop("sum") / numel
     if "norm" in stats:
         stats["rms"] = stats.pop("norm") / math.sqrt(numel)
     if "lead_norm" in stats:

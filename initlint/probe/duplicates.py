@@ -142,14 +142,23 @@ def _duplicate_rows_batched(c: _Collector, scope: str, items: List[Tuple[str, to
     weight by weight (by the weight, then by the keys), so that the ops are per batch, not per layer (a deep
     stack of equal layers, a ResNet's convolutions of many shapes). The keys are :func:`_duplicate_rows`'s,
     and the candidates are confirmed in full as its are, so the counts are the same."""
+    items = sorted(items, key=lambda item: item[1].shape[0])  # weights of one unit count side by side
     names = [name for name, _, _ in items]
     rows = [m.shape[0] for _, m, _ in items]
     work = torch.cat([m[:, :keyed] for _, m, _ in items])  # (units of all, keyed)
     work = work.float() if work.dtype in (torch.float16, torch.bfloat16) else work  # half keys would collide
     dirs = (c.direction(2 * (keyed + 1), work.device, work.dtype) - 1.0).view(2, keyed + 1)  # zero mean
     keys = dirs[:, :keyed] @ work.t()  # (2, units of all)
-    # each unit's weight, made on the device (a host list copied there would make CUDA wait)
-    weight = torch.cat([torch.full((n,), i, dtype=torch.int64, device=work.device) for i, n in enumerate(rows)])
+    # each unit's weight, made on the device (a host list copied there would make CUDA wait), two ops per unit
+    # count rather than one per weight
+    runs: List[Tuple[int, int, int]] = []  # (first weight, weights, units each)
+    for i, n in enumerate(rows):
+        if runs and runs[-1][2] == n:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1, n)
+        else:
+            runs.append((i, 1, n))
+    weight = torch.cat([torch.arange(first, first + count, device=work.device).repeat_interleave(n)
+                        for first, count, n in runs])
     flagged = [i for i, name in enumerate(names) if name in c.candidates]
     if flagged:  # every unit's first weights alike: a candidate for a constant weight (see _duplicate_rows)
         index = weight[None, :].expand(2, -1)
