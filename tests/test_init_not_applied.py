@@ -492,6 +492,30 @@ def test_a_tiled_fill_overwritten_by_another_fill_is_never_drawn(monkeypatch):
     assert abs(drawn.std / 0.02 - 1) < 0.05 and (drawn.std, drawn.kurt) != (0.02, 3.0)  # sampled from the tile
 
 
+@pytest.mark.parametrize("shape", [(768,), (1024, 768)])
+def test_a_constant_fill_nothing_reads_again_has_its_exact_draw(monkeypatch, shape):
+    """``zero_()`` and ``fill_(v)`` over a whole private tensor (a norm's ones, a bias's zeros) wait as random
+    fills do: nothing reads them again, so their draw is the constant's, as the dtype holds it, and never
+    sampled; a read writes the constant out first, and a constant written over part of it is sampled."""
+    from initlint.probe import declared as il
+
+    drawn_fills = _counted_fill_draws(monkeypatch)
+    for init, value in ((lambda t: t.zero_(), 0.0), (lambda t: t.fill_(1.0), 1.0),
+                        (lambda t: nn.init.constant_(t, 0.02), float(torch.tensor(0.02)))):
+        drawn, lazy, private, original = _declared_on_private(init, shape)
+        held = lazy.tiled if len(shape) > 1 else lazy.pending
+        assert drawn_fills == [] and isinstance(held[il._storage(private)][1], il._Fill)
+        assert (drawn.std, drawn.mean, drawn.kurt, drawn.family()) == (0.0, value, None, "constant")
+        assert (drawn.zeros, drawn.ones, drawn.n) == (float(value == 0), float(value == 1), min(private.numel(), il.SAMPLE))
+        assert torch.equal(_written_out(lazy, private), torch.full(shape, value))
+        assert len(drawn_fills) == 1  # written out once, when read
+        drawn_fills.clear()
+    drawn, lazy, private, original = _declared_on_private(lambda t: (t.fill_(1.0), t.add_(0.5)), shape)
+    assert (drawn.std, drawn.mean) == (0.0, 1.5) and not lazy.pending  # read: written out, then sampled
+    drawn, lazy, private, original = _declared_on_private(lambda t: (t.zero_(), t[:3].fill_(2.0)), shape)
+    assert drawn.std > 0 and torch.equal(_written_out(lazy, private).reshape(-1)[:3], torch.full((3,), 2.0))
+
+
 def test_a_small_half_precision_fill_is_sampled_from_its_values():
     """Half precision has no exact draw (a small std rounds values to zero): the fill is written out and read."""
     from initlint.probe import declared as il

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import struct
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -639,6 +640,7 @@ _NO_READ = frozenset({torch.ops.aten.empty_like.default, torch.ops.aten.zeros_li
                       torch.ops.aten.new_zeros.default, torch.ops.aten.new_ones.default})
 """Ops that read a tensor's metadata, not its values."""
 _CONSTANT_FILLS = (torch.ops.aten.zero_.default, torch.ops.aten.fill_.Scalar)
+_DEFERRED_FILLS = _RANDOM_FILLS + _CONSTANT_FILLS
 _WHOLE_REDUCTIONS = frozenset({torch.ops.aten.any.default, torch.ops.aten.all.default, torch.ops.aten.max.default,
                                torch.ops.aten.min.default})
 """Reductions of a whole tensor whose value is that of any tensor holding the same set of values."""
@@ -813,9 +815,9 @@ class _Private(TorchDispatchMode):
             if isinstance(out, torch.Tensor) and out.numel() >= 4 * TILE:
                 self.large.add(_storage(out))  # a fresh tensor a random fill may draw as a tile
             return out
-        if func.is_view or (not (self.original or self.tiled or self.pending) and func not in _RANDOM_FILLS):
-            # nothing stands for other values yet; a random fill is still deferred (a streamed block's copy
-            # starts as empty memory with no original to stand for, and its fills need not be drawn)
+        if func.is_view or (not (self.original or self.tiled or self.pending) and func not in _DEFERRED_FILLS):
+            # nothing stands for other values yet; a random or constant fill is still deferred (a streamed
+            # block's copy starts as empty memory with no original to stand for, and its fills need not be drawn)
             return self.run(func, *args, **kwargs)
         tiled = self._on_tiles(func, args, kwargs)
         if tiled is not _NOT_TILED:
@@ -831,7 +833,10 @@ class _Private(TorchDispatchMode):
         if not whole:
             return self.run(func, *args, **kwargs)
         self._forget(tkey)
-        if func in _RANDOM_FILLS:
+        if func in _RANDOM_FILLS or (func in _CONSTANT_FILLS and target.is_floating_point()
+                                     and _constant(func, tuple(args[1:]), kwargs, torch.float64) is not None):
+            # written only when read (a BatchNorm's ones and zeros, a bias's zeros): most never are, and their
+            # draw is then exact, without a sample
             fill = _Fill(func, tuple(args[1:]), dict(kwargs), target.dtype, target.device)
             if tkey in self.large and _tileable(target):
                 self.tiled[tkey] = (target, fill)
@@ -992,11 +997,14 @@ class _Fill:
         return block
 
     def exact(self, n: int) -> Optional[Draw]:
-        """The draw of the fill's distribution (``normal_(mean, std)``, ``uniform_(low, high)``) in float32
-        or float64, whose rounding moves no statistic; None elsewhere (half precision rounds a small
+        """The draw of the fill's distribution (``normal_(mean, std)``, ``uniform_(low, high)``, a constant) in
+        float32 or float64, whose rounding moves no statistic; None elsewhere (half precision rounds a small
         std's values to zero)."""
         if self.dtype not in (torch.float32, torch.float64):
             return None
+        if self.func in _CONSTANT_FILLS:
+            value = _constant(self.func, self.args, self.kwargs, self.dtype)
+            return None if value is None else Draw(n, 0.0, value, float(value == 0), float(value == 1), None)
         a = float(self.args[0]) if self.args else float(self.kwargs.get("mean" if self._normal else "from", 0.0))
         b = float(self.args[1]) if len(self.args) > 1 else float(self.kwargs.get("std" if self._normal else "to", 1.0))
         if self._normal:
@@ -1008,6 +1016,21 @@ class _Fill:
     @property
     def _normal(self) -> bool:
         return self.func is torch.ops.aten.normal_.default
+
+
+def _constant(func: Any, args: Tuple[Any, ...], kwargs: Dict[str, Any], dtype: torch.dtype) -> Optional[float]:
+    """The value a constant fill (``zero_()``, ``fill_(number)``) writes, as ``dtype`` (float32 or float64)
+    holds it; None for another fill, or a value that is not a finite number."""
+    if kwargs:
+        return None
+    if func is torch.ops.aten.zero_.default and not args:
+        return 0.0
+    if func is not torch.ops.aten.fill_.Scalar or len(args) != 1 or not isinstance(args[0], (bool, int, float)):
+        return None
+    value = float(args[0])
+    if not math.isfinite(value) or abs(value) > torch.finfo(dtype).max:
+        return None
+    return struct.unpack("f", struct.pack("f", value))[0] if dtype == torch.float32 else value
 
 
 def _storage(t: torch.Tensor) -> int:
