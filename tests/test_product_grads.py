@@ -188,3 +188,43 @@ def test_an_overflowing_gradient_is_measured_as_the_formed_one(monkeypatch):
             assert repr(stats["rms"]) == repr(ref["rms"]), name
         else:
             assert stats["rms"] == pytest.approx(ref["rms"], rel=1e-4), name
+
+
+class Stack(nn.Module):
+    """Layers of one shape, each used in one product: their gradients are measured in one batch; one layer
+    of another shape and one used twice are measured alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(WIDTH, WIDTH) for _ in range(5))
+        self.wide = nn.Linear(WIDTH, 2 * WIDTH)
+        self.twice = nn.Linear(2 * WIDTH, 2 * WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return self.twice(torch.tanh(self.twice(self.wide(x))))
+
+
+@pytest.mark.parametrize("capture", [RuntimeCapture, FxCapture], ids=["runtime", "fx"])
+def test_layers_of_one_shape_are_measured_in_one_batch_as_the_formed_gradients(capture, monkeypatch):
+    from initlint.probe import products as P
+
+    torch.manual_seed(0)
+    model = Stack()
+    x = torch.randn(4, 12, WIDTH)
+    batches = []
+    original = P._batched_grads
+    monkeypatch.setattr(P, "_batched_grads", lambda c, items, *a: batches.append([n for n, _, _ in items])
+                        or original(c, items, *a))
+
+    def grads(products: bool):
+        with monkeypatch.context() as m:
+            if not products:
+                m.setattr(R, "_by_products", lambda graph, c, weights: {})
+                m.setattr(R, "_acc", lambda t: torch.float64)
+            return R.run_probe(capture(model), (x,), {}).grads
+
+    measured = grads(True)
+    assert batches == [[f"layers.{i}.weight" for i in range(5)]]
+    assert_same(measured, grads(False))

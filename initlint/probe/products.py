@@ -132,9 +132,20 @@ def _product_grads(c: _Collector, by_products: Dict[str, List[_Product]], grads:
     gradient's up to rounding, and 0 exactly when every contribution is 0. A weight none of whose outputs
     reaches the model output has no gradient, as autograd gives none."""
     it = iter(grads)
-    for name, products in by_products.items():
-        pairs = [(p, g) for p in products if (g := next(it)) is not None]
-        if not pairs:
+    paired = [(name, [(p, g) for p in products if (g := next(it)) is not None]) for name, products in by_products.items()]
+    alike: Dict[Any, List[Tuple[str, _Product, torch.Tensor]]] = {}
+    for name, pairs in paired:  # weights of one plain product each, of one shape: measured in a batch
+        if len(pairs) == 1 and not pairs[0][0].lookup and pairs[0][0].conv is None:
+            p, g = pairs[0]
+            wide = torch.float64 in (named[name].dtype, p.x.dtype, g.dtype)
+            alike.setdefault((p.rows, p.fan_in, p.fan_out, wide, g.device), []).append((name, p, g))
+    batched = set()
+    for (rows, fan_in, fan_out, wide, _), items in alike.items():
+        if len(items) > 1:
+            _batched_grads(c, items, rows, fan_in, fan_out, torch.float64 if wide else torch.float32, named)
+            batched.update(name for name, _, _ in items)
+    for name, pairs in paired:
+        if not pairs or name in batched:
             continue
         w = named[name]
         wide = w.dtype == torch.float64 or any(t.dtype == torch.float64 for p, g in pairs for t in (p.x, g))
@@ -168,6 +179,28 @@ def _product_grads(c: _Collector, by_products: Dict[str, List[_Product]], grads:
         c.put("grads", name, "sum", torch.dot(a.sum(1), sums))
         c.const("grads", name, "numel", float(w.numel()))
         c.overflow[name] = pairs
+
+
+_BATCHED = 1 << 22
+"""Elements of products' rows (inputs and output gradients) stacked at once by :func:`_batched_grads`."""
+
+
+def _batched_grads(c: _Collector, items: List[Tuple[str, _Product, torch.Tensor]], rows: int, fan_in: int,
+                   fan_out: int, dtype: torch.dtype, named: Dict[str, nn.Parameter]) -> None:
+    """:func:`_product_grads` for weights of one plain product each, all of one shape: their Gram products as
+    batched products, so that a stack of equal layers launches its kernels once per batch, not once per layer
+    (the same values up to rounding: batched products sum in another order)."""
+    at_once = max(1, _BATCHED // max(rows * (fan_in + fan_out), 1))
+    for start in range(0, len(items), at_once):
+        part = items[start:start + at_once]
+        a = torch.stack([p.x.reshape(rows, fan_in) for _, p, _ in part]).to(dtype)
+        b = torch.stack([g.reshape(rows, fan_out) for _, _, g in part]).to(dtype)
+        names = [name for name, _, _ in part]
+        c.put_many("grads", names, "norm_squared", torch.sum((a @ a.mT) * (b @ b.mT), dim=(1, 2)))
+        c.put_many("grads", names, "sum", torch.linalg.vecdot(a.sum(2), b.sum(2), dim=1))
+        for name, p, g in part:
+            c.const("grads", name, "numel", float(named[name].numel()))
+            c.overflow[name] = [(p, g)]
 
 
 def _rows(parts: List[torch.Tensor], width: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
