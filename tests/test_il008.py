@@ -236,6 +236,26 @@ def test_zero_filters_before_a_norm_are_counted_in_full_not_from_their_first_wei
     assert finding(report, "0").message.startswith("1 of the 32 filters of 0.weight are exactly zero")
 
 
+def test_zero_filters_of_many_layers_before_norms_are_counted_layer_by_layer():
+    """The zero filters of every layer a norm follows are counted in batches of layers: each layer gets its own
+    count, whatever the order and shape of the layers (2-D convolutions of three widths, one 1x1, one Linear)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                          nn.Conv2d(32, 16, 1), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.Conv2d(16, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(16 * 64, 24), nn.BatchNorm1d(24), nn.ReLU(), nn.Linear(24, 4))
+    zeroed = {"0": [15], "6": [0, 7], "9": [], "13": [2, 3, 23]}
+    with torch.no_grad():
+        for index, units in zeroed.items():
+            for unit in units:
+                model[int(index)].weight[unit].zero_()
+    report = initlint.audit(model, torch.randn(4, 3, 8, 8))
+    assert il008(report) == {"0", "6", "13"}
+    for index in ("0", "6", "13"):
+        assert finding(report, index).value == len(zeroed[index]), index
+
+
 class ZeroThen(nn.Module):
     """A hidden layer zeroed, its output reaching the next weight layer through ``act``."""
 

@@ -582,3 +582,14 @@ def test_a_unit_whose_replay_runs_out_of_memory_is_named_not_a_rule_error(monkey
 
     monkeypatch.setattr(il014, "declare_applied", broken)
     assert [f.code for f in initlint.audit(model, {"input_ids": ids(1000)}, select=["IL014"]).findings] == ["IL000"]
+
+
+def test_samples_are_reduced_a_few_at_a_time_on_the_cpu_and_together_on_an_accelerator():
+    """On the CPU a batch of samples stays in the cache; on an accelerator a batch costs its launches, so the
+    224 large samples of a 32-layer Llama go in one batch there (no accelerator is needed to ask for the runs)."""
+    from initlint.probe.declared import SAMPLE, _in_cache
+
+    items = list(range(224))
+    assert [len(part) for part in _in_cache(items, SAMPLE, torch.device("cpu"))] == [16] * 14
+    assert [len(part) for part in _in_cache(items, SAMPLE, torch.device("cuda"))] == [224]
+    assert sum(_in_cache(items, 7, torch.device("cuda")), []) == items

@@ -135,6 +135,20 @@ def duplicate_rows_all(c: _Collector, scope: str, weights: List[Tuple[str, torch
         _duplicate_rows_batched(c, scope, items, keyed)
 
 
+def unit_owners(rows: List[int], device: torch.device) -> torch.Tensor:
+    """For units of several weights laid end to end (``rows[i]`` units of weight ``i``), the index of each
+    unit's weight, made on the device (a host list copied there would make CUDA wait): two ops per run of
+    weights with equal unit counts, not one per weight."""
+    runs: List[Tuple[int, int, int]] = []  # (first weight, weights, units each)
+    for i, n in enumerate(rows):
+        if runs and runs[-1][2] == n:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1, n)
+        else:
+            runs.append((i, 1, n))
+    return torch.cat([torch.arange(first, first + count, device=device).repeat_interleave(n)
+                      for first, count, n in runs])
+
+
 def _duplicate_rows_batched(c: _Collector, scope: str, items: List[Tuple[str, torch.Tensor, Optional[torch.Tensor]]],
                             keyed: int) -> None:
     """:func:`_duplicate_rows` for weights of one dtype and device whose keys read ``keyed`` weights of each
@@ -149,16 +163,7 @@ def _duplicate_rows_batched(c: _Collector, scope: str, items: List[Tuple[str, to
     work = work.float() if work.dtype in (torch.float16, torch.bfloat16) else work  # half keys would collide
     dirs = (c.direction(2 * (keyed + 1), work.device, work.dtype) - 1.0).view(2, keyed + 1)  # zero mean
     keys = dirs[:, :keyed] @ work.t()  # (2, units of all)
-    # each unit's weight, made on the device (a host list copied there would make CUDA wait), two ops per unit
-    # count rather than one per weight
-    runs: List[Tuple[int, int, int]] = []  # (first weight, weights, units each)
-    for i, n in enumerate(rows):
-        if runs and runs[-1][2] == n:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1, n)
-        else:
-            runs.append((i, 1, n))
-    weight = torch.cat([torch.arange(first, first + count, device=work.device).repeat_interleave(n)
-                        for first, count, n in runs])
+    weight = unit_owners(rows, work.device)
     flagged = [i for i, name in enumerate(names) if name in c.candidates]
     if flagged:  # every unit's first weights alike: a candidate for a constant weight (see _duplicate_rows)
         index = weight[None, :].expand(2, -1)

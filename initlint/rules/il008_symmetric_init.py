@@ -10,7 +10,7 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from ..probe.duplicates import KEYED, unit_matrix
+from ..probe.duplicates import KEYED, unit_matrix, unit_owners
 from .base import (EXPAND, SKIP, AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix,
                    py_path, reads_into, to_host, walk_users)
 from .il001_init_scale import scale_target
@@ -231,11 +231,33 @@ def _zero_units_before_norms(audit: AuditContext, layers: List[Tuple[Op, str]]) 
         norm = cancelling_norm(audit, op) if weight is not None and weight.dim() >= 2 else None
         if norm is not None:
             found.append((name, norm, unit_matrix(weight.detach(), op.attrs.get("layout", "out_in"))))
-    counts = [int(c) for c in to_host([(units[:, :KEYED] == 0).all(dim=1).sum() for _, _, units in found])]
+    counts = _zero_heads(found)
     again = [i for i, (c, (_, _, units)) in enumerate(zip(counts, found)) if c and units.shape[1] > KEYED]
     for i, c in zip(again, to_host([(found[i][2] == 0).all(dim=1).sum() for i in again]) if again else []):
         counts[i] = int(c)
     return {name: (c, units.shape[0], norm) for (name, norm, units), c in zip(found, counts)}
+
+
+def _zero_heads(found: List[Tuple[str, Op, torch.Tensor]]) -> List[int]:
+    """Per layer of ``found`` (``(units, fan)`` matrices): its units whose first :data:`KEYED` weights are all
+    exactly zero, counted for all layers of one keyed width, dtype and device in one batch (a few ops per
+    batch, not per layer), and read in one transfer per device."""
+    batches: Dict[Tuple[int, torch.dtype, torch.device], List[int]] = {}
+    for i, (_, _, units) in enumerate(found):
+        batches.setdefault((min(units.shape[1], KEYED), units.dtype, units.device), []).append(i)
+    by_device: Dict[torch.device, List[Tuple[List[int], torch.Tensor]]] = {}
+    for (keyed, _, device), layers in batches.items():
+        layers.sort(key=lambda i: found[i][2].shape[0])  # equal unit counts side by side (unit_owners)
+        zero = (torch.cat([found[i][2][:, :keyed] for i in layers]) == 0).all(dim=1)
+        owners = unit_owners([found[i][2].shape[0] for i in layers], device)
+        counts = torch.zeros(len(layers), dtype=torch.int64, device=device).index_add_(0, owners, zero.long())
+        by_device.setdefault(device, []).append((layers, counts))
+    out = [0] * len(found)
+    for parts in by_device.values():
+        host = torch.cat([counts for _, counts in parts]).tolist()
+        for i, c in zip((i for layers, _ in parts for i in layers), host):
+            out[i] = int(c)
+    return out
 
 
 def _relu_reads(graph: Graph, norm: Op) -> bool:
