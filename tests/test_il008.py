@@ -379,3 +379,22 @@ def test_layers_of_many_shapes_keyed_together_count_only_copies_within_a_layer()
                                                                       "8.weight")}
     assert dup == {"0.weight": 0, "2.weight": 1, "4.weight": 2, "6.weight": 0, "8.weight": 0}
     assert il008(report) == {"2", "4"}
+
+
+def test_layers_of_one_unit_count_keyed_together_count_their_own_copies():
+    """Layers of one unit count (a stack of equal layers) are sorted as rows of one matrix, each on its own."""
+    torch.manual_seed(0)
+    layers = [nn.Linear(64, 64) for _ in range(4)]
+    model = nn.Sequential(*[m for layer in layers for m in (layer, nn.Tanh())])
+    with torch.no_grad():
+        layers[1].weight[63] = layers[1].weight[0]
+        layers[1].bias[63] = layers[1].bias[0]
+        layers[3].weight[5] = layers[3].weight[6]
+        layers[3].bias[5] = layers[3].bias[6]
+        layers[3].weight[7] = layers[3].weight[6]
+        layers[3].bias[7] = layers[3].bias[6]
+        layers[2].weight[9] = layers[0].weight[9]  # equal to another layer's unit: no copy
+        layers[2].bias[9] = layers[0].bias[9]
+    report = initlint.audit(model, torch.randn(8, 64))
+    assert [report.probe.params[f"{2 * i}.weight"]["dup_rows"] for i in range(4)] == [0, 1, 0, 2]
+    assert il008(report) == {"2", "6"}

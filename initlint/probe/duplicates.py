@@ -163,13 +163,20 @@ def _duplicate_rows_batched(c: _Collector, scope: str, items: List[Tuple[str, to
     work = work.float() if work.dtype in (torch.float16, torch.bfloat16) else work  # half keys would collide
     dirs = (c.direction(2 * (keyed + 1), work.device, work.dtype) - 1.0).view(2, keyed + 1)  # zero mean
     keys = dirs[:, :keyed] @ work.t()  # (2, units of all)
-    weight = unit_owners(rows, work.device)
+    # weights of one unit count (a stack of equal layers) are sorted as rows of a matrix, each on its own;
+    # of several, all at once by their weight and then by their keys
+    equal = len(set(rows)) == 1
+    weight = None if equal else unit_owners(rows, work.device)
     flagged = [i for i, name in enumerate(names) if name in c.candidates]
     if flagged:  # every unit's first weights alike: a candidate for a constant weight (see _duplicate_rows)
-        index = weight[None, :].expand(2, -1)
-        high = keys.new_full((2, len(items)), -math.inf).scatter_reduce(1, index, keys, "amax")
-        low = keys.new_full((2, len(items)), math.inf).scatter_reduce(1, index, keys, "amin")
-        size = keys.new_zeros((2, len(items))).scatter_reduce(1, index, keys.abs(), "amax")
+        if equal:
+            per_weight = keys.view(2, len(items), rows[0])
+            high, low, size = per_weight.amax(dim=2), per_weight.amin(dim=2), per_weight.abs().amax(dim=2)
+        else:
+            index = weight[None, :].expand(2, -1)
+            high = keys.new_full((2, len(items)), -math.inf).scatter_reduce(1, index, keys, "amax")
+            low = keys.new_full((2, len(items)), math.inf).scatter_reduce(1, index, keys, "amin")
+            size = keys.new_zeros((2, len(items))).scatter_reduce(1, index, keys.abs(), "amax")
         alike = (high - low <= keyed * torch.finfo(keys.dtype).eps * size).all(dim=0)
         if len(flagged) == len(items):  # one op for all, not one per weight (no host list as an index)
             merged = torch.stack([c.candidates[n] for n in names]) | alike
@@ -187,6 +194,15 @@ def _duplicate_rows_batched(c: _Collector, scope: str, items: List[Tuple[str, to
             if b is not None:
                 c.const(scope, name, "biased", 1.0)
     ulps = 4 * math.isqrt(keyed) + 8
+    if equal:
+        bits = keys.float().view(torch.int32).to(torch.int64).view(2, len(items), rows[0]).transpose(0, 1)
+        order = ((bits[:, 0] << 32) | (bits[:, 1] & 0xFFFFFFFF)).argsort(dim=1)  # (weights, units)
+        ranked = bits.gather(2, order[:, None, :].expand(-1, 2, -1))
+        same = ((ranked[:, :, 1:] - ranked[:, :, :-1]).abs() <= ulps).all(dim=1)  # (weights, units - 1)
+        c.put_many(scope, names, "dup_candidates", torch.count_nonzero(same, dim=1).float())
+        for (name, matrix, bias), o, s in zip(items, order.unbind(), same.unbind()):
+            c.pending.append(_Pending(name, matrix, bias, o, s, 1))
+        return
     bits, order = _key_order(keys, weight)
     ranked = bits[:, order]
     ranked_weight = weight[order]
