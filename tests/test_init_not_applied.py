@@ -593,3 +593,46 @@ def test_samples_are_reduced_a_few_at_a_time_on_the_cpu_and_together_on_an_accel
     assert [len(part) for part in _in_cache(items, SAMPLE, torch.device("cpu"))] == [16] * 14
     assert [len(part) for part in _in_cache(items, SAMPLE, torch.device("cuda"))] == [224]
     assert sum(_in_cache(items, 7, torch.device("cuda")), []) == items
+
+
+class _ScaledByBuffer(nn.Module):
+    """A declared init that reads a buffer of the model (the std scaled by ``gain``); not applied."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(256, 256)
+        self.out = nn.Linear(256, 10)
+        self.register_buffer("gain", torch.tensor(0.5))
+        self.register_buffer("unread", torch.randn(64))
+
+    def _init_weights(self, m):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02 * float(self.gain))
+            nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.fc(x)))
+
+
+def test_a_buffer_the_declared_init_reads_holds_the_models_values_on_the_private_copy():
+    """A private copy's buffers stand for the model's, written out only when an op reads them: the init that
+    scales by ``gain`` declares std 0.01, from the model's 0.5."""
+    torch.manual_seed(0)
+    report = initlint.audit(_ScaledByBuffer(), torch.randn(8, 256), select=["IL014"])
+    assert {(f.code, f.module) for f in report.findings} == {("IL014", "fc"), ("IL014", "out")}
+    assert all("_ScaledByBuffer._init_weights declares std 0.01, normal" in f.message for f in report.findings)
+
+
+def test_a_private_buffer_is_written_out_from_the_models_only_when_read():
+    from initlint.probe import declared as il
+
+    lazy = il._Private()
+    model_buffer = torch.full((64,), 0.5)
+    private = lazy.buffer(model_buffer)
+    assert il._storage(private) in lazy.original and il._storage(private) in lazy.owned  # no copy made yet
+    with torch.no_grad():
+        il._alias(private).fill_(-7.0)  # what fresh memory might hold
+    with torch.no_grad(), lazy.drawing([]):
+        read = float(private.sum())
+    assert read == 32.0 and torch.equal(private, model_buffer) and not lazy.original
+    assert lazy.buffer(torch.zeros(0)).numel() == 0 and lazy.buffer(None) is None

@@ -720,12 +720,20 @@ class _Private(TorchDispatchMode):
                           if t.layout == torch.strided)
 
     def buffer(self, b: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-        """A clone of ``b``, owned by the copy."""
+        """A tensor of the copy's own standing for ``b`` (a buffer, a tensor attribute): like a private parameter,
+        fresh memory that holds ``b``'s values only once an op reads them (an init seldom reads a BatchNorm's
+        running statistics: no copy kernel for them); a plain clone where ``b`` is of another kind."""
         if b is None:
             return None
-        fresh = b.clone()
-        if fresh.layout == torch.strided:
-            self.owned.add(_storage(fresh))
+        if type(b) is not torch.Tensor or b.requires_grad or b.device.type == "meta" or not b.numel() \
+                or b.layout != torch.strided:
+            fresh = b.clone()
+            if fresh.layout == torch.strided:
+                self.owned.add(_storage(fresh))
+            return fresh
+        fresh = torch.empty_like(b, memory_format=torch.preserve_format)
+        self.owned.add(_storage(fresh))
+        self.original[_storage(fresh)] = (fresh, b)
         return fresh
 
     def parameter(self, p: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
