@@ -147,7 +147,7 @@ def _draws_of(tensors: Sequence[torch.Tensor], full: bool,
     for i, t in enumerate(tensors):
         x = _sample_view(t, SAMPLE) if sample is None else sample(t, SAMPLE)
         groups.setdefault((tuple(x.shape), x.dtype, x.device), []).append((i, x))
-    table = _Table()
+    table = Table()
     sizes: Dict[int, int] = {}
     for (shape, _, device), items in groups.items():
         length = math.prod(shape)
@@ -190,7 +190,7 @@ def _in_cache(items: List[Any], length: int, device: torch.device) -> Iterator[L
         yield items[start:start + at_once]
 
 
-class _Table:
+class Table:
     """Rows computed on several devices, keyed by index, read with one transfer per device."""
 
     def __init__(self) -> None:
@@ -280,7 +280,7 @@ def _may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[
             by_dtype.setdefault((t.dtype, t.device), []).append(i)
             if known[i] is not None and not (known[i] < HUGE):  # type: ignore[operator]
                 flags[i] = True
-    table = _Table()  # a tensor's flags may come in more than once (its norm, its sample): they are or-ed
+    table = Table()  # a tensor's flags may come in more than once (its norm, its sample): they are or-ed
     for (dtype, device), indices in by_dtype.items():
         values = [tensors[i] for i in indices]
         unknown = [k for k, i in enumerate(indices) if known[i] is None]

@@ -10,6 +10,7 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
+from ..probe.declared import Table
 from ..probe.duplicates import KEYED, unit_matrix, unit_owners
 from .base import (EXPAND, SKIP, AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix,
                    py_path, reads_into, to_host, walk_users)
@@ -245,18 +246,15 @@ def _zero_heads(found: List[Tuple[str, Op, torch.Tensor]]) -> List[int]:
     batches: Dict[Tuple[int, torch.dtype, torch.device], List[int]] = {}
     for i, (_, _, units) in enumerate(found):
         batches.setdefault((min(units.shape[1], KEYED), units.dtype, units.device), []).append(i)
-    by_device: Dict[torch.device, List[Tuple[List[int], torch.Tensor]]] = {}
+    table = Table()
     for (keyed, _, device), layers in batches.items():
         layers.sort(key=lambda i: found[i][2].shape[0])  # equal unit counts side by side (unit_owners)
         zero = (torch.cat([found[i][2][:, :keyed] for i in layers]) == 0).all(dim=1)
         owners = unit_owners([found[i][2].shape[0] for i in layers], device)
-        counts = torch.zeros(len(layers), dtype=torch.int64, device=device).index_add_(0, owners, zero.long())
-        by_device.setdefault(device, []).append((layers, counts))
+        table.add(layers, torch.zeros(len(layers), dtype=torch.int64, device=device).index_add_(0, owners, zero.long()))
     out = [0] * len(found)
-    for parts in by_device.values():
-        host = torch.cat([counts for _, counts in parts]).tolist()
-        for i, c in zip((i for layers, _ in parts for i in layers), host):
-            out[i] = int(c)
+    for i, count in table.read():
+        out[i] = int(count)
     return out
 
 
