@@ -140,3 +140,20 @@ def test_oneformers_queries_repeat_one_task_token_and_are_not_token_collapse():
     report = initlint.audit(tf.OneFormerModel(config), batch_size=2, select=["IL013"])
     assert report.error is None and report.probe.forward_ran
     assert not [f for f in report.findings if f.code == "IL013"]
+
+
+def test_glm5_next_indexers_gate_of_ones_under_no_grad_is_information():
+    # Glm5NextPreTrainedModel._init_weights: init.ones_(module.index_kpool_compress_gate), so its 128 rows are
+    # equal; Glm5NextTextIndexer.forward is decorated @torch.no_grad(): the model's loss never reaches it.
+    config = tf.Glm5NextTextConfig(vocab_size=1000, pad_token_id=0, hidden_size=64, intermediate_size=128,
+                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                   kv_lora_rank=32, q_lora_rank=32, v_head_dim=16, qk_nope_head_dim=16,
+                                   linear_head_dim=16, mlp_layer_types=["dense", "dense"],
+                                   layer_types=["linear_attention", "indexed_attention"])
+    torch.manual_seed(0)
+    report = initlint.audit(tf.Glm5NextTextModel(config), batch_size=2)
+    assert report.error is None
+    indexer = {f.code: f for f in report.findings if f.module == "layers.1.self_attn.indexer"}
+    assert {"IL008", "IL004"} <= set(indexer)
+    assert all(f.severity == "info" and "autograd off" in f.message for f in indexer.values())
+    assert not [f for f in report.findings if f.severity != "info"]

@@ -398,3 +398,53 @@ def test_layers_of_one_unit_count_keyed_together_count_their_own_copies():
     report = initlint.audit(model, torch.randn(8, 64))
     assert [report.probe.params[f"{2 * i}.weight"]["dup_rows"] for i in range(4)] == [0, 1, 0, 2]
     assert il008(report) == {"2", "6"}
+
+
+class _Indexer(nn.Module):
+    """Scores keys with a gate set to ones, under no_grad: a sparse-attention indexer's shape."""
+
+    def __init__(self, width=64, gates=32, no_grad=True):
+        super().__init__()
+        self.gate = nn.Linear(width, gates, bias=False)
+        nn.init.ones_(self.gate.weight)
+        self.no_grad = no_grad
+
+    def forward(self, x):
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not self.no_grad):
+            return self.gate(x).softmax(dim=1).argmax(dim=-1)
+
+
+class _Indexed(nn.Module):
+    def __init__(self, no_grad=True, traceable=True):
+        super().__init__()
+        self.inp, self.idx, self.out = nn.Linear(64, 64), _Indexer(no_grad=no_grad), nn.Linear(64, 64)
+        self.traceable = traceable
+
+    def forward(self, x):
+        h = self.inp(x)
+        if not self.traceable and bool(h.isnan().any()):  # data-dependent: fx cannot trace it
+            h = h.nan_to_num()
+        chosen = self.idx(h).unsqueeze(-1)
+        return self.out(h).gather(1, chosen.expand(-1, -1, 64))
+
+
+def test_a_layer_the_model_runs_under_no_grad_is_information_in_both_captures():
+    # The model's loss sends the gate no gradient: whatever trains it (an indexer's own loss) is not probed.
+    for traceable, capture in ((True, "fx"), (False, "runtime")):
+        torch.manual_seed(0)
+        report = initlint.audit(_Indexed(traceable=traceable), torch.randn(4, 16, 64))
+        assert report.capture == capture
+        found = {(f.code, f.module): f for f in report.findings}
+        assert set(found) >= {("IL008", "idx.gate"), ("IL004", "idx.gate")}
+        for key in (("IL008", "idx.gate"), ("IL004", "idx.gate")):
+            assert found[key].severity == "info" and "autograd off" in found[key].message
+        assert "idx.gate.weight" not in report.probe.grads  # the replay keeps the block: no gradient reaches it
+        assert "out.weight" in report.probe.grads
+
+
+def test_the_same_layer_with_autograd_on_is_still_flagged():
+    for traceable in (True, False):
+        torch.manual_seed(0)
+        report = initlint.audit(_Indexed(no_grad=False, traceable=traceable), torch.randn(4, 16, 64))
+        assert {(f.code, f.severity) for f in report.findings if f.module == "idx.gate"} >= {("IL008", "warning")}
+        assert not report.probe.untracked

@@ -4,6 +4,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, List, Optional, Tuple
 
+import torch
 import torch.fx as fx
 import torch.nn as nn
 
@@ -38,7 +39,8 @@ class FxCapture(Capture):
             raise CaptureError(known)
         tracer = _Tracer()
         try:
-            self.fx_graph = tracer.trace(model)
+            with torch.enable_grad():  # grad mode while tracing is then the model's own (its no_grad blocks)
+                self.fx_graph = tracer.trace(model)
         except Exception as exc:  # fx raises many exception types on untraceable code
             raise CaptureError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
         self.node_ops: Dict[fx.Node, int] = {}
@@ -128,6 +130,8 @@ class _Tracer(fx.Tracer):
         # fx's own record_stack_traces imports torch._dynamo (seconds); a frame walk is enough,
         # and only functional calls need it (module calls are located from the source).
         node = super().create_node(kind, *args, **kwargs)
+        if not torch.is_grad_enabled():  # inside the model's own no_grad: fx keeps no trace of it, the replay does
+            node.meta["initlint_no_grad"] = True
         if kind in ("call_function", "call_method"):
             node.meta["initlint_location"] = user_call_site(2)
         return node
@@ -169,6 +173,12 @@ class _Observed(fx.Interpreter):
             args, _ = self.fetch_args_kwargs_from_env(n)
             return args[0]  # dropout is off for the probe
         self.attention = None
+        if n.meta.get("initlint_no_grad"):
+            with torch.no_grad():  # the model's own no_grad block, which the trace does not keep
+                return self._run_node(n)
+        return self._run_node(n)
+
+    def _run_node(self, n: fx.Node) -> Any:
         out = super().run_node(n)
         op_id = self.cap.node_ops.get(n)
         if op_id is not None:

@@ -35,6 +35,10 @@ class _Collector:
         """Op id -> shape of its (first) output tensor."""
         self.discrete: Set[int] = set()
         """Ops whose output holds no floating-point tensor."""
+        self.tracking = False
+        """Whether the forward records gradients (the backward probe follows it)."""
+        self.untracked: Set[int] = set()
+        """Ops that ran with autograd off in a forward that records gradients: the model's own ``no_grad``."""
         self.units: Dict[str, Any] = {}
         """Weight -> its :class:`~initlint.probe.duplicates.Units`."""
         self.pending: List[Any] = []
@@ -134,6 +138,7 @@ class _Collector:
         self.flush()
         result.shapes.update(self.shapes)
         result.discrete.update(self.discrete)
+        result.untracked.update(self.untracked)
         tables = {"ops": result.ops, "params": result.params, "grads": result.grads}
         for scope, key, name, value in self.consts:
             if scope == "logits":

@@ -87,6 +87,10 @@ class ProbeResult:
     """Per op: the shape of its (first) output tensor in the probe's forward pass."""
     discrete: Set[int] = field(default_factory=set)
     """Ops whose output holds no floating-point tensor: ids, indices, masks (an argmax, a codebook's codes)."""
+    untracked: Set[int] = field(default_factory=set)
+    """Ops the model ran with autograd off (a ``torch.no_grad`` block or decorator of its own) in a forward
+    that records gradients: the model's loss sends them no gradient, whatever trains them is not probed.
+    The fx capture marks the nodes it traced inside such a block and replays them so."""
     forward_ran: bool = False
     backward_ran: bool = False
     notes: List[str] = field(default_factory=list)
@@ -139,6 +143,8 @@ class StatsObserver:
                 self.c.skip(unusual, _op_label(op))
             return
         self.c.shapes[op.id] = tuple(t.shape)
+        if self.c.tracking and not torch.is_grad_enabled():
+            self.c.untracked.add(op.id)
         if not t.is_floating_point():
             self.c.discrete.add(op.id)
         if op.kind in _NO_STATS or not t.is_floating_point() or t.numel() == 0:
@@ -444,6 +450,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
         observer = StatsObserver(lambda: cap.graph, c)
         grad_wanted = backward and any(p.requires_grad for p in named.values())
         c.named = named
+        c.tracking = grad_wanted
         c.products = {} if grad_wanted and step is None else None
         with torch.set_grad_enabled(grad_wanted):
             out = cap.run(args, kwargs, observer)

@@ -413,6 +413,18 @@ def created_tensor(op: Op) -> bool:
     return op.kind == "empty" or str(op.target).rsplit(".", 1)[-1] in CREATED
 
 
+UNTRACKED = ("; the model runs it with autograd off (a no_grad block of its own), so the model's loss sends it no "
+             "gradient: whatever trains it (a loss of its own, as a sparse-attention indexer has) is not probed, "
+             "and this is information")
+"""What a finding whose harm is the gradient's adds where the op ran outside autograd (:func:`untracked`)."""
+
+
+def untracked(audit: AuditContext, op: Op) -> bool:
+    """Whether the model ran ``op`` with autograd off in a forward that records gradients (``torch.no_grad``
+    inside the model: DeepSeek's sparse-attention indexer): no gradient of the model's loss reaches it."""
+    return op.id in audit.probe.untracked
+
+
 def measured_rms(audit: AuditContext, op: Op, limit: int = 64) -> Optional[float]:
     """The rms of ``op``'s output, read through views, dropout and identities (which carry no statistics)."""
     src = measured(audit, op, limit, through=_LOOK_THROUGH)

@@ -328,7 +328,10 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "as classes; a row with one entry left counts as saturated, unless the softmax's input\n"
                       "holds the mask's ``-inf`` itself, as in PhiMoE's sparse router, which masks every score\n"
                       'but the top one: then only rows with two or more entries are judged) and, for the logits,\n'
-                      'the expected cross-entropy at init against ``ln(C)``.\n'
+                      'the expected cross-entropy at init against ``ln(C)``. A softmax the model runs with\n'
+                      "autograd off (a ``torch.no_grad`` block of its own: the key pooling of GLM-5-Next's\n"
+                      "sparse-attention indexer) passes no gradient of the model's loss either way: it is\n"
+                      'reported as information.\n'
                       '\n'
                       '## Why is this bad?\n'
                       'An untrained classifier knows nothing, so its prediction should be close to uniform:\n'
@@ -791,6 +794,12 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "Nemotron diarizer's upsampler): its output is reshaped so that the units that copy each\n"
                       'other fill the same channel at different positions, where targets that differ by position\n'
                       'give them different gradients.\n'
+                      '\n'
+                      'A layer the model runs with autograd off (a ``torch.no_grad`` block of its own, seen by the\n'
+                      "runtime capture) gets no gradient from the model's loss, so whether its units part is up to\n"
+                      "whatever else trains it: the finding is information. GLM-5-Next's sparse-attention indexer\n"
+                      'scores its keys under ``no_grad`` with a gate its ``_init_weights`` sets to ones; such\n'
+                      'indexers are trained with a loss of their own.\n'
                       '\n'
                       '## Example\n'
                       '```python\n'

@@ -9,7 +9,7 @@ from ..capture.graph import Graph, Op
 from ..report.findings import Finding
 import torch.nn as nn
 
-from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, py_path, shared_by,
+from .base import (UNTRACKED, AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, py_path, shared_by, untracked,
                    upstream_weight)
 
 
@@ -39,7 +39,10 @@ class SaturatedSoftmax(Rule):
     as classes; a row with one entry left counts as saturated, unless the softmax's input
     holds the mask's ``-inf`` itself, as in PhiMoE's sparse router, which masks every score
     but the top one: then only rows with two or more entries are judged) and, for the logits,
-    the expected cross-entropy at init against ``ln(C)``.
+    the expected cross-entropy at init against ``ln(C)``. A softmax the model runs with
+    autograd off (a ``torch.no_grad`` block of its own: the key pooling of GLM-5-Next's
+    sparse-attention indexer) passes no gradient of the model's loss either way: it is
+    reported as information.
 
     ## Why is this bad?
     An untrained classifier knows nothing, so its prediction should be close to uniform:
@@ -105,6 +108,9 @@ class SaturatedSoftmax(Rule):
             # entry are the mask's doing (a sparse router keeps only its top score), not saturation
             masked = scale is not None and not math.isfinite(scale)
             finding = self._judge(audit, op, stats, f"{op.target} output", None if masked else scale, masked)
+            if finding is not None and untracked(audit, op):
+                finding.message += UNTRACKED
+                finding.severity = "info"
             if finding is not None:
                 yield finding
         logits = audit.probe.logits

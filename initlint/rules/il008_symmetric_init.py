@@ -12,8 +12,8 @@ from ..capture.graph import Graph, Op
 from ..report.findings import Finding
 from ..probe.declared import Table
 from ..probe.duplicates import KEYED, unit_matrix, unit_owners
-from .base import (EXPAND, SKIP, AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix,
-                   py_path, reads_into, to_host, walk_users)
+from .base import (EXPAND, SKIP, UNTRACKED, AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix,
+                   py_path, reads_into, to_host, untracked, walk_users)
 from .il001_init_scale import scale_target
 from .il002_bias_before_norm import cancelling_norm
 
@@ -111,6 +111,12 @@ class SymmetricInit(Rule):
     other fill the same channel at different positions, where targets that differ by position
     give them different gradients.
 
+    A layer the model runs with autograd off (a ``torch.no_grad`` block of its own, seen by the
+    runtime capture) gets no gradient from the model's loss, so whether its units part is up to
+    whatever else trains it: the finding is information. GLM-5-Next's sparse-attention indexer
+    scores its keys under ``no_grad`` with a gate its ``_init_weights`` sets to ones; such
+    indexers are trained with a loss of their own.
+
     ## Fix
     Draw the weights at random with the scale the next activation needs:
     ``nn.init.kaiming_normal_(hidden.weight, nonlinearity="relu")``. For an embedding, or an
@@ -150,6 +156,14 @@ class SymmetricInit(Rule):
 
     def _judge(self, audit: AuditContext, op: Op, name: str, stats: Dict[str, float],
                zero: Optional[Tuple[int, int, Op]]) -> Optional[Finding]:
+        finding = self._verdict(audit, op, name, stats, zero)
+        if finding is not None and untracked(audit, op):
+            finding.message += UNTRACKED
+            finding.severity = "info"
+        return finding
+
+    def _verdict(self, audit: AuditContext, op: Op, name: str, stats: Dict[str, float],
+                 zero: Optional[Tuple[int, int, Op]]) -> Optional[Finding]:
         if zero is not None and zero[0] > 0:
             return self._zero_filters_before_norm(audit, op, name, *zero)
         rows, groups = int(stats.get("rows", 0)), max(int(stats.get("groups", 1)), 1)
