@@ -47,6 +47,11 @@ below the vision head's); the twin draws them at ``1 / sqrt(fan_in)``, as CLIP d
 by 1, not ``head_dim ** -0.5``: scores of std ``sqrt(256) = 16`` at init (initlint: IL011, mean entropy 0.07-0.09
 of uniform's). The twin sets the query and key norm weights to ``256 ** -0.25``, scores of std 1.
 
+``muse_glimmer``: Muse Glimmer's text model at width 256, 4 layers (three sliding, one full), head width 64, with a
+Linear head, on the copy task. It normalises each head's queries and keys without a scale and multiplies the queries
+by ``qk_scale_factor = 3.87`` on top of ``head_dim ** -0.5``: scores of std 3.87 at init, at any width (initlint:
+IL011, mean entropy 0.31-0.37 of uniform's). The twin sets the factor to 1, scores of std 1.
+
 ``pp_lcnet_v4``: PP-LCNetV4 (PP-OCRv6's recognition backbone) at its default config, 13 blocks, its last stage
 mean-pooled into a Linear, on the image classification task. Each block adds ``channel_conv2(gelu(channel_conv1(
 s)))``, both convs behind a BatchNorm (rms 1), to the stream ``s = token_conv(x)``, a depthwise 3 x 3 conv: HF
@@ -125,6 +130,31 @@ def _qk_norm_scale(net: nn.Module, scale: float) -> None:
             nn.init.constant_(m.weight, scale)
 
 
+class GlimmerLM(nn.Module):
+    """Muse Glimmer's text model with a Linear head over the vocabulary: HF has no causal-LM class for it."""
+
+    def __init__(self, tf) -> None:
+        super().__init__()
+        self.model = tf.MuseGlimmerTextModel(tf.MuseGlimmerTextConfig(
+            vocab_size=VOCAB, hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=64, sliding_window=64, max_position_embeddings=256))
+        self.head = nn.Linear(256, VOCAB, bias=False)
+        nn.init.normal_(self.head.weight, std=0.02)
+
+    def forward(self, input_ids: torch.Tensor):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(logits=self.head(self.model(input_ids=input_ids).last_hidden_state))
+
+
+def _qk_scale_factor(net: nn.Module, factor: float) -> None:
+    """Muse Glimmer multiplies its unit-normalised queries by ``qk_scale_factor`` (3.87) on top of
+    ``head_dim ** -0.5``: scores of std 3.87 at init; ``factor`` 1 puts them at std 1."""
+    for m in net.modules():
+        if hasattr(m, "qk_scale_factor"):
+            m.qk_scale_factor = factor
+
+
 class LCNetClassifier(nn.Module):
     """PP-LCNetV4 (PP-OCRv6's recognition backbone) at its default config, its last stage mean-pooled into a
     Linear over the classes: HF has no classification head for it."""
@@ -173,6 +203,7 @@ MODELS = {
         layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=64, hidden_size_per_layer_input=64,
         max_position_embeddings=256)),
         lambda net: _qk_norm_scale(net, 256 ** -0.25)),
+    "muse_glimmer": (lambda tf: GlimmerLM(tf), lambda net: _qk_scale_factor(net, 1.0)),
     "pp_lcnet_v4": (lambda tf: LCNetClassifier(tf), _paddle_convs),
     "pp_lcnet_v4_fan_in": (lambda tf: LCNetClassifier(tf), lambda net: _paddle_convs(net, per_group=True)),
     "convbert": (lambda tf: tf.ConvBertForMaskedLM(tf.ConvBertConfig(vocab_size=VOCAB, num_hidden_layers=2,
@@ -187,7 +218,7 @@ MODELS = {
 }
 
 
-COPY = ("lara_mini", "falcon_h1", "gemma4")
+COPY = ("lara_mini", "falcon_h1", "gemma4", "muse_glimmer")
 """The models trained on the copy task."""
 
 

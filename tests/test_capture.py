@@ -1,4 +1,6 @@
 """Capture backends: fx first, runtime for the rest; both feed the same graph model."""
+from collections import OrderedDict
+
 import pytest
 import torch
 import torch.nn as nn
@@ -315,3 +317,36 @@ def test_a_tensor_made_with_tensor_new_is_uninitialised_memory_not_a_signal():
     assert [op.kind for op in made] == ["empty"]
     assert all("norm" not in report.probe.ops.get(op.id, {}) for op in made)
     assert "IL009" not in {f.code for f in report.findings}
+
+
+def test_a_plain_sequential_gets_the_graph_a_trace_would_give_without_tracing():
+    from initlint.capture.fx import _sequential_graph, _Tracer
+
+    plain = [nn.Sequential(*[nn.Linear(8, 8) if i % 2 == 0 else nn.ReLU() for i in range(10)]),
+             nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8, 2)),
+             nn.Sequential(OrderedDict(stem=nn.Linear(4, 8), act=nn.GELU(), head=nn.Linear(8, 2)))]
+    for model in plain:
+        built = _sequential_graph(model, _Tracer())
+        assert built is not None
+        assert str(built) == str(_Tracer().trace(model))
+        assert built.python_code("self").src == _Tracer().trace(model).python_code("self").src
+
+    class Block(nn.Module):  # not a leaf: its forward is traced through
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return x + self.fc(x)
+
+    class Subclass(nn.Sequential):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    assert _sequential_graph(nn.Sequential(nn.Linear(8, 8), Block()), _Tracer()) is None
+    assert _sequential_graph(Subclass(nn.Linear(8, 8)), _Tracer()) is None
+    assert _sequential_graph(nn.Sequential(), _Tracer()) is None
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), Block(), nn.ReLU())
+    cap = capture(model)
+    assert cap.name == "fx" and [op.module for op in cap.graph if op.kind == "linear"] == ["0", "1.fc"]

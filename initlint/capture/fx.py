@@ -39,8 +39,10 @@ class FxCapture(Capture):
             raise CaptureError(known)
         tracer = _Tracer()
         try:
-            with torch.enable_grad():  # grad mode while tracing is then the model's own (its no_grad blocks)
-                self.fx_graph = tracer.trace(model)
+            self.fx_graph = _sequential_graph(model, tracer)
+            if self.fx_graph is None:
+                with torch.enable_grad():  # grad mode while tracing is then the model's own (its no_grad blocks)
+                    self.fx_graph = tracer.trace(model)
         except Exception as exc:  # fx raises many exception types on untraceable code
             raise CaptureError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
         self.node_ops: Dict[fx.Node, int] = {}
@@ -135,6 +137,24 @@ class _Tracer(fx.Tracer):
         if kind in ("call_function", "call_method"):
             node.meta["initlint_location"] = user_call_site(2)
         return node
+
+
+def _sequential_graph(model: nn.Module, tracer: _Tracer) -> Optional[fx.Graph]:
+    """The graph a trace of a plain ``nn.Sequential`` of leaf modules gives (one input through each child in
+    turn), built without tracing; None for any other model. A trace costs about 70 us a layer in fx's
+    argument handling, a tenth of a 50-layer MLP's audit."""
+    if type(model) is not nn.Sequential or len(model) == 0 or type(model).forward is not nn.Sequential.forward:
+        return None
+    children = list(model.named_children())
+    if any(not tracer.is_leaf_module(child, name) or child._forward_hooks or child._forward_pre_hooks
+           for name, child in children) or model._forward_hooks or model._forward_pre_hooks:
+        return None
+    graph = fx.Graph()
+    value = graph.placeholder("input")
+    for name, _ in children:
+        value = graph.call_module(name, (value,))
+    graph.output(value)
+    return graph
 
 
 class _Observed(fx.Interpreter):
