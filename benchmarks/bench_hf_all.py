@@ -101,10 +101,14 @@ def shrink(config: Any, seen: Optional[set] = None, sizes: str = "shrunk") -> No
     indices = getattr(config, "out_indices", None)  # a backbone: the layers (or stages) its head reads stay
     deepest = max(indices) if isinstance(indices, (list, tuple)) and indices and all(
         isinstance(i, int) and not isinstance(i, bool) for i in indices) else 0
+    widths = getattr(config, "hidden_sizes", None)
+    stages = len(widths) if isinstance(widths, (list, tuple)) else None
     for key, target in targets:
         if key in LAYERS:
             target = max(target, deepest)
         value = getattr(config, key, None)
+        if key in LAYERS and value == stages:
+            continue  # a count of stages, one per entry of hidden_sizes (Muse Spark's audio encoder)
         if isinstance(value, int) and not isinstance(value, bool) and value > target:
             try:
                 setattr(config, key, target)
@@ -115,6 +119,10 @@ def shrink(config: Any, seen: Optional[set] = None, sizes: str = "shrunk") -> No
         sub = getattr(config, key, None)
         if isinstance(sub, PretrainedConfig):
             shrink(sub, seen, sizes)
+    qformer, vision = getattr(config, "qformer_config", None), getattr(config, "vision_config", None)
+    if isinstance(getattr(qformer, "encoder_hidden_size", None), int) and \
+            isinstance(getattr(vision, "hidden_size", None), int):  # BLIP-2's Q-Former reads the vision tower's width
+        qformer.encoder_hidden_size = vision.hidden_size
 
 
 def _fit_sections(model: Any) -> None:

@@ -571,3 +571,39 @@ def test_pix2struct_gets_flattened_patches_with_their_rows_and_columns():
     assert patches.shape == (2, 64, 2 + 48)  # an 8 x 8 grid: the most that seq_len 64 holds
     assert patches[0, :9, :2].tolist() == [[1, c] for c in range(1, 9)] + [[2, 1]]
     assert_probed(model, 2)
+
+
+def test_idefics_is_probed_with_an_axis_of_images_that_every_token_sees():
+    # IdeficsModel flattens pixel_values (batch, images, channels, H, W) and reads image_attention_mask
+    # (batch, tokens, images); the inferred (batch, channels, H, W) cannot unpack there
+    needs("IdeficsConfig")
+    config = tf.IdeficsConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                              num_attention_heads=4, vision_config=dict(embed_dim=32, image_size=32, patch_size=8,
+                                                                        num_hidden_layers=1, num_attention_heads=2,
+                                                                        intermediate_size=64),
+                              perceiver_config=dict(resampler_n_latents=4, resampler_depth=1, resampler_n_heads=2,
+                                                    resampler_head_dim=8))
+    report = assert_probed(tf.IdeficsModel(config), 2)
+    refused = [n for n in report.notes if n.startswith("the model's forward refused the inferred inputs")]
+    assert len(refused) == 1 and refused[0].endswith("probed with pixel_values as (2, 1, 3, 32, 32)"), report.notes
+
+
+def test_an_audio_encoder_of_strided_patches_gets_a_waveform_of_whole_patches():
+    # Muse Spark's audio encoder: one embedding per 16 * 6 * 5 * 4 = 1920 samples, and a forward that refuses others
+    needs("MuseSparkAudioConfig")
+    model = tf.MuseSparkAudioModel(tf.MuseSparkAudioConfig(hidden_sizes=[16, 32, 32, 32], depths=[1, 1, 1, 1],
+                                                           out_hidden_size=32))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["input_values"].shape == (2, 5760)
+    report = assert_probed(model, 2)
+    assert not report.notes
+
+
+def test_depth_pro_gets_images_whose_smallest_scale_holds_one_patch():
+    # "Image size 224x224 is too small to be scaled with scaled_images_ratios=(0.25, 0.5, 1) when patch_size=384"
+    needs("DepthProConfig")
+    sub = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=64, patch_size=16)
+    model = tf.DepthProModel(tf.DepthProConfig(patch_size=64, fusion_hidden_size=32, image_model_config=sub,
+                                               patch_model_config=sub, fov_model_config=sub))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["pixel_values"].shape == (2, 3, 256, 256)  # 64 / 0.25

@@ -11,6 +11,7 @@ the RNG and the training flags restored.
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -282,7 +283,9 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
     Parakeet and ``mel bins x frames`` for a Whisper-style convolution stem (GLM-ASR, Voxtral
     Realtime); a front end that stacks frames (Fun-ASR's 7, Granite Speech's) reads features several
     times the mel bins wide, which its first layer, a Linear, gives. A keypoint matcher (SuperGlue,
-    LightGlue, EfficientLoFTR) takes its images in pairs: ``batch x 2 x channels x H x W``. Each entry
+    LightGlue, EfficientLoFTR) takes its images in pairs: ``batch x 2 x channels x H x W``; after that,
+    IDEFICS takes an axis of images (one each here, with an ``image_attention_mask`` that lets every token see
+    it) and InstructBLIP-Video an axis of frames: ``batch x 1 x channels x H x W``. Each entry
     is a description (``"input_values as (2, 1, 4000)"``) and the inputs with that one changed. No layout
     changes the number of frames, so a mask over them stays as it is."""
     def described(name: str, changed: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
@@ -295,6 +298,11 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
     if isinstance(images, torch.Tensor) and images.is_floating_point() and images.dim() == 4:
         other = _randn(tuple(images.shape), images, seed + 1)  # the inputs' own seed drew the first image
         yield described("pixel_values", {**kwargs, "pixel_values": torch.stack([images, other], dim=1)})
+        one = {**kwargs, "pixel_values": images.unsqueeze(1)}  # an axis of images (IDEFICS) or frames (InstructBLIP-Video)
+        ids = kwargs.get("input_ids")
+        if isinstance(ids, torch.Tensor) and ids.dim() == 2 and "image_attention_mask" in forward_parameters(model):
+            one["image_attention_mask"] = torch.ones(*ids.shape, 1, dtype=torch.long, device=ids.device)  # every token sees it
+        yield described("pixel_values", one)
     feats = kwargs.get("input_features")
     if isinstance(feats, torch.Tensor) and feats.is_floating_point() and feats.dim() == 3:
         yield described("input_features", {**kwargs, "input_features": feats.transpose(1, 2).contiguous()})
@@ -389,6 +397,11 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
         vis = vision_config(config)
         size = getattr(vis, "image_size", None) or getattr(vis, "crop_size", None) or IMAGE_SIDE
         height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
+        ratios, patch = getattr(vis, "scaled_images_ratios", None), getattr(vis, "patch_size", None)
+        if isinstance(patch, int) and isinstance(ratios, (list, tuple)) and ratios and min(ratios) > 0:
+            # Depth Pro: the image is scaled by each ratio and cut into patches of patch_size; the smallest
+            # scale must hold one patch (1536 pixels a side for 384 and 0.25)
+            height = width = max(height, width, math.ceil(patch / min(ratios)))
         channels = getattr(vis, "num_channels", None) or getattr(vis, "in_chans", None) \
             or getattr(config, "num_channels", None) or 3
         frames = _frames(vis) or _frames(config) or (VIDEO_FRAMES if name == "pixel_values_videos" else None)
@@ -421,9 +434,14 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
         channels = getattr(config, "audio_channels", None)
         if not isinstance(channels, int) and _count(config, "codebook_size"):  # a codec that names no channels: mono (DAC)
             channels = 1
+        samples = AUDIO_SAMPLES
+        strides = getattr(config, "patch_sizes", None)
+        if isinstance(strides, (list, tuple)) and strides and all(isinstance(v, int) and v > 0 for v in strides):
+            hop = math.prod(strides)  # a waveform cut into patches of patches (Muse Spark: 1920 samples an embedding)
+            samples = hop * max(2, math.ceil(AUDIO_SAMPLES / hop))
         if isinstance(channels, int) and not isinstance(channels, bool):  # a codec (EnCodec, Mimi): channels x samples
-            return torch.randn(batch, channels, AUDIO_SAMPLES, generator=gen, device=gen.device, dtype=dtype)
-        return torch.randn(batch, AUDIO_SAMPLES, generator=gen, device=gen.device, dtype=dtype)
+            return torch.randn(batch, channels, samples, generator=gen, device=gen.device, dtype=dtype)
+        return torch.randn(batch, samples, generator=gen, device=gen.device, dtype=dtype)
     if name == "flattened_patches":  # Pix2Struct: each patch its row, its column (from 1) and its values
         vis = next(iter(_subs(config, ("vision_config",))), config)
         width, most = _count(vis, "patch_embed_hidden_size"), _count(vis, "seq_len")
