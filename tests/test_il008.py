@@ -448,3 +448,46 @@ def test_the_same_layer_with_autograd_on_is_still_flagged():
         report = initlint.audit(_Indexed(no_grad=False, traceable=traceable), torch.randn(4, 16, 64))
         assert {(f.code, f.severity) for f in report.findings if f.module == "idx.gate"} >= {("IL008", "warning")}
         assert not report.probe.untracked
+
+
+class _Scorer(nn.Module):
+    """A block the model runs under no_grad: a dead ReLU, a saturated tanh and attention with scores of std 32."""
+
+    def __init__(self, width=64):
+        super().__init__()
+        self.dead, self.sat, self.q, self.k = (nn.Linear(width, width) for _ in range(4))
+        nn.init.constant_(self.dead.bias, -100.0)
+        nn.init.normal_(self.sat.weight, std=1.0)
+        for layer in (self.q, self.k):
+            nn.init.normal_(layer.weight, std=1.0)
+
+    @torch.no_grad()
+    def forward(self, x):
+        q, k = self.q(x), self.k(x)
+        attention = (q @ k.transpose(-1, -2) / 8).softmax(dim=-1)
+        return (torch.relu(self.dead(x)) + torch.tanh(self.sat(x)) + attention @ x).sum(-1).argmax(-1)
+
+
+class _Scored(nn.Module):
+    def __init__(self, no_grad=True):
+        super().__init__()
+        self.inp, self.scorer, self.out = nn.Linear(64, 64), _Scorer(), nn.Linear(64, 64)
+        if not no_grad:
+            self.scorer.forward = _Scorer.forward.__wrapped__.__get__(self.scorer)
+
+    def forward(self, x):
+        h = torch.layer_norm(self.inp(x), (64,))
+        chosen = self.scorer(h)
+        return self.out(h)[torch.arange(h.shape[0]), chosen]
+
+
+def test_dead_saturated_and_one_hot_layers_under_no_grad_are_information():
+    torch.manual_seed(0)
+    loud = initlint.audit(_Scored(no_grad=False), torch.randn(4, 32, 64))
+    torch.manual_seed(0)
+    quiet = initlint.audit(_Scored(), torch.randn(4, 32, 64))
+    codes = {"IL003", "IL007", "IL011"}
+    assert codes <= {f.code for f in loud.findings if f.severity == "warning" and f.module.startswith("scorer")}
+    found = [f for f in quiet.findings if f.code in codes]
+    assert {f.code for f in found} == codes
+    assert all(f.severity == "info" and "autograd off" in f.message for f in found)

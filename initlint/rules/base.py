@@ -425,6 +425,14 @@ def untracked(audit: AuditContext, op: Op) -> bool:
     return op.id in audit.probe.untracked
 
 
+def outside_autograd(audit: AuditContext, op: Op, finding: Optional[Finding]) -> Optional[Finding]:
+    """``finding``, whose harm is to the gradient, as information where the model ran ``op`` with autograd off."""
+    if finding is not None and untracked(audit, op):
+        finding.message += UNTRACKED
+        finding.severity = "info"
+    return finding
+
+
 def measured_rms(audit: AuditContext, op: Op, limit: int = 64) -> Optional[float]:
     """The rms of ``op``'s output, read through views, dropout and identities (which carry no statistics)."""
     src = measured(audit, op, limit, through=_LOOK_THROUGH)

@@ -270,6 +270,10 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'batch). It is reported once, at the layer where the signal dies; the layers after it\n'
                       'only see a constant.\n'
                       '\n'
+                      'A layer the model runs with autograd off (a ``torch.no_grad`` block of its own) passes no\n'
+                      "gradient of the model's loss either way: its dead units are information (a layer dead in every\n"
+                      'unit is still reported, since its output carries no signal forward).\n'
+                      '\n'
                       '## Example\n'
                       '```python\n'
                       'def negative_bias_before_relu():\n'
@@ -708,6 +712,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "1: long memory), as Mamba's step size is set small; its weights are not the cause, and\n"
                       "rescaling them would not move it. A layer's own bias is not such an offset.\n"
                       '\n'
+                      'A layer the model runs with autograd off (a ``torch.no_grad`` block of its own) passes no\n'
+                      "gradient of the model's loss either way: its finding is information.\n"
+                      '\n'
                       '## Example\n'
                       '```python\n'
                       'def tanh_after_a_wide_layer_with_large_weights():\n'
@@ -1009,6 +1016,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "The statistics come from at most 8 heads x 64 query rows per op (512 rows): a row's\n"
                       "normalised entropy lies in [0, 1], so the mean's standard error is below 0.022, and the\n"
                       'heads of a layer are alike at initialisation (i.i.d. weights).\n'
+                      '\n'
+                      'A layer the model runs with autograd off (a ``torch.no_grad`` block of its own) passes no\n'
+                      "gradient of the model's loss either way: its finding is information.\n"
                       '\n'
                       '## Example\n'
                       '```python\n'

@@ -9,7 +9,7 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from .base import AuditContext, Example, RepairPlan, Rule, fmt, py_path, upstream_weight
+from .base import AuditContext, Example, RepairPlan, Rule, fmt, outside_autograd, py_path, upstream_weight
 from .il001_init_scale import scale_target
 
 
@@ -69,6 +69,10 @@ class DeadRelu(Rule):
     batch). It is reported once, at the layer where the signal dies; the layers after it
     only see a constant.
 
+    A layer the model runs with autograd off (a ``torch.no_grad`` block of its own) passes no
+    gradient of the model's loss either way: its dead units are information (a layer dead in every
+    unit is still reported, since its output carries no signal forward).
+
     ## Fix
     Depends on the cause, which the finding names: a large negative bias (re-initialise it
     with ``nn.init.zeros_``), a too-small upstream init (the signal has vanished and the
@@ -111,7 +115,8 @@ class DeadRelu(Rule):
             seen.add((op.module, op.target))
             message = (f"{fmt(100 * frac)}% of {units} units output zero for the whole probe batch "
                        f"({op.target}; threshold {fmt(100 * limit)}% for {units} units)")
-            yield self.finding(audit, op, message, self._fix(audit, op), value=frac, threshold=limit)
+            yield outside_autograd(audit, op, self.finding(audit, op, message, self._fix(audit, op), value=frac,
+                                                           threshold=limit))
 
     def _judged(self, audit: AuditContext) -> Iterator[Op]:
         """ReLU ops with a dead-unit count and enough observations per unit."""

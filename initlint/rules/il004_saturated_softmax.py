@@ -9,7 +9,7 @@ from ..capture.graph import Graph, Op
 from ..report.findings import Finding
 import torch.nn as nn
 
-from .base import (UNTRACKED, AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, py_path, shared_by, untracked,
+from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, py_path, outside_autograd, shared_by,
                    upstream_weight)
 
 
@@ -107,10 +107,8 @@ class SaturatedSoftmax(Rule):
             # an infinite input scale is a mask's -inf (or finfo.min) entries: rows left with one
             # entry are the mask's doing (a sparse router keeps only its top score), not saturation
             masked = scale is not None and not math.isfinite(scale)
-            finding = self._judge(audit, op, stats, f"{op.target} output", None if masked else scale, masked)
-            if finding is not None and untracked(audit, op):
-                finding.message += UNTRACKED
-                finding.severity = "info"
+            finding = outside_autograd(audit, op, self._judge(audit, op, stats, f"{op.target} output",
+                                                                None if masked else scale, masked))
             if finding is not None:
                 yield finding
         logits = audit.probe.logits

@@ -8,7 +8,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Op
 from ..report.findings import Finding
-from .base import SYMPTOM_MAX_FACTOR, AuditContext, Example, RepairPlan, Rule, fmt, init_fix, py_path, upstream_weight
+from .base import (SYMPTOM_MAX_FACTOR, AuditContext, Example, RepairPlan, Rule, fmt, init_fix, outside_autograd, py_path,
+                   upstream_weight)
 from .il001_init_scale import scale_target
 
 
@@ -101,6 +102,9 @@ class SaturatedActivation(Rule):
     1: long memory), as Mamba's step size is set small; its weights are not the cause, and
     rescaling them would not move it. A layer's own bias is not such an offset.
 
+    A layer the model runs with autograd off (a ``torch.no_grad`` block of its own) passes no
+    gradient of the model's loss either way: its finding is information.
+
     ## Fix
     Scale the weights feeding the activation for it, e.g.
     ``nn.init.kaiming_normal_(layer.weight, nonlinearity="tanh")`` or
@@ -153,8 +157,9 @@ class SaturatedActivation(Rule):
             fan = audit.fan_in(src) if src is not None else None
             fix = (init_fix(audit, src, op.kind, fan) if src is not None and fan else
                    "scale down the input of this activation or normalise it first")
-            yield self.finding(audit, src if src is not None and not op.module else op, message, fix, value=frac,
-                               threshold=self.opts["max-saturated-fraction"])
+            yield outside_autograd(audit, op, self.finding(
+                audit, src if src is not None and not op.module else op, message, fix, value=frac,
+                threshold=self.opts["max-saturated-fraction"]))
 
     def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
         """Rescale the layer feeding the activation to unit pre-activation rms."""

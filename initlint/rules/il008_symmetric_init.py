@@ -12,8 +12,8 @@ from ..capture.graph import Graph, Op
 from ..report.findings import Finding
 from ..probe.declared import Table
 from ..probe.duplicates import KEYED, unit_matrix, unit_owners
-from .base import (EXPAND, SKIP, UNTRACKED, AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix,
-                   py_path, reads_into, to_host, untracked, walk_users)
+from .base import (EXPAND, SKIP, AuditContext, Example, RepairPlan, Rule, activation_gain, downstream, fmt, init_fix,
+                   outside_autograd, py_path, reads_into, to_host, walk_users)
 from .il001_init_scale import scale_target
 from .il002_bias_before_norm import cancelling_norm
 
@@ -156,11 +156,7 @@ class SymmetricInit(Rule):
 
     def _judge(self, audit: AuditContext, op: Op, name: str, stats: Dict[str, float],
                zero: Optional[Tuple[int, int, Op]]) -> Optional[Finding]:
-        finding = self._verdict(audit, op, name, stats, zero)
-        if finding is not None and untracked(audit, op):
-            finding.message += UNTRACKED
-            finding.severity = "info"
-        return finding
+        return outside_autograd(audit, op, self._verdict(audit, op, name, stats, zero))
 
     def _verdict(self, audit: AuditContext, op: Op, name: str, stats: Dict[str, float],
                  zero: Optional[Tuple[int, int, Op]]) -> Optional[Finding]:

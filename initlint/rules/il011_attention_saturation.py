@@ -10,8 +10,8 @@ import torch.nn as nn
 
 from ..capture.graph import Op
 from ..report.findings import Finding
-from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, projection_of, py_path,
-                   reference_std)
+from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, outside_autograd,
+                   projection_of, py_path, reference_std)
 
 
 MASKED_ZEROS_MAX_STD = 2.0
@@ -132,6 +132,9 @@ class AttentionSaturation(Rule):
     normalised entropy lies in [0, 1], so the mean's standard error is below 0.022, and the
     heads of a layer are alike at initialisation (i.i.d. weights).
 
+    A layer the model runs with autograd off (a ``torch.no_grad`` block of its own) passes no
+    gradient of the model's loss either way: its finding is information.
+
     ## Fix
     Use the scale ``head_dim ** -0.5`` (or leave SDPA's ``scale`` at its default):
     ```python
@@ -168,7 +171,7 @@ class AttentionSaturation(Rule):
             site = self._site(audit, op)
             if site is None or site.entropy != site.entropy or site.entropy >= self.opts["min-entropy"]:
                 continue
-            yield self._finding(audit, site)
+            yield outside_autograd(audit, site.op, self._finding(audit, site))
 
     # ------------------------------------------------------------------ measurement
     def _site(self, audit: AuditContext, op: Op) -> Optional[_Site]:
