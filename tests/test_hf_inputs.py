@@ -607,3 +607,26 @@ def test_depth_pro_gets_images_whose_smallest_scale_holds_one_patch():
                                                patch_model_config=sub, fov_model_config=sub))
     _, kwargs = infer_inputs(model, 2, 0)
     assert kwargs["pixel_values"].shape == (2, 3, 256, 256)  # 64 / 0.25
+
+
+def test_a_vision_tower_naming_its_temporal_patch_and_merge_otherwise_gets_whole_patches():
+    # Muse Glimmer's vision config: patch_temporal 2 and merge_size 2 (Qwen2-VL's temporal_patch_size,
+    # spatial_merge_size): patches of 3 x 2 x 14 x 14 = 1176 values, images of 4 x 4 patches
+    needs("MuseGlimmerVisionConfig")
+    layers = ["window_attention", "full_attention"]
+    model = tf.MuseGlimmerVisionModel(tf.MuseGlimmerVisionConfig(hidden_size=64, intermediate_size=128,
+                                                                 num_hidden_layers=2, num_attention_heads=4,
+                                                                 layer_types=layers))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["pixel_values"].shape == (32, 1176) and kwargs["grid_thw"].tolist() == [[1, 4, 4]] * 2
+    assert_probed(model, 2)
+
+
+def test_a_vision_tower_whose_stem_reads_each_patch_as_an_image_gets_them_so():
+    # Kimi K2.5's vision tower: a Conv2d patch embedding over (patches, channels, 14, 14)
+    needs("Kimi_K25VisionConfig")
+    model = tf.Kimi_K25VisionModel(tf.Kimi_K25VisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                                           num_attention_heads=4))
+    report = assert_probed(model, 2)
+    refused = [n for n in report.notes if n.startswith("the model's forward refused the inferred inputs")]
+    assert len(refused) == 1 and refused[0].endswith("probed with pixel_values as (8, 3, 14, 14)"), report.notes

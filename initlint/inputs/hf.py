@@ -133,7 +133,8 @@ def _patch_inputs(model: nn.Module, config: Any, accepts: set, batch: int, gen: 
                   dtype: torch.dtype) -> Optional[Dict[str, Any]]:
     """A vision tower that takes its images as flattened patches and a ``grid_thw`` (Qwen2-VL and the models
     built on it): each image a grid of ``2 x spatial_merge_size`` patches a side, one frame; the patches, of
-    ``channels x temporal_patch_size x patch_size**2`` values each, under the forward's first parameter's
+    ``channels x temporal_patch_size x patch_size**2`` values each (Muse Glimmer's ``patch_temporal`` and
+    ``merge_size``), under the forward's first parameter's
     name (its ``main_input_name`` is often the text default). None where the config has no ``patch_size``."""
     patch = getattr(config, "patch_size", None)
     if not isinstance(patch, int) or isinstance(patch, bool):
@@ -141,9 +142,11 @@ def _patch_inputs(model: nn.Module, config: Any, accepts: set, batch: int, gen: 
     first = next((n for n in inspect.signature(model.forward).parameters if n not in ("self", "grid_thw")), None)
     if first is None:
         return None
-    temporal = getattr(config, "temporal_patch_size", None) or 1
+    temporal = getattr(config, "temporal_patch_size", None) or getattr(config, "patch_temporal", None) or 1
     channels = getattr(config, "in_channels", None) or getattr(config, "num_channels", None) or 3
-    merge = getattr(config, "spatial_merge_size", None) or 1
+    merge = getattr(config, "spatial_merge_size", None) or getattr(config, "merge_size", None) or 1
+    if isinstance(merge, (list, tuple)):  # Muse Glimmer's (height, width) merge kernel: square in every config
+        merge = merge[0] if merge and all(m == merge[0] for m in merge) else 1
     side = 2 * int(merge)
     values = int(channels) * int(temporal) * patch * patch
     inputs: Dict[str, Any] = {
@@ -285,7 +288,9 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
     times the mel bins wide, which its first layer, a Linear, gives. A keypoint matcher (SuperGlue,
     LightGlue, EfficientLoFTR) takes its images in pairs: ``batch x 2 x channels x H x W``; after that,
     IDEFICS takes an axis of images (one each here, with an ``image_attention_mask`` that lets every token see
-    it) and InstructBLIP-Video an axis of frames: ``batch x 1 x channels x H x W``. Each entry
+    it) and InstructBLIP-Video an axis of frames: ``batch x 1 x channels x H x W``. A vision tower fed
+    flattened patches with their ``grid_thw`` may read each patch as an image (Kimi K2.5's convolution
+    stem): ``patches x channels x patch x patch``. Each entry
     is a description (``"input_values as (2, 1, 4000)"``) and the inputs with that one changed. No layout
     changes the number of frames, so a mask over them stays as it is."""
     def described(name: str, changed: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
@@ -303,6 +308,13 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
         if isinstance(ids, torch.Tensor) and ids.dim() == 2 and "image_attention_mask" in forward_parameters(model):
             one["image_attention_mask"] = torch.ones(*ids.shape, 1, dtype=torch.long, device=ids.device)  # every token sees it
         yield described("pixel_values", one)
+    patch = getattr(getattr(model, "config", None), "patch_size", None)
+    if isinstance(kwargs.get("grid_thw"), torch.Tensor) and isinstance(patch, int) and patch > 0:
+        for name, flat in kwargs.items():  # flattened patches as images of one patch each (Kimi K2.5's conv stem)
+            if isinstance(flat, torch.Tensor) and flat.is_floating_point() and flat.dim() == 2 \
+                    and flat.shape[1] % (patch * patch) == 0:
+                square = flat.reshape(flat.shape[0], flat.shape[1] // (patch * patch), patch, patch)
+                yield described(name, {**kwargs, name: square})
     feats = kwargs.get("input_features")
     if isinstance(feats, torch.Tensor) and feats.is_floating_point() and feats.dim() == 3:
         yield described("input_features", {**kwargs, "input_features": feats.transpose(1, 2).contiguous()})
