@@ -303,10 +303,10 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
     if isinstance(images, torch.Tensor) and images.is_floating_point() and images.dim() == 4:
         other = _randn(tuple(images.shape), images, seed + 1)  # the inputs' own seed drew the first image
         yield described("pixel_values", {**kwargs, "pixel_values": torch.stack([images, other], dim=1)})
-        one = {**kwargs, "pixel_values": images.unsqueeze(1)}  # an axis of images (IDEFICS) or frames (InstructBLIP-Video)
+        one = {**kwargs, "pixel_values": images.unsqueeze(1)}  # images (IDEFICS) or frames (InstructBLIP-Video)
         ids = kwargs.get("input_ids")
         if isinstance(ids, torch.Tensor) and ids.dim() == 2 and "image_attention_mask" in forward_parameters(model):
-            one["image_attention_mask"] = torch.ones(*ids.shape, 1, dtype=torch.long, device=ids.device)  # every token sees it
+            one["image_attention_mask"] = torch.ones(*ids.shape, 1, dtype=torch.long, device=ids.device)  # all see it
         yield described("pixel_values", one)
     patch = getattr(getattr(model, "config", None), "patch_size", None)
     if isinstance(kwargs.get("grid_thw"), torch.Tensor) and isinstance(patch, int) and patch > 0:

@@ -416,18 +416,14 @@ def created_tensor(op: Op) -> bool:
 UNTRACKED = ("; the model runs it with autograd off (a no_grad block of its own), so the model's loss sends it no "
              "gradient: whatever trains it (a loss of its own, as a sparse-attention indexer has) is not probed, "
              "and this is information")
-"""What a finding whose harm is the gradient's adds where the op ran outside autograd (:func:`untracked`)."""
-
-
-def untracked(audit: AuditContext, op: Op) -> bool:
-    """Whether the model ran ``op`` with autograd off in a forward that records gradients (``torch.no_grad``
-    inside the model: DeepSeek's sparse-attention indexer): no gradient of the model's loss reaches it."""
-    return op.id in audit.probe.untracked
+"""What a finding whose harm is the gradient's adds where the op ran outside autograd (:func:`outside_autograd`)."""
 
 
 def outside_autograd(audit: AuditContext, op: Op, finding: Optional[Finding]) -> Optional[Finding]:
-    """``finding``, whose harm is to the gradient, as information where the model ran ``op`` with autograd off."""
-    if finding is not None and untracked(audit, op):
+    """``finding``, whose harm is to the gradient, as information where the model ran ``op`` with autograd off
+    (a ``torch.no_grad`` block of its own, as GLM-5-Next's sparse-attention indexer): no gradient of the model's
+    loss reaches it (:attr:`~initlint.probe.run.ProbeResult.untracked`)."""
+    if finding is not None and op.id in audit.probe.untracked:
         finding.message += UNTRACKED
         finding.severity = "info"
     return finding

@@ -802,9 +802,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'other fill the same channel at different positions, where targets that differ by position\n'
                       'give them different gradients.\n'
                       '\n'
-                      'A layer the model runs with autograd off (a ``torch.no_grad`` block of its own, seen by the\n'
-                      "runtime capture) gets no gradient from the model's loss, so whether its units part is up to\n"
-                      "whatever else trains it: the finding is information. GLM-5-Next's sparse-attention indexer\n"
+                      'A layer the model runs with autograd off (a ``torch.no_grad`` block of its own) gets no\n'
+                      "gradient from the model's loss, so whether its units part is up to whatever else trains it:\n"
+                      "the finding is information. GLM-5-Next's sparse-attention indexer\n"
                       'scores its keys under ``no_grad`` with a gate its ``_init_weights`` sets to ones; such\n'
                       'indexers are trained with a loss of their own.\n'
                       '\n'

@@ -9,8 +9,8 @@ from ..capture.graph import Graph, Op
 from ..report.findings import Finding
 import torch.nn as nn
 
-from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, py_path, outside_autograd, shared_by,
-                   upstream_weight)
+from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, outside_autograd, py_path,
+                   shared_by, upstream_weight)
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).

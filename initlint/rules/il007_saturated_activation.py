@@ -8,8 +8,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Op
 from ..report.findings import Finding
-from .base import (SYMPTOM_MAX_FACTOR, AuditContext, Example, RepairPlan, Rule, fmt, init_fix, outside_autograd, py_path,
-                   upstream_weight)
+from .base import (SYMPTOM_MAX_FACTOR, AuditContext, Example, RepairPlan, Rule, fmt, init_fix, outside_autograd,
+                   py_path, upstream_weight)
 from .il001_init_scale import scale_target
 
 

@@ -111,9 +111,9 @@ class SymmetricInit(Rule):
     other fill the same channel at different positions, where targets that differ by position
     give them different gradients.
 
-    A layer the model runs with autograd off (a ``torch.no_grad`` block of its own, seen by the
-    runtime capture) gets no gradient from the model's loss, so whether its units part is up to
-    whatever else trains it: the finding is information. GLM-5-Next's sparse-attention indexer
+    A layer the model runs with autograd off (a ``torch.no_grad`` block of its own) gets no
+    gradient from the model's loss, so whether its units part is up to whatever else trains it:
+    the finding is information. GLM-5-Next's sparse-attention indexer
     scores its keys under ``no_grad`` with a gate its ``_init_weights`` sets to ones; such
     indexers are trained with a loss of their own.
 
