@@ -375,3 +375,57 @@ def test_a_nan_filled_attention_model_is_il009s_finding_and_no_rule_crashes():
     codes = {(f.code, f.module) for f in initlint.audit(model, torch.randint(0, 100, (4, 16))).findings}
     assert ("IL009", "emb") in codes
     assert not any(code == "IL000" for code, _ in codes)
+
+
+class ScoresOfStd(nn.Module):
+    """One attention whose scores have about the std asked for at any length: q and k of unit rms (weights
+    at 1/sqrt(fan_in) on a unit input), the scale ``std / sqrt(head_dim)``; SDPA or written out."""
+
+    def __init__(self, std: float, causal: bool, sdpa: bool, dim: int = 256, heads: int = 8, dim_head: int = 32):
+        super().__init__()
+        self.heads, self.causal, self.sdpa, self.scale = heads, causal, sdpa, std / dim_head ** 0.5
+        self.qk = nn.Linear(dim, 2 * heads * dim_head, bias=False)
+        nn.init.normal_(self.qk.weight, std=dim ** -0.5)
+
+    def forward(self, x):
+        q, k = (t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in self.qk(x).chunk(2, dim=-1))
+        if self.sdpa:
+            return F.scaled_dot_product_attention(q, k, k, is_causal=self.causal, scale=self.scale)
+        sim = q @ k.transpose(-1, -2) * self.scale
+        if self.causal:
+            sim = sim.masked_fill(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1), float("-inf"))
+        return sim.softmax(dim=-1) @ k
+
+
+@pytest.mark.parametrize("sdpa", [True, False], ids=["sdpa", "written"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_one_set_of_weights_gets_one_verdict_at_16_and_2048_tokens(causal, sdpa):
+    """Scores of std 2.2 and 3.1 either side of the limit (2.62: entropy 0.5 over 64 keys). A fixed entropy
+    limit flagged std 2.8 at 16 tokens (entropy 0.44) and passed it at 2048 (0.55); judged against what such
+    scores give over the rows' own key count, each std gets one verdict at every length."""
+    for std, saturated in ((2.2, False), (3.1, True)):
+        torch.manual_seed(0)
+        model = ScoresOfStd(std, causal, sdpa)
+        for length in (16, 512, 2048):
+            x = torch.randn(1, length, 256, generator=torch.Generator().manual_seed(1))
+            report = initlint.audit(model, x, select=["IL011"])
+            assert bool(codes(report, "IL011")) == saturated, (std, length, [f.message for f in report.findings])
+            if saturated:
+                finding = report.findings[0]
+                assert finding.value < finding.threshold
+                assert ("keys: scores as spread as give 0.5 at 64 keys" in finding.message) == (length != 64)
+
+
+def test_the_entropy_limit_is_what_scores_of_one_std_give_over_each_key_count():
+    from initlint.rules.il011_attention_saturation import entropy_limit, gaussian_entropy, limit_std
+
+    std = limit_std(0.5)
+    assert std == pytest.approx(2.62, abs=0.02)
+    assert entropy_limit(64, 0.5) == 0.5
+    limits = [entropy_limit(n, 0.5) for n in (2, 16, 512, 2048, 1 << 20)]
+    assert limits == sorted(limits) and limits[-1] == entropy_limit(1 << 16, 0.5)
+    for n, limit in ((16, limits[1]), (2048, limits[3])):  # an independent draw of many rows agrees
+        z = torch.randn(4096, n, generator=torch.Generator().manual_seed(5)) * std
+        p = torch.softmax(z, -1)
+        assert float(torch.special.entr(p).sum(-1).mean()) / math.log(n) == pytest.approx(limit, abs=0.01)
+    assert gaussian_entropy(16, 3.0) < limits[1] and gaussian_entropy(2048, 3.0) < limits[3]

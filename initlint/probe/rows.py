@@ -32,10 +32,12 @@ def put_softmax(c: _Collector, scope: str, key: Any, y: torch.Tensor, dim: int, 
     admissible = ((logp > -1e20) if log else (y > 0)).sum(-1, dtype=torch.int32)
     rows = (admissible >= 2).float()
     count = rows.sum().clamp_min(1.0)
-    entropy = torch.special.entr(p).sum(-1) / admissible.clamp_min(2).float().log()
+    log_keys = admissible.clamp_min(2).float().log()
+    entropy = torch.special.entr(p).sum(-1) / log_keys
     c.put(scope, key, "maxprob", p.amax(-1).mean())
     c.put(scope, key, "entropy", (entropy * rows).sum() / count)
     c.put(scope, key, "onehot_rows", 1.0 - rows.mean())
+    c.put(scope, key, "log_keys", (log_keys * rows).sum() / count)
     if cross_entropy:
         c.put(scope, key, "xent", -logp.clamp_min(-1e30).mean())
     c.const(scope, key, "classes", float(classes))
@@ -44,7 +46,8 @@ def put_softmax(c: _Collector, scope: str, key: Any, y: torch.Tensor, dim: int, 
 
 
 ATTENTION_HEADS = 8
-"""Heads (with their batch items) whose attention rows are measured per attention op."""
+"""Heads (with their batch items) whose attention rows are measured per attention op; more where the
+sequence is shorter than ``ATTENTION_ROWS``, to measure as many rows (see :func:`_head_pairs`)."""
 ATTENTION_ROWS = 64
 """Query rows measured per sampled head: ``ATTENTION_HEADS * ATTENTION_ROWS = 512`` rows in all.
 
@@ -79,9 +82,11 @@ def _row_positions(length: int, limit: int) -> Tuple[int, int]:
     return count, max(1, length // count)
 
 
-def _head_pairs(batch: int, heads: int) -> List[Tuple[int, int]]:
-    """Up to ``ATTENTION_HEADS`` (batch item, head) pairs: heads spread evenly, batch items cycled."""
-    count = min(ATTENTION_HEADS, batch * heads)
+def _head_pairs(batch: int, heads: int, rows: int) -> List[Tuple[int, int]]:
+    """(batch item, head) pairs: heads spread evenly, batch items cycled. ``ATTENTION_HEADS`` of them, or
+    more where a head has fewer than ``ATTENTION_ROWS`` query rows, up to ``ATTENTION_HEADS * ATTENTION_ROWS``
+    rows in all: a short probe measures as many rows as a long one (a causal op's short rows vary most)."""
+    count = min(max(ATTENTION_HEADS, ATTENTION_HEADS * ATTENTION_ROWS // max(rows, 1)), batch * heads)
     if heads >= count:
         return [(i % batch, i * heads // count) for i in range(count)]
     return [((i // heads) % batch, i % heads) for i in range(count)]
@@ -92,7 +97,8 @@ def put_attention(c: _Collector, key: Any, call: O.AttentionCall) -> None:
 
     Queues ``entropy`` (mean over rows with at least two admissible keys of the row's entropy
     divided by ``ln(admissible keys)``), ``maxprob`` (mean largest probability of those rows),
-    ``onehot_rows`` (fraction of rows the mask leaves with fewer than two keys), ``raw_rms``
+    ``onehot_rows`` (fraction of rows the mask leaves with fewer than two keys), ``log_keys`` (mean
+    ``ln(admissible keys)`` of the rows judged), ``raw_rms``
     (root mean square of ``q . k`` over the admissible pairs, before the scale), ``q_rms`` and
     ``k_rms``; and the constants ``keys``, ``head_dim``, ``scale`` and ``default_scale``.
     Admissible keys are the ones the mask allows: boolean masks, ``is_causal``, and additive
@@ -122,7 +128,7 @@ def _sample_sdpa(call: O.AttentionCall) -> Optional[_Sample]:
     heads = lead_q[-1] if lead_q else 1
     batch = math.prod(lead_q[:-1]) if len(lead_q) > 1 else 1
     rows, step = _row_positions(length, ATTENTION_ROWS)
-    pairs = _head_pairs(batch, heads)
+    pairs = _head_pairs(batch, heads, rows)
     qs, ks, masks = [], [], []
     for i, (b, h) in enumerate(pairs):
         index = _unravel(b, lead_q[:-1]) + ((h,) if lead_q else ())
@@ -143,7 +149,7 @@ def _sample_mha(call: O.AttentionCall) -> Optional[_Sample]:
     length, batch, keys = int(query.shape[0]), int(query.shape[1]), int(key.shape[0])
     head_dim = call.head_dim
     rows, step = _row_positions(length, ATTENTION_ROWS)
-    pairs = _head_pairs(batch, heads)
+    pairs = _head_pairs(batch, heads, rows)
     xq, xk, wq, wk, bq, bk, masks, pads = [], [], [], [], [], [], [], []
     for i, (b, h) in enumerate(pairs):
         offset = i * step // len(pairs)
@@ -242,12 +248,14 @@ def _attention_rows(c: _Collector, key: Any, q: torch.Tensor, k: torch.Tensor, s
         raw_sq = raw.square().masked_fill(~allowed, 0.0).sum()
     logp = torch.log_softmax(scores, dim=-1)
     p = logp.exp()
-    entropy = torch.special.entr(p).sum(-1) / admissible.clamp_min(2).float().log()
+    log_keys = admissible.clamp_min(2).float().log()
+    entropy = torch.special.entr(p).sum(-1) / log_keys
     rows = (admissible >= 2).float()
     count = rows.sum().clamp_min(1.0)
     c.put("ops", key, "entropy", (entropy * rows).sum() / count)
     c.put("ops", key, "maxprob", (p.amax(-1) * rows).sum() / count)
     c.put("ops", key, "onehot_rows", 1.0 - rows.mean())
+    c.put("ops", key, "log_keys", (log_keys * rows).sum() / count)
     c.put("ops", key, "raw_rms", (raw_sq / pairs).sqrt())
     c.put("ops", key, "q_rms", q.square().mean().sqrt())
     c.put("ops", key, "k_rms", k.square().mean().sqrt())

@@ -146,6 +146,8 @@ class SoftmaxStats(Stats):
     """Mean entropy of a row over ln(its admissible classes): 1 for a uniform row, 0 for one-hot."""
     onehot_rows: Optional[float] = None
     """Fraction of rows with a single admissible entry."""
+    log_keys: Optional[float] = None
+    """Mean ``ln(admissible entries)`` of the rows with two or more (the rows :attr:`entropy` is taken over)."""
     classes: Optional[float] = None
     xent: Optional[float] = None
     """Expected cross-entropy of a uniformly drawn label (logits only)."""

@@ -1,6 +1,7 @@
 """IL011 attention-saturation."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Tuple
@@ -14,10 +15,57 @@ from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fm
                    projection_of, py_path, reference_std)
 
 
-MASKED_ZEROS_MAX_STD = 2.0
+MASKED_ZEROS_MAX_STD = 3.0
 """Scores of a standard deviation up to this cannot leave a row one-hot by themselves: the gap between a row's
-two largest scores would have to pass 17 (float16's underflow of ``exp``; float32's is 104). A row that is
-one-hot there was made so by a mask."""
+two largest scores would have to pass 17 (float16's underflow of ``exp``; float32's is 104). That gap is widest
+for a row of two keys, where it is normal with std ``sqrt(2) * 3 = 4.2`` here: 17 is 4 of those, a chance of
+6e-5 per row. A row that is one-hot there was made so by a mask (the first row of a causal mask: a share of
+the rows that shrinks with the length, so counting it as saturated would judge a short probe more harshly)."""
+
+
+REFERENCE_KEYS = 64
+"""The key count ``min-entropy`` is stated at. Over ``n`` keys the limit is the mean entropy that scores of the
+same spread give there (:func:`entropy_limit`), so that one set of weights gets one verdict at any length."""
+MAX_KEYS = 1 << 16
+"""Key counts above this are judged as this many (the limit moves by less than 0.02 per doubling there)."""
+_DRAWS = 1 << 16
+"""Normal values drawn per key count for :func:`gaussian_entropy` (at least 64 rows)."""
+
+
+def _normal_rows(keys: int) -> torch.Tensor:
+    """The same ``rows x keys`` standard normal draws on every call and machine (a CPU generator, seed 0)."""
+    return torch.randn(max(64, _DRAWS // keys), keys, generator=torch.Generator().manual_seed(0))
+
+
+def gaussian_entropy(keys: int, std: float, draws: Optional[torch.Tensor] = None) -> float:
+    """Mean entropy over ``ln(keys)`` of softmax rows over ``keys`` i.i.d. Gaussian scores of std ``std``.
+    The draws are fixed, so the value falls smoothly as ``std`` grows (standard error below 0.004)."""
+    draws = _normal_rows(keys) if draws is None else draws
+    logp = torch.log_softmax(draws * std, dim=-1)
+    return -float((logp.exp() * logp).sum(-1).mean()) / math.log(keys)
+
+
+@functools.lru_cache(maxsize=16)
+def limit_std(min_entropy: float) -> float:
+    """The score std at which Gaussian scores over :data:`REFERENCE_KEYS` keys have mean entropy ``min_entropy``
+    (x ln(keys)): 2.64 for the default 0.5."""
+    draws = _normal_rows(REFERENCE_KEYS)
+    lo, hi = 0.0, 64.0
+    for _ in range(24):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if gaussian_entropy(REFERENCE_KEYS, mid, draws) < min_entropy else (mid, hi)
+    return (lo + hi) / 2
+
+
+@functools.lru_cache(maxsize=256)
+def entropy_limit(keys: int, min_entropy: float) -> float:
+    """The mean entropy (x ln(keys)) below which rows over ``keys`` keys are flagged: what scores of the std
+    :func:`limit_std` gives over :data:`REFERENCE_KEYS` keys give over ``keys`` (``min_entropy`` itself at
+    64 keys; for 0.5: 0.47 over 16 keys, 0.54 over 512, 0.59 over 2048)."""
+    keys = min(max(int(keys), 2), MAX_KEYS)
+    if keys == REFERENCE_KEYS or not 0.0 < min_entropy < 1.0:
+        return min_entropy
+    return gaussian_entropy(keys, limit_std(min_entropy))
 
 
 @dataclass
@@ -40,6 +88,9 @@ class _Site:
     """The scale is written in the model (not SDPA's default)."""
     q_from: Optional[int]
     k_from: Optional[int]
+    keys: int
+    """The rows' key count, ``exp(mean ln(admissible keys))`` over the rows judged (a causal op's rows see
+    1 to ``n`` keys; the limit at this count is within 0.003 of the mean of the rows' own)."""
 
     @property
     def score_std(self) -> float:
@@ -107,16 +158,29 @@ class AttentionSaturation(Rule):
     query may see, so the first rows of causal attention (one or two keys) and padded keys are
     never mistaken for saturation; rows left with a single key are not judged at all. Where the
     softmax is written out (``softmax(q @ k^T + mask)``), a row whose other probabilities are
-    exactly 0 is either masked down to one key or saturated; with scores of std up to 2 no
-    gap between a row's two largest scores reaches the 17 at which ``exp`` underflows in
-    float16, so such rows are a mask's (Grounding DINO's text self-attention on text with no
+    exactly 0 is either masked down to one key or saturated; with scores of std up to 3 a
+    gap between a row's two largest scores of 17, at which ``exp`` underflows in float16, has a
+    chance of 6e-5 per row, so such rows are a mask's (Grounding DINO's text self-attention on text with no
     phrase delimiters lets each token see only itself) and are not judged.
 
     How it depends on the sequence's length: the same scores look less saturated over more
     keys, because the entropy's shortfall grows more slowly than ``ln(n)``. Gaussian scores of
     std 3 give a mean normalised entropy of 0.41 over 16 keys, 0.44 over 64, 0.47 over 512
-    and 0.51 over 2048; std 2 gives 0.60 to 0.75 and std 4 0.31 to 0.35. So a short probe is
-    the stricter one, and scores near std 3 can be flagged at 512 tokens and pass at 2048.
+    and 0.51 over 2048; std 2 gives 0.60 to 0.75 and std 4 0.31 to 0.35. A fixed limit on the
+    entropy would flag scores of std 2.8 at 16 tokens and pass them at 2048. So the limit is
+    stated at 64 keys (``min-entropy``, 0.5: Gaussian scores of std 2.62) and moved to the key
+    count of the rows judged (``exp`` of their mean ``ln(keys)``; a causal op's rows see 1 to
+    ``n``): it is the entropy that scores of std 2.62 give there, from fixed Gaussian draws
+    (0.46 over 8 keys, 0.47 over 16, 0.55 over 512, 0.59 over 2048, 0.69 from 65536 on). The
+    verdict is then one of the scores' spread, whatever the probe's length. The finding gives
+    the limit it used and the key count.
+
+    What the limit claims about training (``benchmarks/wide_init_proxy.py --inits
+    score=2,score=2.5,score=2.8,score=3.1``: the Llama proxy below with q and k drawn for the
+    scores' std asked for, audited on the task's 64 tokens): the slowdown grows smoothly with
+    the scores' std, with no step. The task was learnt at steps 74-77 with scores of std 1,
+    92-102 at std 2, 107-109 at 2.5 (not flagged), 116-120 at 2.8 and 121-124 at 3.1 (both
+    flagged), 126-127 at 3.3. The limit flags inits that learn 1.5x slower or more.
 
     At a width its init was not made for: Hugging Face's fixed std 0.02 in Llama-3-70B's shape
     (hidden 8192, head dim 128) gives q and k a gain of 1.81 each (std x sqrt(fan_in)) on their
@@ -147,8 +211,9 @@ class AttentionSaturation(Rule):
 
     ## Options
     - ``min-entropy`` (default ``0.5``): flag when the mean row entropy divided by
-      ``ln(admissible keys)`` is below this. Healthy attention at init scores 0.85 to 1; scores
-      with standard deviation 3 over 64 keys about 0.4; one-hot rows 0.
+      ``ln(admissible keys)`` is below this, over 64 keys; over other key counts, below the
+      entropy that scores as spread give there (above). Healthy attention at init scores 0.85
+      to 1; scores with standard deviation 3 over 64 keys about 0.44; one-hot rows 0.
     - ``max-standard-score-std`` (default ``2``): the scores q and k would give under the usual
       scale ``head_dim ** -0.5``; at or below this the projections are of a normal size and a
       saturated op's cause is its scale.
@@ -169,9 +234,14 @@ class AttentionSaturation(Rule):
     def check(self, audit: AuditContext) -> Iterator[Finding]:
         for op in audit.graph:
             site = self._site(audit, op)
-            if site is None or site.entropy != site.entropy or site.entropy >= self.opts["min-entropy"]:
-                continue
-            yield outside_autograd(audit, site.op, self._finding(audit, site))
+            if site is not None and self._saturated(site):
+                yield outside_autograd(audit, site.op, self._finding(audit, site))
+
+    def _limit(self, site: _Site) -> float:
+        return entropy_limit(site.keys, self.opts["min-entropy"])
+
+    def _saturated(self, site: _Site) -> bool:
+        return site.entropy < self._limit(site)  # False for NaN
 
     # ------------------------------------------------------------------ measurement
     def _site(self, audit: AuditContext, op: Op) -> Optional[_Site]:
@@ -181,7 +251,8 @@ class AttentionSaturation(Rule):
                 return None  # no row sees two keys (SegFormer's reduced keys on a small image: one)
             head_dim = int(stats.get("head_dim", op.attrs.get("head_dim", 0)))
             return _Site(op, stats["entropy"], stats["maxprob"], stats["raw_rms"], 1.0, stats["scale"], head_dim, op,
-                         not stats.get("default_scale", 1.0), op.attrs.get("q_input"), op.attrs.get("k_input"))
+                         not stats.get("default_scale", 1.0), op.attrs.get("q_input"), op.attrs.get("k_input"),
+                         self._keys(stats))
         if op.kind != "softmax" or "entropy" not in stats:
             return None
         scores = attention_scores(audit, op)
@@ -199,13 +270,23 @@ class AttentionSaturation(Rule):
             entropy = 0.0 if onehot > 0.5 else stats["entropy"] * (1.0 - onehot)
         at = next((u for u in audit.graph.consumers(scores.matmul) if u.kind in ("mul", "div")), op)
         return _Site(op, entropy, stats["maxprob"], raw, scores.pre_scale, scores.scale, scores.head_dim, at, True,
-                     scores.q.id, scores.k.id)
+                     scores.q.id, scores.k.id, self._keys(stats))
+
+    @staticmethod
+    def _keys(stats) -> int:
+        log_keys = stats.get("log_keys")
+        if log_keys is None:  # statistics without it: judged at the limit as stated
+            return REFERENCE_KEYS
+        return int(round(math.exp(min(log_keys, math.log(MAX_KEYS)))))
 
     # ------------------------------------------------------------------ reporting
     def _finding(self, audit: AuditContext, site: _Site) -> Finding:
         d = site.head_dim
+        limit = self._limit(site)
+        at = ("" if site.keys == REFERENCE_KEYS else
+              f" at {site.keys} keys: scores as spread as give {fmt(self.opts['min-entropy'])} at {REFERENCE_KEYS} keys")
         message = (f"attention rows near one-hot at init: mean entropy {fmt(site.entropy)} x ln(admissible keys) "
-                   f"(threshold {fmt(self.opts['min-entropy'])}; uniform attention has 1), mean max-probability "
+                   f"(threshold {fmt(limit)}{at}; uniform attention has 1), mean max-probability "
                    f"{fmt(site.maxprob)}; the scores have std {fmt(site.score_std)} = q.k std "
                    f"{fmt(site.raw / site.pre_scale)} over head dim {d} x scale {fmt(site.scale)}")
         ratio = site.scale * math.sqrt(d)
@@ -228,8 +309,7 @@ class AttentionSaturation(Rule):
             fix = f"F.scaled_dot_product_attention(q, k, v, ..., scale={d} ** -0.5)  # or leave scale out (the default)"
         else:
             fix = f"scale = {d} ** -0.5  # head_dim ** -0.5 = {fmt(usual)}, not {fmt(site.scale)}"
-        return self.finding(audit, site.scale_at, message, fix, value=site.entropy,
-                            threshold=self.opts["min-entropy"])
+        return self.finding(audit, site.scale_at, message, fix, value=site.entropy, threshold=self._limit(site))
 
     @staticmethod
     def _oversized(gains: List[Tuple[Op, float, float, int, Any]]) -> List[Tuple[Op, float, float, int, Any]]:
@@ -255,13 +335,13 @@ class AttentionSaturation(Rule):
                             for p, _, fan in large)
             at = large[0][0]  # the query projection when it is too large, else the key projection
             return self.finding(audit, at, message + "; the q/k projection " + " and ".join(parts), fix,
-                                value=site.entropy, threshold=self.opts["min-entropy"])
+                                value=site.entropy, threshold=self._limit(site))
         p, _, _, _, in_rms = max(gains, key=lambda g: g[4] or 0.0)
         message += (f"; the input of the q/k projection {p.module or '<model>'} has scale (rms) {fmt(in_rms)}, "
                     f"and q and k grow with it")
         fix = (f"normalise the input of {p.module or 'the projection'} (an nn.LayerNorm before it) so that q and k "
                f"keep a unit scale")
-        return self.finding(audit, p, message, fix, value=site.entropy, threshold=self.opts["min-entropy"])
+        return self.finding(audit, p, message, fix, value=site.entropy, threshold=self._limit(site))
 
     def _inner_finding(self, audit: AuditContext, site: _Site, message: str) -> Finding:
         """q and k come from projections inside the op (``nn.MultiheadAttention``) or from no weight layer."""
@@ -274,7 +354,7 @@ class AttentionSaturation(Rule):
         else:
             fix = (f"bring q and k of {site.op.module or 'this attention'} to unit scale (normalise them, or shrink "
                    f"what produces them)")
-        return self.finding(audit, site.op, message, fix, value=site.entropy, threshold=self.opts["min-entropy"])
+        return self.finding(audit, site.op, message, fix, value=site.entropy, threshold=self._limit(site))
 
     @staticmethod
     def _gain(audit: AuditContext, proj: Op):
@@ -295,7 +375,7 @@ class AttentionSaturation(Rule):
             return
         for op in plan.graph:
             site = self._site(plan.ctx, op)
-            if site is None or not site.entropy < self.opts["min-entropy"]:
+            if site is None or not self._saturated(site):
                 continue
             if self._finding(plan.ctx, site).module == module:
                 self._repair_site(plan, site)
