@@ -22,15 +22,24 @@ import torch.nn.functional as F  # noqa: E402
 
 
 class ScoresOfStd(nn.Module):
-    def __init__(self, std: float, causal: bool, dim: int = 256, heads: int = 8, dim_head: int = 32):
+    """One attention whose scores have about the std asked for at any length: q and k of unit rms (weights
+    at 1/sqrt(fan_in) on a unit input), the scale ``std / sqrt(head_dim)``; SDPA, or written out."""
+
+    def __init__(self, std: float, causal: bool, sdpa: bool = True, dim: int = 256, heads: int = 8,
+                 dim_head: int = 32):
         super().__init__()
-        self.heads, self.causal, self.scale = heads, causal, std / dim_head ** 0.5
+        self.heads, self.causal, self.sdpa, self.scale = heads, causal, sdpa, std / dim_head ** 0.5
         self.qk = nn.Linear(dim, 2 * heads * dim_head, bias=False)
         nn.init.normal_(self.qk.weight, std=dim ** -0.5)
 
     def forward(self, x):
         q, k = (t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in self.qk(x).chunk(2, dim=-1))
-        return F.scaled_dot_product_attention(q, k, k, is_causal=self.causal, scale=self.scale)
+        if self.sdpa:
+            return F.scaled_dot_product_attention(q, k, k, is_causal=self.causal, scale=self.scale)
+        sim = q @ k.transpose(-1, -2) * self.scale
+        if self.causal:
+            sim = sim.masked_fill(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1), float("-inf"))
+        return sim.softmax(dim=-1) @ k
 
 
 def main() -> None:

@@ -1,6 +1,8 @@
 """Attention as an op the probe sees inside (q, k, mask), and IL011 attention-saturation."""
 import logging
 import math
+import os
+import sys
 
 import pytest
 import torch
@@ -14,6 +16,9 @@ from initlint.probe.run import _Collector, ProbeResult, run_probe
 from initlint.capture import ops as O
 from test_sync import counting_syncs
 from transformer_models import AttentionOnly, NanoGPT, ViT
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+from attention_lengths import ScoresOfStd  # noqa: E402  (the model of benchmarks/attention_lengths.py)
 
 tf = pytest.importorskip("transformers")
 tf.logging.set_verbosity_error()
@@ -375,26 +380,6 @@ def test_a_nan_filled_attention_model_is_il009s_finding_and_no_rule_crashes():
     codes = {(f.code, f.module) for f in initlint.audit(model, torch.randint(0, 100, (4, 16))).findings}
     assert ("IL009", "emb") in codes
     assert not any(code == "IL000" for code, _ in codes)
-
-
-class ScoresOfStd(nn.Module):
-    """One attention whose scores have about the std asked for at any length: q and k of unit rms (weights
-    at 1/sqrt(fan_in) on a unit input), the scale ``std / sqrt(head_dim)``; SDPA or written out."""
-
-    def __init__(self, std: float, causal: bool, sdpa: bool, dim: int = 256, heads: int = 8, dim_head: int = 32):
-        super().__init__()
-        self.heads, self.causal, self.sdpa, self.scale = heads, causal, sdpa, std / dim_head ** 0.5
-        self.qk = nn.Linear(dim, 2 * heads * dim_head, bias=False)
-        nn.init.normal_(self.qk.weight, std=dim ** -0.5)
-
-    def forward(self, x):
-        q, k = (t.unflatten(-1, (self.heads, -1)).transpose(1, 2) for t in self.qk(x).chunk(2, dim=-1))
-        if self.sdpa:
-            return F.scaled_dot_product_attention(q, k, k, is_causal=self.causal, scale=self.scale)
-        sim = q @ k.transpose(-1, -2) * self.scale
-        if self.causal:
-            sim = sim.masked_fill(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool).triu(1), float("-inf"))
-        return sim.softmax(dim=-1) @ k
 
 
 @pytest.mark.parametrize("sdpa", [True, False], ids=["sdpa", "written"])

@@ -34,7 +34,8 @@ _DRAWS = 1 << 16
 
 def _normal_rows(keys: int) -> torch.Tensor:
     """The same ``rows x keys`` standard normal draws on every call and machine (a CPU generator, seed 0)."""
-    return torch.randn(max(64, _DRAWS // keys), keys, generator=torch.Generator().manual_seed(0))
+    generator = torch.Generator(device="cpu").manual_seed(0)  # on the CPU whatever the default device
+    return torch.randn(max(64, _DRAWS // keys), keys, generator=generator, device="cpu", dtype=torch.float32)
 
 
 def gaussian_entropy(keys: int, std: float, draws: Optional[torch.Tensor] = None) -> float:
