@@ -398,7 +398,7 @@ def test_one_set_of_weights_gets_one_verdict_at_16_and_2048_tokens(causal, sdpa)
             if saturated:
                 finding = report.findings[0]
                 assert finding.value < finding.threshold
-                assert ("keys: scores as spread as give 0.5 at 64 keys" in finding.message) == (length != 64)
+                assert ("keys, the same score spread as 0.5 at 64 keys" in finding.message) == (length != 64)
 
 
 def test_the_entropy_limit_is_what_scores_of_one_std_give_over_each_key_count():

@@ -285,7 +285,7 @@ class AttentionSaturation(Rule):
         d = site.head_dim
         limit = self._limit(site)
         at = ("" if site.keys == REFERENCE_KEYS else
-              f" at {site.keys} keys: scores as spread as give {fmt(self.opts['min-entropy'])} at {REFERENCE_KEYS} keys")
+              f" at {site.keys} keys, the same score spread as {fmt(self.opts['min-entropy'])} at {REFERENCE_KEYS} keys")
         message = (f"attention rows near one-hot at init: mean entropy {fmt(site.entropy)} x ln(admissible keys) "
                    f"(threshold {fmt(limit)}{at}; uniform attention has 1), mean max-probability "
                    f"{fmt(site.maxprob)}; the scores have std {fmt(site.score_std)} = q.k std "
