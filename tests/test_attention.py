@@ -402,7 +402,7 @@ def test_one_set_of_weights_gets_one_verdict_at_16_and_2048_tokens(causal, sdpa)
 
 
 def test_the_entropy_limit_is_what_scores_of_one_std_give_over_each_key_count():
-    from initlint.rules.il011_attention_saturation import entropy_limit, gaussian_entropy, limit_std
+    from initlint.rules.spread import entropy_limit, gaussian_entropy, limit_std
 
     std = limit_std(0.5)
     assert std == pytest.approx(2.62, abs=0.02)

@@ -181,3 +181,32 @@ def test_phimoe_at_default_init_has_no_saturated_router():
     report = initlint.audit(tf.PhimoeModel(config), ids(1000))
     assert report.error is None
     assert codes(report, "IL004") == set()
+
+
+class TokenPooling(nn.Module):
+    """Attention pooling written out: one score per token, a softmax over the sequence's positions (its rows as
+    long as the probe), the tokens averaged by it. ``std``: the scores' std on a unit input."""
+
+    def __init__(self, std: float, dim: int = 256):
+        super().__init__()
+        self.score = nn.Linear(dim, 1, bias=False)
+        with torch.no_grad():  # a random direction of norm std: scores of std std on a unit input
+            self.score.weight.normal_().mul_(std / self.score.weight.norm())
+
+    def forward(self, x):
+        weights = torch.softmax(self.score(x).squeeze(-1), dim=-1)
+        return (weights[..., None] * x).sum(1)
+
+
+@pytest.mark.parametrize("std, saturated", [(2.2, False), (2.8, True), (3.1, True)])
+def test_a_softmax_over_the_tokens_gets_one_verdict_at_16_and_2048_tokens(std, saturated):
+    """Its entropy over ln(tokens) rises with the length for the same scores (std 2.8: 0.44 over 16, 0.55 over
+    2048, which a fixed limit of 0.5 passed), so the limit follows the rows' length as IL011's does."""
+    torch.manual_seed(0)
+    model = TokenPooling(std)
+    for batch, length in ((64, 16), (8, 2048)):  # 64 rows at least
+        x = torch.randn(batch, length, 256, generator=torch.Generator().manual_seed(1))
+        report = initlint.audit(model, x, select=["IL004"])
+        assert (codes(report, "IL004") == {"score"}) == saturated, (length, [f.message for f in report.findings])
+        if saturated:
+            assert f"for rows of {length} entries, the same score spread as 0.5 at 64" in report.findings[0].message

@@ -348,6 +348,17 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'is small and grows like ``sigma * sqrt(2 ln C)`` beyond: a T5 whose untied ``lm_head`` is\n'
                       '``N(0, 1)`` starts near 110 instead of ``ln(32128) = 10.4``.\n'
                       '\n'
+                      "How it depends on the rows' length: the same scores give a higher entropy over ``ln(C)`` the\n"
+                      'more entries a row has (Gaussian scores of std 3: 0.41 over 16 entries, 0.51 over 2048), and a\n'
+                      "softmax op may run over a sequence's positions (a pooling, a sparse-attention indexer's key "
+                      'pools),\n'
+                      "whose count is the probe's length. So for a softmax op the limit is stated at 64 entries and "
+                      'moved\n'
+                      "to the rows' length as IL011's is (the entropy there of the score spread that meets it at 64: "
+                      '0.46\n'
+                      "over 8 entries, 0.55 over 512); for the model's logits, whose classes the model fixes, it is the\n"
+                      'limit as stated.\n'
+                      '\n'
                       'The statistics come from at most 512 rows of the output (rows spread over the batch and\n'
                       "positions), which bounds their cost and keeps the mean's standard error below 0.022. For the\n"
                       "model's logits, whose rows are as wide as the vocabulary, the rows read are ``2^21 / classes``\n"
@@ -386,8 +397,9 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '\n'
                       '## Options\n'
                       '- ``min-entropy`` (default ``0.5``): flag when the mean entropy divided by ``ln(C)`` is\n'
-                      '  below this. A uniform prediction scores 1; logits with std 1 over 10 classes score\n'
-                      '  about 0.8, with std 3 about 0.4, and a one-hot prediction 0.\n'
+                      "  below this (for a softmax op: at 64 entries, and moved to its rows' length, above). A\n"
+                      '  uniform prediction scores 1; logits with std 1 over 10 classes score about 0.8, with std\n'
+                      '  3 about 0.4, and a one-hot prediction 0.\n'
                       "- ``max-cross-entropy`` (default ``1.5``): for the model's logits, flag only when, in\n"
                       '  addition, the expected cross-entropy at init exceeds this multiple of ``ln(C)``. A tied\n'
                       "  head whose stream still carries each token's own embedding gives that token a spike\n"

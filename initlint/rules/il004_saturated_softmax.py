@@ -11,6 +11,7 @@ import torch.nn as nn
 
 from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, outside_autograd, py_path,
                    shared_by, upstream_weight)
+from .spread import REFERENCE_KEYS, entropy_limit, row_length
 
 
 # Examples: the rule's documentation and its tests (tests/test_rule_examples.py).
@@ -55,6 +56,14 @@ class SaturatedSoftmax(Rule):
     is small and grows like ``sigma * sqrt(2 ln C)`` beyond: a T5 whose untied ``lm_head`` is
     ``N(0, 1)`` starts near 110 instead of ``ln(32128) = 10.4``.
 
+    How it depends on the rows' length: the same scores give a higher entropy over ``ln(C)`` the
+    more entries a row has (Gaussian scores of std 3: 0.41 over 16 entries, 0.51 over 2048), and a
+    softmax op may run over a sequence's positions (a pooling, a sparse-attention indexer's key pools),
+    whose count is the probe's length. So for a softmax op the limit is stated at 64 entries and moved
+    to the rows' length as IL011's is (the entropy there of the score spread that meets it at 64: 0.46
+    over 8 entries, 0.55 over 512); for the model's logits, whose classes the model fixes, it is the
+    limit as stated.
+
     The statistics come from at most 512 rows of the output (rows spread over the batch and
     positions), which bounds their cost and keeps the mean's standard error below 0.022. For the
     model's logits, whose rows are as wide as the vocabulary, the rows read are ``2^21 / classes``
@@ -74,8 +83,9 @@ class SaturatedSoftmax(Rule):
 
     ## Options
     - ``min-entropy`` (default ``0.5``): flag when the mean entropy divided by ``ln(C)`` is
-      below this. A uniform prediction scores 1; logits with std 1 over 10 classes score
-      about 0.8, with std 3 about 0.4, and a one-hot prediction 0.
+      below this (for a softmax op: at 64 entries, and moved to its rows' length, above). A
+      uniform prediction scores 1; logits with std 1 over 10 classes score about 0.8, with std
+      3 about 0.4, and a one-hot prediction 0.
     - ``max-cross-entropy`` (default ``1.5``): for the model's logits, flag only when, in
       addition, the expected cross-entropy at init exceeds this multiple of ``ln(C)``. A tied
       head whose stream still carries each token's own embedding gives that token a spike
@@ -108,7 +118,7 @@ class SaturatedSoftmax(Rule):
             # entry are the mask's doing (a sparse router keeps only its top score), not saturation
             masked = scale is not None and not math.isfinite(scale)
             finding = outside_autograd(audit, op, self._judge(audit, op, stats, f"{op.target} output",
-                                                                None if masked else scale, masked))
+                                                                None if masked else scale, masked, row_length(stats)))
             if finding is not None:
                 yield finding
         logits = audit.probe.logits
@@ -130,7 +140,9 @@ class SaturatedSoftmax(Rule):
         return outputs[0] if outputs else None
 
     def _judge(self, audit: AuditContext, op: Op, stats, what: str, scale: Optional[float],
-               masked: bool = False) -> Optional[Finding]:
+               masked: bool = False, length: Optional[int] = None) -> Optional[Finding]:
+        """``length``: the rows' length where the limit follows it (a softmax op); None: the limit as stated
+        (the logits, whose classes the model fixes)."""
         if "entropy" not in stats or stats.get("maxprob") != stats.get("maxprob"):
             return None  # NaN: non-finite logits are IL009's finding
         onehot = stats.get("onehot_rows", 0.0)
@@ -138,24 +150,28 @@ class SaturatedSoftmax(Rule):
             if onehot >= 1.0:
                 return None
             onehot = 0.0
+        limit = self.opts["min-entropy"] if length is None else entropy_limit(length, self.opts["min-entropy"])
         entropy = stats["entropy"] * (1.0 - onehot)  # one-hot rows have entropy 0
-        if onehot <= 0.5 and stats["entropy"] >= self.opts["min-entropy"] or entropy != entropy:
+        if onehot <= 0.5 and stats["entropy"] >= limit or entropy != entropy:
             return None
         classes = int(stats.get("classes", 0))
         if "xent" in stats and classes >= 2 and stats["xent"] <= self.opts["max-cross-entropy"] * math.log(classes):
             return None  # peaked rows, but a random label costs little more than a uniform guess
         src = op if op.kind in ("linear", "conv") and "weight" in op.params else upstream_weight(audit.graph, op)
+        moved = "" if length is None or length == REFERENCE_KEYS else (
+            f" for rows of {length} entries, the same score spread as {fmt(self.opts['min-entropy'])} at "
+            f"{REFERENCE_KEYS}")
         message = (f"{what} is near one-hot: mean max-probability {fmt(stats['maxprob'])}, entropy "
-                   f"{fmt(entropy)} x ln({classes}) (threshold {fmt(self.opts['min-entropy'])} x ln({classes}); "
+                   f"{fmt(entropy)} x ln({classes}) (threshold {fmt(limit)} x ln({classes}){moved}; "
                    f"a uniform prediction has 1.0)")
         if "xent" in stats and classes >= 2:
             message += (f"; the expected cross-entropy at init is {fmt(stats['xent'])} against "
                         f"ln({classes}) = {fmt(math.log(classes))} for a uniform prediction")
         if src is None:
             fix = "scale down the layer that produces these scores, or divide them by a temperature"
-            return self.finding(audit, op, message, fix, value=entropy, threshold=self.opts["min-entropy"])
+            return self.finding(audit, op, message, fix, value=entropy, threshold=limit)
         message, fix = _fix(audit, src, op, message, scale)
-        return self.finding(audit, src, message, fix, value=entropy, threshold=self.opts["min-entropy"])
+        return self.finding(audit, src, message, fix, value=entropy, threshold=limit)
 
     def repair(self, plan: RepairPlan, finding: Finding, module: str) -> None:
         """Shrink the layer that produces the scores so that their rms is at most 1."""

@@ -1,7 +1,6 @@
 """IL011 attention-saturation."""
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Iterator, List, Optional, Tuple
@@ -13,6 +12,7 @@ from ..capture.graph import Op
 from ..report.findings import Finding
 from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, outside_autograd,
                    projection_of, py_path, reference_std)
+from .spread import REFERENCE_KEYS, entropy_limit, row_length
 
 
 MASKED_ZEROS_MAX_STD = 3.0
@@ -21,52 +21,6 @@ two largest scores would have to pass 17 (float16's underflow of ``exp``; float3
 for a row of two keys, where it is normal with std ``sqrt(2) * 3 = 4.2`` here: 17 is 4 of those, a chance of
 6e-5 per row. A row that is one-hot there was made so by a mask (the first row of a causal mask: a share of
 the rows that shrinks with the length, so counting it as saturated would judge a short probe more harshly)."""
-
-
-REFERENCE_KEYS = 64
-"""The key count ``min-entropy`` is stated at. Over ``n`` keys the limit is the mean entropy that scores of the
-same spread give there (:func:`entropy_limit`), so that one set of weights gets one verdict at any length."""
-MAX_KEYS = 1 << 16
-"""Key counts above this are judged as this many (the limit moves by less than 0.02 per doubling there)."""
-_DRAWS = 1 << 16
-"""Normal values drawn per key count for :func:`gaussian_entropy` (at least 64 rows)."""
-
-
-def _normal_rows(keys: int) -> torch.Tensor:
-    """The same ``rows x keys`` standard normal draws on every call and machine (a CPU generator, seed 0)."""
-    generator = torch.Generator(device="cpu").manual_seed(0)  # on the CPU whatever the default device
-    return torch.randn(max(64, _DRAWS // keys), keys, generator=generator, device="cpu", dtype=torch.float32)
-
-
-def gaussian_entropy(keys: int, std: float, draws: Optional[torch.Tensor] = None) -> float:
-    """Mean entropy over ``ln(keys)`` of softmax rows over ``keys`` i.i.d. Gaussian scores of std ``std``.
-    The draws are fixed, so the value falls smoothly as ``std`` grows (standard error below 0.004)."""
-    draws = _normal_rows(keys) if draws is None else draws
-    logp = torch.log_softmax(draws * std, dim=-1)
-    return -float((logp.exp() * logp).sum(-1).mean()) / math.log(keys)
-
-
-@functools.lru_cache(maxsize=16)
-def limit_std(min_entropy: float) -> float:
-    """The score std at which Gaussian scores over :data:`REFERENCE_KEYS` keys have mean entropy ``min_entropy``
-    (x ln(keys)): 2.64 for the default 0.5."""
-    draws = _normal_rows(REFERENCE_KEYS)
-    lo, hi = 0.0, 64.0
-    for _ in range(24):
-        mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if gaussian_entropy(REFERENCE_KEYS, mid, draws) < min_entropy else (mid, hi)
-    return (lo + hi) / 2
-
-
-@functools.lru_cache(maxsize=256)
-def entropy_limit(keys: int, min_entropy: float) -> float:
-    """The mean entropy (x ln(keys)) below which rows over ``keys`` keys are flagged: what scores of the std
-    :func:`limit_std` gives over :data:`REFERENCE_KEYS` keys give over ``keys`` (``min_entropy`` itself at
-    64 keys; for 0.5: 0.47 over 16 keys, 0.54 over 512, 0.59 over 2048)."""
-    keys = min(max(int(keys), 2), MAX_KEYS)
-    if keys == REFERENCE_KEYS or not 0.0 < min_entropy < 1.0:
-        return min_entropy
-    return gaussian_entropy(keys, limit_std(min_entropy))
 
 
 @dataclass
@@ -253,7 +207,7 @@ class AttentionSaturation(Rule):
             head_dim = int(stats.get("head_dim", op.attrs.get("head_dim", 0)))
             return _Site(op, stats["entropy"], stats["maxprob"], stats["raw_rms"], 1.0, stats["scale"], head_dim, op,
                          not stats.get("default_scale", 1.0), op.attrs.get("q_input"), op.attrs.get("k_input"),
-                         self._keys(stats))
+                         row_length(stats))
         if op.kind != "softmax" or "entropy" not in stats:
             return None
         scores = attention_scores(audit, op)
@@ -271,14 +225,8 @@ class AttentionSaturation(Rule):
             entropy = 0.0 if onehot > 0.5 else stats["entropy"] * (1.0 - onehot)
         at = next((u for u in audit.graph.consumers(scores.matmul) if u.kind in ("mul", "div")), op)
         return _Site(op, entropy, stats["maxprob"], raw, scores.pre_scale, scores.scale, scores.head_dim, at, True,
-                     scores.q.id, scores.k.id, self._keys(stats))
+                     scores.q.id, scores.k.id, row_length(stats))
 
-    @staticmethod
-    def _keys(stats) -> int:
-        log_keys = stats.get("log_keys")
-        if log_keys is None:  # statistics without it: judged at the limit as stated
-            return REFERENCE_KEYS
-        return int(round(math.exp(min(log_keys, math.log(MAX_KEYS)))))
 
     # ------------------------------------------------------------------ reporting
     def _finding(self, audit: AuditContext, site: _Site) -> Finding:
