@@ -1039,9 +1039,10 @@ RULES: Dict[str, Dict[str, Any]] = {
                       "159-168 steps and std 10 231-246; the 8B's statistics 74-80. The finding then names the\n"
                       'projections, not the input, and the std the width needs.\n'
                       '\n'
-                      "The statistics come from at most 8 heads x 64 query rows per op (512 rows): a row's\n"
-                      "normalised entropy lies in [0, 1], so the mean's standard error is below 0.022, and the\n"
-                      'heads of a layer are alike at initialisation (i.i.d. weights).\n'
+                      'The statistics come from at most 512 rows per op, 8 heads x 64 query rows (more heads where\n'
+                      "the sequence is shorter than 64 tokens): a row's normalised entropy lies in [0, 1], so the\n"
+                      "mean's standard error is below 0.022, and the heads of a layer are alike at initialisation\n"
+                      '(i.i.d. weights).\n'
                       '\n'
                       'A layer the model runs with autograd off (a ``torch.no_grad`` block of its own) passes no\n'
                       "gradient of the model's loss either way: its finding is information.\n"

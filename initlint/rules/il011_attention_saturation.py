@@ -147,9 +147,10 @@ class AttentionSaturation(Rule):
     159-168 steps and std 10 231-246; the 8B's statistics 74-80. The finding then names the
     projections, not the input, and the std the width needs.
 
-    The statistics come from at most 8 heads x 64 query rows per op (512 rows): a row's
-    normalised entropy lies in [0, 1], so the mean's standard error is below 0.022, and the
-    heads of a layer are alike at initialisation (i.i.d. weights).
+    The statistics come from at most 512 rows per op, 8 heads x 64 query rows (more heads where
+    the sequence is shorter than 64 tokens): a row's normalised entropy lies in [0, 1], so the
+    mean's standard error is below 0.022, and the heads of a layer are alike at initialisation
+    (i.i.d. weights).
 
     A layer the model runs with autograd off (a ``torch.no_grad`` block of its own) passes no
     gradient of the model's loss either way: its finding is information.
