@@ -75,7 +75,7 @@ def shard(case: str, model: nn.Module, mesh) -> None:
                                          "4": ColwiseParallel(), "6": RowwiseParallel()})
 
 
-SAMPLED = frozenset({"token_cos", "entropy", "maxprob", "onehot_rows"})
+SAMPLED = frozenset({"token_cos", "entropy", "maxprob", "onehot_rows", "log_keys"})
 """Statistics taken on a sample of rows (IL013's token similarity; the attention and softmax rows of
 IL004 and IL011): a mean of each rank's sample of its local batch, not the single-process sample
 of the global batch. The findings built on them must still be equal (asserted above)."""
