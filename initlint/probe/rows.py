@@ -3,7 +3,7 @@ similarity of token vectors. Each reads a bounded sample, whatever the batch and
 from __future__ import annotations
 
 import math
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -35,9 +35,8 @@ def put_softmax(c: _Collector, scope: str, key: Any, y: torch.Tensor, dim: int, 
     log_keys = admissible.clamp_min(2).float().log()
     entropy = torch.special.entr(p).sum(-1) / log_keys
     c.put(scope, key, "maxprob", p.amax(-1).mean())
-    c.put(scope, key, "entropy", (entropy * rows).sum() / count)
+    _put_row_means(c, scope, key, {"entropy": entropy, "log_keys": log_keys}, rows, count)
     c.put(scope, key, "onehot_rows", 1.0 - rows.mean())
-    c.put(scope, key, "log_keys", (log_keys * rows).sum() / count)
     if cross_entropy:
         c.put(scope, key, "xent", -logp.clamp_min(-1e30).mean())
     c.const(scope, key, "classes", float(classes))
@@ -252,13 +251,21 @@ def _attention_rows(c: _Collector, key: Any, q: torch.Tensor, k: torch.Tensor, s
     entropy = torch.special.entr(p).sum(-1) / log_keys
     rows = (admissible >= 2).float()
     count = rows.sum().clamp_min(1.0)
-    c.put("ops", key, "entropy", (entropy * rows).sum() / count)
-    c.put("ops", key, "maxprob", (p.amax(-1) * rows).sum() / count)
+    _put_row_means(c, "ops", key, {"entropy": entropy, "maxprob": p.amax(-1), "log_keys": log_keys}, rows, count)
     c.put("ops", key, "onehot_rows", 1.0 - rows.mean())
-    c.put("ops", key, "log_keys", (log_keys * rows).sum() / count)
     c.put("ops", key, "raw_rms", (raw_sq / pairs).sqrt())
     c.put("ops", key, "q_rms", q.square().mean().sqrt())
     c.put("ops", key, "k_rms", k.square().mean().sqrt())
+
+
+def _put_row_means(c: _Collector, scope: str, key: Any, per_row: Dict[str, torch.Tensor], rows: torch.Tensor,
+                   count: torch.Tensor) -> None:
+    """The means of several per-row statistics over the rows ``rows`` marks (1 or 0), ``count`` of them: one
+    product and one division for all of them (each statistic is then a view of the result)."""
+    stacked = torch.stack(list(per_row.values()), dim=-1).reshape(-1, len(per_row))
+    means = (rows.reshape(1, -1) @ stacked).reshape(-1) / count
+    for i, name in enumerate(per_row):
+        c.put(scope, key, name, means[i])
 
 
 def sample_rows(y: torch.Tensor, dim: int, limit: int = SOFTMAX_ROWS) -> torch.Tensor:
