@@ -7,6 +7,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 from torch.overrides import TorchFunctionMode
 
 from .graph import Graph, Op
@@ -97,6 +98,29 @@ def user_call_site(start_depth: int = 2) -> Optional[Tuple[str, int]]:
     return None
 
 
+def _checkpoint_forward() -> Any:
+    function = getattr(torch.utils.checkpoint, "CheckpointFunction", None)
+    return getattr(getattr(function, "forward", None), "__code__", None)
+
+
+_REENTRANT_FORWARD = _checkpoint_forward()
+
+
+def in_reentrant_checkpoint(start_depth: int = 2) -> bool:
+    """Whether the caller runs inside the forward of reentrant activation checkpointing
+    (``torch.utils.checkpoint.checkpoint(..., use_reentrant=True)``), which runs the checkpointed function
+    with autograd off and differentiates it only in its own backward. Asked only where autograd is off:
+    this no_grad is checkpointing's, not the model's."""
+    if _REENTRANT_FORWARD is None:
+        return False
+    frame = sys._getframe(start_depth)
+    while frame is not None:
+        if frame.f_code is _REENTRANT_FORWARD:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def without_dropout(name: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]):
     """Dropout off for the probe: ``(input, ...)`` for dropout calls, zeroed ``dropout_p`` for attention."""
     if O.kind_of_name(name) == "dropout":
@@ -131,6 +155,26 @@ class DropoutOff(TorchFunctionMode):
             if skipped is not None:
                 return skipped
         return func(*args, **kwargs)
+
+
+def grad_without_dropout(outputs: List[torch.Tensor], inputs: List[Any],
+                         grad_outputs: Optional[List[torch.Tensor]] = None) -> Tuple[Optional[torch.Tensor], ...]:
+    """``torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)`` with dropout still off
+    (:class:`DropoutOff`) inside the backward. Activation checkpointing (``torch.utils.checkpoint``, Hugging
+    Face's ``gradient_checkpointing_enable()``) runs the checkpointed part of the forward again there, and it
+    must find what the probe's forward saved: dropout on in that second run draws masks (and takes SDPA's
+    path for dropout) that the first did not, and checkpointing refuses the mismatch.
+
+    ``torch.autograd.grad`` would not do: a torch-function mode is switched off while it handles a call, and it
+    handles ``grad`` itself, so the backward ran with no mode at all. The engine is called as ``grad`` calls it
+    (``torch.autograd.graph._engine_run_backward``, in every supported torch), which no mode intercepts."""
+    if grad_outputs is None:
+        grad_outputs = [torch.ones_like(o, memory_format=torch.preserve_format) for o in outputs]
+    run = getattr(torch.autograd.graph, "_engine_run_backward", None)
+    with DropoutOff():
+        if run is None:
+            return torch.autograd.grad(outputs, inputs, grad_outputs, allow_unused=True)
+        return run(tuple(outputs), tuple(grad_outputs), False, False, tuple(inputs), True, accumulate_grad=False)
 
 
 def attention_inputs(call: "O.AttentionCall", producer: Callable[[torch.Tensor], Optional[int]]) -> Dict[str, Any]:

@@ -10,8 +10,8 @@ import torch.nn as nn
 
 from . import nested
 from . import ops as O
-from .base import (AttentionSpy, Capture, CaptureError, DropoutOff, Observer, attention_inputs, param_roles,
-                   user_call_site, without_dropout)
+from .base import (AttentionSpy, Capture, CaptureError, DropoutOff, Observer, attention_inputs,
+                   in_reentrant_checkpoint, param_roles, user_call_site, without_dropout)
 
 
 
@@ -132,7 +132,10 @@ class _Tracer(fx.Tracer):
         # fx's own record_stack_traces imports torch._dynamo (seconds); a frame walk is enough,
         # and only functional calls need it (module calls are located from the source).
         node = super().create_node(kind, *args, **kwargs)
-        if not torch.is_grad_enabled():  # inside the model's own no_grad: fx keeps no trace of it, the replay does
+        if not torch.is_grad_enabled() and not in_reentrant_checkpoint():
+            # inside the model's own no_grad: fx keeps no trace of it, the replay does. Reentrant activation
+            # checkpointing's no_grad is not the model's: its backward differentiates the block, so the replay
+            # runs the block with autograd on, as a non-reentrant checkpoint does
             node.meta["initlint_no_grad"] = True
         if kind in ("call_function", "call_method"):
             node.meta["initlint_location"] = user_call_site(2)

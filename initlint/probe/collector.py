@@ -39,6 +39,8 @@ class _Collector:
         """Whether the forward records gradients (the backward probe follows it)."""
         self.untracked: Set[int] = set()
         """Ops that ran with autograd off in a forward that records gradients: the model's own ``no_grad``."""
+        self.checkpointed: Set[int] = set()
+        """Ops that ran with autograd off inside reentrant activation checkpointing (not the model's no_grad)."""
         self.units: Dict[str, Any] = {}
         """Weight -> its :class:`~initlint.probe.duplicates.Units`."""
         self.pending: List[Any] = []

@@ -232,6 +232,8 @@ class _Saved:
                 entry.stand_in()
         for module in self.modules:
             object.__setattr__(module, "training", True)  # directly: no user train() override runs
+            if _reentrant_checkpointing(module):
+                object.__setattr__(module, "gradient_checkpointing", False)
         seed_devices(seed)
 
     def restore(self) -> None:
@@ -257,6 +259,19 @@ class _Saved:
             # The original storage was never written, so the caller's saved tensors are valid:
             # the counters go back to what they were (views share their base's counter).
             set_version_counters([t for t, _ in changed], [v for _, v in changed])
+
+
+def _reentrant_checkpointing(module: nn.Module) -> bool:
+    """Whether ``module`` checkpoints its forward the Hugging Face way (``gradient_checkpointing_enable()``)
+    with reentrant checkpointing (``use_reentrant=True``, or a checkpoint function that does not say). A
+    reentrant checkpoint runs its forward without autograd and its backward only through ``.backward()``,
+    which would write every parameter's ``.grad``: the probe runs such a block's forward plainly (the
+    attribute is restored with the others). Non-reentrant checkpointing stays on (its recomputation runs
+    in the backward probe with dropout off, as the forward did)."""
+    if vars(module).get("gradient_checkpointing") is not True:
+        return False
+    keywords = getattr(vars(module).get("_gradient_checkpointing_func"), "keywords", None) or {}
+    return keywords.get("use_reentrant", True) is not False
 
 
 # ------------------------------------------------------------------------------ global state

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from ..capture import Capture
 from ..capture import ops as O
+from ..capture.base import grad_without_dropout
 from ..capture.graph import Graph, Op
 from ..capture.nested import tensors as _tensors
 from ..errors import UsageError
@@ -225,7 +226,7 @@ def _pass(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], weights: 
             stats.notes.append("the precision probe ran no backward pass: the output carries no gradient")
         return {}, observer
     stats.loss = what
-    grads = torch.autograd.grad(value.float() * scale, list(weights.values()), allow_unused=True)
+    grads = grad_without_dropout([value.float() * scale], list(weights.values()))
     stats.backward_ran = stats.backward_ran or dtype is not None
     return {n: g.detach() for n, g in zip(weights, grads) if g is not None}, observer
 

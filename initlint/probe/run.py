@@ -24,6 +24,7 @@ import torch.nn as nn
 
 from ..capture import ops as O
 from ..capture import Capture
+from ..capture.base import grad_without_dropout, in_reentrant_checkpoint
 from ..capture.nested import tensors as _tensors
 from ..capture.graph import Graph, Op
 from . import draw
@@ -144,7 +145,7 @@ class StatsObserver:
             return
         self.c.shapes[op.id] = tuple(t.shape)
         if self.c.tracking and not torch.is_grad_enabled():
-            self.c.untracked.add(op.id)
+            (self.c.checkpointed if in_reentrant_checkpoint() else self.c.untracked).add(op.id)
         if not t.is_floating_point():
             self.c.discrete.add(op.id)
         if op.kind in _NO_STATS or not t.is_floating_point() or t.numel() == 0:
@@ -469,6 +470,7 @@ def run_probe(cap: Capture, args: Tuple[Any, ...], kwargs: Dict[str, Any], *, lo
                 loss = objective(step, out, main, logits_output(out, main, cap, logits), args, kwargs)
             if grad_wanted:
                 _backward(cap, named, main, c, result, step, loss)
+                _note_checkpointed(cap, c, result)
             c.products = None  # the products' inputs are not kept past the backward probe
             del loss
             del out, main
@@ -560,6 +562,19 @@ and whether it is finite (its mean is: a sum of finite float32 entries overflows
 3.4e38 / numel, 1e30 and more, while the norm's squares overflow from 1.8e19)."""
 
 
+def _note_checkpointed(cap: Capture, c: _Collector, result: ProbeResult) -> None:
+    """Say which weights the backward probe could not follow into reentrant activation checkpointing."""
+    weights = {n for op in cap.graph if op.id in c.checkpointed and op.kind in O.WEIGHT_KINDS
+               for role, n in op.params.items() if role == "weight"}
+    if weights and result.backward_ran:
+        result.notes.append(
+            f"the backward probe measured no gradient for the {len(weights)} weight(s) the model runs inside "
+            f"reentrant activation checkpointing (torch.utils.checkpoint with use_reentrant=True, whose forward runs "
+            f"without autograd and whose backward runs only through .backward()), such as '{min(weights)}': the "
+            f"gradient rules did not judge them; with use_reentrant=False (PyTorch's recommendation) the probe "
+            f"follows them")
+
+
 def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch.Tensor], c: _Collector,
               result: ProbeResult, step: Optional[Any] = None, loss: Optional[torch.Tensor] = None) -> None:
     if not backward_possible(main, result):
@@ -586,10 +601,10 @@ def _backward(cap: Capture, named: Dict[str, nn.Parameter], main: Optional[torch
     edges = [p.edge for products in by_products.values() for p in products]
     wanted = [(n, p) for n, p in wanted if n not in by_products]
     if loss is not None:  # the training loss (the first step); IL006 reads the same gradients
-        grads = list(torch.autograd.grad([loss], [p for _, p in wanted], allow_unused=True))
+        grads = list(grad_without_dropout([loss], [p for _, p in wanted]))
     else:
         cotangent = draw.randn(main.shape, draw.generator(main.device, 0), main.device, main.dtype)
-        grads = list(torch.autograd.grad([main], edges + [p for _, p in wanted], [cotangent], allow_unused=True))
+        grads = list(grad_without_dropout([main], edges + [p for _, p in wanted], [cotangent]))
     _product_grads(c, by_products, grads[:len(edges)], named)
     grads = grads[len(edges):]
     formed = dict(zip((n for n, _ in wanted), grads))
