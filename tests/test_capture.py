@@ -350,3 +350,33 @@ def test_a_plain_sequential_gets_the_graph_a_trace_would_give_without_tracing():
     model = nn.Sequential(nn.Linear(8, 8), Block(), nn.ReLU())
     cap = capture(model)
     assert cap.name == "fx" and [op.module for op in cap.graph if op.kind == "linear"] == ["0", "1.fc"]
+
+
+def test_a_plain_sequential_runs_its_children_in_turn_with_the_traced_graphs_ops_and_statistics(monkeypatch):
+    """The graph and every statistic of a plain ``nn.Sequential`` run child by child (no fx graph, no
+    interpreter) equal those of its symbolic trace run through the interpreter."""
+    import dataclasses
+
+    import initlint.capture.fx as fx_capture
+
+    torch.manual_seed(0)
+    cases = [(nn.Sequential(*[nn.Linear(16, 16) if i % 2 == 0 else nn.ReLU() for i in range(10)]), torch.randn(32, 16)),
+             (nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Dropout(0.5), nn.Flatten(),
+                            nn.Linear(8 * 6 * 6, 10)), torch.randn(4, 3, 8, 8)),
+             (nn.Sequential(nn.Embedding(50, 16), nn.Tanh(), nn.Linear(16, 4)), torch.randint(0, 50, (4, 6)))]
+
+    def described(report):
+        ops = [(op.id, op.kind, op.target, op.module, op.inputs, op.params, op.attrs) for op in report.graph]
+        figures = {(scope, key): dataclasses.asdict(stats) for scope in ("ops", "params", "grads")
+                   for key, stats in getattr(report.probe, scope).items()}
+        return ops, figures, [(f.code, f.module, f.message) for f in report.findings]
+
+    for model, x in cases:
+        direct = initlint.audit(model, x)
+        assert FxCapture(model).steps is not None and FxCapture(model).fx_graph is None
+        with monkeypatch.context() as patched:
+            patched.setattr(fx_capture, "_plain_sequence", lambda model, tracer: None)  # traced instead
+            assert FxCapture(model).steps is None
+            traced = initlint.audit(model, x)
+        assert direct.capture == traced.capture == "fx"
+        assert described(direct) == described(traced)

@@ -38,6 +38,15 @@ class FxCapture(Capture):
         if known is not None:
             raise CaptureError(known)
         tracer = _Tracer()
+        self.node_ops: Dict[fx.Node, int] = {}
+        self.module_kinds: Dict[str, str] = {}
+        self.placeholders: List[Any] = []
+        self.steps: Optional[List[Tuple[nn.Module, Any]]] = None
+        """For a plain ``nn.Sequential`` of leaf modules: each child and its op, run in turn without an fx graph."""
+        self.fx_graph: Optional[fx.Graph] = None
+        children = _plain_sequence(model, tracer)
+        if children is not None and self._convert_sequence(children):
+            return
         try:
             self.fx_graph = _sequential_graph(model, tracer)
             if self.fx_graph is None:
@@ -45,10 +54,32 @@ class FxCapture(Capture):
                     self.fx_graph = tracer.trace(model)
         except Exception as exc:  # fx raises many exception types on untraceable code
             raise CaptureError(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-        self.node_ops: Dict[fx.Node, int] = {}
-        self.module_kinds: Dict[str, str] = {}
-        self.placeholders: List[fx.Node] = []
         self._convert()
+
+    def _convert_sequence(self, children: List[Tuple[str, nn.Module]]) -> bool:
+        """The graph a trace gives a plain ``nn.Sequential`` (one input through each child in turn), built from
+        its children, with the children as :attr:`steps`: no fx graph to build and no interpreter to run it
+        (about 70 us a layer in fx's node and argument handling, a tenth of a 50-layer MLP's audit). False,
+        and nothing built, where a child's kind needs the interpreter's handling (attention, a recurrent layer)."""
+        kinds = [O.module_kind(child) for _, child in children]
+        if any(kind in ("attention", "rnn") for kind in kinds):
+            return False
+        for (name, child), kind in zip(children, kinds):
+            if kind is None and any(True for _ in child.parameters()):
+                raise CaptureError(f"fx kept {type(child).__name__} at '{name}' as one opaque call")
+        op = self.graph.add("input", "input", "", [])
+        self.graph.inputs.append(op.id)
+        self.placeholders.append("input")
+        self.steps = []
+        for (name, child), kind in zip(children, kinds):
+            kind = kind or "other"
+            op = self.graph.add(kind, f"nn.{type(child).__name__}", name, [op.id],
+                                params=self.module_params(name, child), attrs=O.module_attrs(kind, child))
+            op.attrs["module_op"] = True
+            self.module_kinds[name] = kind
+            self.steps.append((child, op))
+        self.graph.outputs = [op.id]
+        return True
 
     # ---------------------------------------------------------------- conversion
     def _convert(self) -> None:
@@ -110,8 +141,24 @@ class FxCapture(Capture):
     # ---------------------------------------------------------------- execution
     def run(self, args: Tuple[Any, ...], kwargs: Dict[str, Any], observe: Observer) -> Any:
         positional = _bind(self.model, self.placeholders, args, kwargs)
+        if self.steps is not None:
+            return self._run_steps(positional[0], observe)
         interp = _Observed(self.model, self, observe)
         return interp.run(*positional)
+
+    def _run_steps(self, value: Any, observe: Observer) -> Any:
+        """:attr:`steps` in turn, observed as :class:`_Observed` observes the nodes of their graph."""
+        observe_product = getattr(observe, "weight_product", None)
+        observe(self.graph[self.graph.inputs[0]], value)
+        for module, op in self.steps:  # type: ignore[union-attr]
+            if op.kind == "dropout":
+                continue  # dropout is off for the probe
+            out = module(value)
+            observe(op, out)
+            if observe_product is not None and op.kind in ("linear", "embedding", "conv"):
+                _observe_module_product(self, observe_product, module, op, value, out)
+            value = out
+        return value
 
     def producer_of(self, tensor: Any, out: Any) -> Optional[int]:
         # the traced output node lists the returned values in the order nested.tensors finds them
@@ -142,14 +189,20 @@ class _Tracer(fx.Tracer):
         return node
 
 
-def _sequential_graph(model: nn.Module, tracer: _Tracer) -> Optional[fx.Graph]:
-    """The graph a trace of a plain ``nn.Sequential`` of leaf modules gives (one input through each child in
-    turn), built without tracing; None for any other model. A trace costs about 70 us a layer in fx's
-    argument handling, a tenth of a 50-layer MLP's audit."""
+def _plain_sequence(model: nn.Module, tracer: _Tracer) -> Optional[List[Tuple[str, nn.Module]]]:
+    """The children of a plain ``nn.Sequential`` of leaf modules (one input through each in turn); None for any
+    other model. Hooks need no care: a trace never runs them, the replay does."""
     if type(model) is not nn.Sequential or len(model) == 0 or type(model).forward is not nn.Sequential.forward:
         return None
-    children = list(model.named_children())  # hooks need no care: a trace never runs them, the replay does
-    if not all(tracer.is_leaf_module(child, name) for name, child in children):
+    children = list(model.named_children())
+    return children if all(tracer.is_leaf_module(child, name) for name, child in children) else None
+
+
+def _sequential_graph(model: nn.Module, tracer: _Tracer) -> Optional[fx.Graph]:
+    """The graph a trace of a plain ``nn.Sequential`` of leaf modules gives, built without tracing; None for any
+    other model. A trace costs about 70 us a layer in fx's argument handling, a tenth of a 50-layer MLP's audit."""
+    children = _plain_sequence(model, tracer)
+    if children is None:
         return None
     graph = fx.Graph()
     value = graph.placeholder("input")
@@ -218,25 +271,12 @@ class _Observed(fx.Interpreter):
         if observe_product is None:
             return
         args, kwargs = self.fetch_args_kwargs_from_env(node)
-        found = None
         if node.op == "call_module":
-            module = self.fetch_attr(node.target)
-            x = args[0] if args else kwargs.get("input")
-            if type(module).forward is nn.Linear.forward:
-                found = (x, module.weight, False, None, None)
-            elif type(module).forward is nn.Conv2d.forward and module.padding_mode == "zeros":
-                found = O.weight_operands("conv", "conv2d", (x, module.weight, module.bias, module.stride,
-                                                             module.padding, module.dilation, module.groups), {})
-            elif type(module).forward is nn.Embedding.forward:
-                found = O.weight_operands("embedding", "embedding", (x, module.weight, module.padding_idx,
-                                                                     module.max_norm, module.norm_type,
-                                                                     module.scale_grad_by_freq, module.sparse), {})
+            _observe_module_product(self.cap, observe_product, self.fetch_attr(node.target), op,
+                                    args[0] if args else kwargs.get("input"), out)
         else:
-            found = O.weight_operands(op.kind, O.call_name(node.target), tuple(args), dict(kwargs))
-        if found is not None and isinstance(found[1], nn.Parameter) \
-                and self.cap.param_names.get(id(found[1])) == op.params.get("weight") \
-                and id(found[0]) not in self.cap.param_names:
-            observe_product(op, found[0], out, *found[2:])
+            _observe_operands(self.cap, observe_product, op,
+                              O.weight_operands(op.kind, O.call_name(node.target), tuple(args), dict(kwargs)), out)
 
     def _observe_attention(self, node: fx.Node, op: Any, call: O.AttentionCall) -> None:
         """The queries and keys of an attention node, by the fx nodes that produced them."""
@@ -254,6 +294,29 @@ class _Observed(fx.Interpreter):
         observe_attention = getattr(self.observe, "attention", None)
         if observe_attention is not None:
             observe_attention(op, call)
+
+
+def _observe_module_product(cap: FxCapture, observe_product: Any, module: nn.Module, op: Any, x: Any, out: Any) -> None:
+    """The weight product or lookup of a module call (``nn.Linear``, a zero-padded ``nn.Conv2d``,
+    ``nn.Embedding`` with their own forwards), handed to ``observe_product``."""
+    found = None
+    if type(module).forward is nn.Linear.forward:
+        found = (x, module.weight, False, None, None)
+    elif type(module).forward is nn.Conv2d.forward and module.padding_mode == "zeros":
+        found = O.weight_operands("conv", "conv2d", (x, module.weight, module.bias, module.stride,
+                                                     module.padding, module.dilation, module.groups), {})
+    elif type(module).forward is nn.Embedding.forward:
+        found = O.weight_operands("embedding", "embedding", (x, module.weight, module.padding_idx,
+                                                             module.max_norm, module.norm_type,
+                                                             module.scale_grad_by_freq, module.sparse), {})
+    _observe_operands(cap, observe_product, op, found, out)
+
+
+def _observe_operands(cap: FxCapture, observe_product: Any, op: Any, found: Any, out: Any) -> None:
+    if found is not None and isinstance(found[1], nn.Parameter) \
+            and cap.param_names.get(id(found[1])) == op.params.get("weight") \
+            and id(found[0]) not in cap.param_names:
+        observe_product(op, found[0], out, *found[2:])
 
 
 def _nodes_in(obj: Any) -> List[fx.Node]:

@@ -1008,7 +1008,8 @@ def _fx_called(cap: Capture) -> Optional[Set[str]]:
     None for the runtime capture, which runs the model's own forward and so calls every module."""
     if cap.name != "fx":
         return None
-    read = {str(n.target).rpartition(".")[0] for n in cap.fx_graph.nodes if n.op == "get_attr"}
+    graph = getattr(cap, "fx_graph", None)  # none for a plain nn.Sequential, whose children are all called
+    read = {str(n.target).rpartition(".")[0] for n in graph.nodes if n.op == "get_attr"} if graph is not None else set()
     return set(cap.module_kinds) - read
 
 
