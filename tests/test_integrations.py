@@ -243,3 +243,101 @@ def test_callbacks_reject_an_unknown_fail_on():
     for cls in (InitlintCallback, InitlintTrainerCallback):
         with pytest.raises(ValueError, match="fail_on takes one of info, warning, error or None"):
             cls(fail_on="warn")
+
+
+# ----------------------------------------------------------------------------- mixed precision, checkpointing
+def recorded_precision_probes(monkeypatch) -> List[tuple]:
+    """The ``(precision, grad_scaler)`` of every precision probe the audits run."""
+    import initlint.api as api
+
+    calls: List[tuple] = []
+    probe = api._precision_probe
+
+    def recording(cap, args, kwargs, precision, grad_scaler, *rest, **more):
+        calls.append((precision, grad_scaler))
+        return probe(cap, args, kwargs, precision, grad_scaler, *rest, **more)
+
+    monkeypatch.setattr(api, "_precision_probe", recording)
+    return calls
+
+
+def test_trainer_callback_audits_a_bf16_run_through_its_own_forward_and_then_at_bf16(tmp_path, monkeypatch):
+    """Accelerate wraps a bf16 run's forward in autocast: the audit measures the model's own forward (the
+    statistics of an audit without the Trainer), and the run's precision with ``precision="bf16"``."""
+    pytest.importorskip("transformers")
+    import initlint
+    from transformers import Trainer, TrainingArguments
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    model = tiny_bert()
+    rows = token_rows()[:8]  # one batch: the Trainer's is these rows, in its own order
+    batch = {k: torch.stack([row[k] for row in rows]) for k in ("input_ids", "attention_mask")}
+    plain = initlint.audit(model, batch)
+    calls = recorded_precision_probes(monkeypatch)
+    callback = InitlintTrainerCallback()
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to=[], save_strategy="no",
+                             logging_strategy="no", use_cpu=True, bf16=True, per_device_train_batch_size=8,
+                             disable_tqdm=True, dataloader_num_workers=0, seed=0)
+    trainer = Trainer(model=model, args=args, train_dataset=rows, callbacks=[callback])
+    trainer.train()
+    assert "_original_forward" in vars(model) and vars(model)["forward"] is not vars(model)["_original_forward"]
+    assert calls == [("bf16", False)]
+    report = callback.report
+    assert report.codes() == []
+    # float32, as without the Trainer (under autocast they differ by 1.5e-5 and more)
+    for name in ("maxprob", "entropy", "xent"):
+        assert report.probe.logits[name] == pytest.approx(plain.probe.logits[name], rel=1e-6)
+    assert report.probe.grads.keys() == plain.probe.grads.keys()
+
+
+def test_trainer_callback_audits_a_run_with_gradient_checkpointing(tmp_path):
+    pytest.importorskip("transformers")
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    callback = InitlintTrainerCallback()
+    model = tiny_bert()
+    model.config.hidden_dropout_prob = model.config.attention_probs_dropout_prob = 0.1
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    with records("transformers.integrations.initlint") as logged:
+        _, trainer, error = hf_run(tmp_path, model, token_rows(), callback)
+    assert error is None and trainer.state.global_step == 2
+    assert callback.report is not None and callback.report.codes() == []  # audited, not "could not audit"
+    assert not [r for r in logged if r.levelno >= logging.WARNING]
+
+
+def test_lightning_callback_audits_a_bf16_mixed_run_at_bf16(tmp_path, monkeypatch):
+    pytest.importorskip("lightning")
+    import lightning as L
+    from initlint.integrations.lightning import InitlintCallback
+
+    calls = recorded_precision_probes(monkeypatch)
+
+    class Lit(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = mlp(False)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    torch.manual_seed(0)
+    callback = InitlintCallback(module="net")
+    x, y = vectors()
+    trainer = L.Trainer(max_steps=1, accelerator="cpu", devices=1, precision="bf16-mixed", enable_checkpointing=False,
+                        logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[callback])
+    trainer.fit(Lit(), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16))
+    assert calls == [("bf16", False)] and callback.report.codes() == []
+
+
+def test_mixed_precision_settings_of_the_frameworks():
+    from initlint.integrations._core import mixed_precision
+
+    assert mixed_precision("bf16-mixed") == ("bf16", False)
+    assert mixed_precision("16-mixed") == ("fp16", True)
+    assert mixed_precision(16) == ("fp16", True)
+    for full in ("32-true", "bf16-true", "16-true", "64-true", None):
+        assert mixed_precision(full) is None

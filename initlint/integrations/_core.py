@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..report.findings import SEVERITIES, Finding, Report
 
@@ -32,14 +32,20 @@ class BatchAuditor:
         self.report: Optional[Report] = None
         self.done = False
 
-    def audit(self, model: Any, example: Any, log: logging.Logger) -> Optional[Report]:
-        """Audit ``model`` on ``example`` (once); log the outcome; raise :class:`InitlintFailure` to stop."""
+    def audit(self, model: Any, example: Any, log: logging.Logger,
+              precision: Optional[Tuple[str, bool]] = None) -> Optional[Report]:
+        """Audit ``model`` on ``example`` (once); log the outcome; raise :class:`InitlintFailure` to stop.
+        ``precision``: the mixed precision the run trains at, ``(dtype, grad_scaler)``, audited as ``precision=``
+        and ``grad_scaler=`` unless the settings say otherwise (and where the model's device can autocast to it)."""
         from ..api import UsageError, audit
         from ..inputs.load import LoadError
 
         self.done = True
+        settings = dict(self.settings)
+        if precision is not None and "precision" not in settings:
+            settings.update(_training_precision(model, precision, log))
         try:
-            report = audit(model, example, **self.settings)
+            report = audit(model, example, **settings)
         except UsageError:
             raise  # the callback's own settings are wrong: say so, do not train on silently
         except LoadError as exc:
@@ -91,6 +97,33 @@ class BatchAuditor:
         if isinstance(batch, dict):
             return without_labels(batch, LABEL_KEYS)
         return batch
+
+
+def _training_precision(model: Any, precision: Tuple[str, bool], log: logging.Logger) -> Dict[str, Any]:
+    """``precision=`` and ``grad_scaler=`` for the run's mixed precision, or nothing where the model's device
+    cannot autocast to it (said in the log: the audit then runs without the precision probe)."""
+    from ..api import UsageError, check_precision
+    from ..attempts import model_device
+
+    dtype, scaler = precision
+    try:
+        check_precision(dtype, scaler, model_device(model))
+    except UsageError as exc:
+        log.info("initlint: the run's mixed precision is not audited: %s", exc)
+        return {}
+    return {"precision": dtype, "grad_scaler": scaler}
+
+
+def mixed_precision(name: Any) -> Optional[Tuple[str, bool]]:
+    """A training framework's mixed-precision setting as ``(precision, grad_scaler)``: Lightning's ``"bf16-mixed"``
+    and ``"16-mixed"`` (fp16 with a gradient scaler), None for full or true half precision (a model cast to
+    half is audited as it is)."""
+    text = str(name).strip().lower()
+    if text in ("bf16-mixed", "bf16"):
+        return ("bf16", False)
+    if text in ("16-mixed", "16", "fp16"):
+        return ("fp16", True)
+    return None
 
 
 def without_labels(batch: Dict[str, Any], labels: Iterable[str]) -> Dict[str, Any]:

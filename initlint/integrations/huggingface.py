@@ -16,6 +16,9 @@ then the hook removes itself and the forward goes on. The findings are logged th
 ``transformers``' logging; a finding at or above ``fail_on`` stops the run with
 :class:`~initlint.integrations.InitlintFailure` (``fail_on=None`` only logs). A model that
 cannot be audited is logged as a warning and training goes on; a resumed run is not audited.
+With ``bf16=True`` or ``fp16=True`` in the ``TrainingArguments`` the audit gets ``precision=`` for it
+(``fp16`` with ``grad_scaler=True``) unless the settings give one: the probe measures the model's own forward
+(not the autocast wrapper Accelerate puts around it), then runs once more under autocast.
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ class InitlintTrainerCallback(TrainerCallback):
         self.inputs = inputs
         self._handle: Any = None
         self._labels: Tuple[str, ...] = ()
+        self._precision: Optional[Tuple[str, bool]] = None
         self._lock = threading.Lock()
 
     @property
@@ -62,6 +66,8 @@ class InitlintTrainerCallback(TrainerCallback):
         from transformers.utils import find_labels
 
         self._labels = tuple(args.label_names or find_labels(type(model)))
+        self._precision = ("bf16", False) if getattr(args, "bf16", False) else \
+            ("fp16", True) if getattr(args, "fp16", False) else None
         self._handle = model.register_forward_pre_hook(self._first_forward, with_kwargs=True)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -81,7 +87,17 @@ class InitlintTrainerCallback(TrainerCallback):
             if self.auditor.done:
                 return
             self._remove()
-            self.auditor.audit(module, self._example(args, kwargs), log)
+            # Accelerate's mixed precision wraps the model's forward in autocast (and keeps the original as
+            # `_original_forward`): the audit runs the forward itself, and the run's precision as precision=
+            own = vars(module)
+            wrapped = own.get("forward") if "_original_forward" in own and "forward" in own else None
+            try:
+                if wrapped is not None:
+                    own["forward"] = own["_original_forward"]
+                self.auditor.audit(module, self._example(args, kwargs), log, precision=self._precision)
+            finally:
+                if wrapped is not None:
+                    own["forward"] = wrapped
 
     def _example(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """The keyword inputs less the labels (how ``Trainer`` calls models), else the positional ones."""

@@ -18,7 +18,9 @@ every logger of the trainer (``initlint/findings``, ``initlint/failing``). A fin
 above ``fail_on`` stops the run with :class:`~initlint.integrations.InitlintFailure`;
 ``fail_on=None`` only logs. A model that cannot be audited on that batch is logged as a
 warning and training goes on; a run resumed from a checkpoint (global step above 0) is not
-audited, since the model is no longer at its initialisation.
+audited, since the model is no longer at its initialisation. A trainer with mixed precision
+(``precision="bf16-mixed"`` or ``"16-mixed"``) gets the audit's ``precision=`` for it (``"16-mixed"``
+with ``grad_scaler=True``) unless the settings give one: the probe runs once more under autocast.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ except ImportError:  # the older package name
     from pytorch_lightning import Callback  # type: ignore[no-redef]
     _LOGGER = "pytorch_lightning.callbacks.initlint"
 
-from ._core import BatchAuditor, InitlintFailure
+from ._core import BatchAuditor, InitlintFailure, mixed_precision
 
 __all__ = ["InitlintCallback", "InitlintFailure"]
 
@@ -69,7 +71,8 @@ class InitlintCallback(Callback):
             model = getattr(model, name)
         logger = log if trainer.is_global_zero else logging.getLogger(f"{_LOGGER}.rank")
         try:
-            self.auditor.audit(model, self.auditor.example(batch), logger)
+            self.auditor.audit(model, self.auditor.example(batch), logger,
+                               precision=mixed_precision(getattr(trainer, "precision", None)))
         finally:
             self._log_counts(trainer)
 
