@@ -341,3 +341,28 @@ def test_mixed_precision_settings_of_the_frameworks():
     assert mixed_precision(16) == ("fp16", True)
     for full in ("32-true", "bf16-true", "16-true", "64-true", None):
         assert mixed_precision(full) is None
+
+
+def test_trainer_callback_audits_a_compiled_run_outside_the_compiler(tmp_path, monkeypatch):
+    """With ``torch_compile=True`` the model's hooks run in the frame dynamo traces: the audit must not be traced
+    (it was, at the cost of a minute of recompilations for a tiny model)."""
+    pytest.importorskip("transformers")
+    import initlint.api as api
+    from transformers import Trainer, TrainingArguments
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    compiling: List[bool] = []
+    audit = api.audit
+
+    def recording(*args, **kwargs):
+        compiling.append(torch.compiler.is_compiling())
+        return audit(*args, **kwargs)
+
+    monkeypatch.setattr(api, "audit", recording)
+    callback = InitlintTrainerCallback()
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to=[], save_strategy="no",
+                             logging_strategy="no", use_cpu=True, per_device_train_batch_size=8, disable_tqdm=True,
+                             dataloader_num_workers=0, seed=0, torch_compile=True, torch_compile_backend="eager")
+    trainer = Trainer(model=tiny_bert(), args=args, train_dataset=token_rows(), callbacks=[callback])
+    trainer.train()
+    assert compiling == [False] and callback.report.codes() == []

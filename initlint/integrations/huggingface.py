@@ -18,7 +18,8 @@ then the hook removes itself and the forward goes on. The findings are logged th
 cannot be audited is logged as a warning and training goes on; a resumed run is not audited.
 With ``bf16=True`` or ``fp16=True`` in the ``TrainingArguments`` the audit gets ``precision=`` for it
 (``fp16`` with ``grad_scaler=True``) unless the settings give one: the probe measures the model's own forward
-(not the autocast wrapper Accelerate puts around it), then runs once more under autocast.
+(not the autocast wrapper Accelerate puts around it), then runs once more under autocast. The hook runs
+outside ``torch.compile`` (``torch_compile=True`` compiles the frame that calls it).
 """
 from __future__ import annotations
 
@@ -68,7 +69,11 @@ class InitlintTrainerCallback(TrainerCallback):
         self._labels = tuple(args.label_names or find_labels(type(model)))
         self._precision = ("bf16", False) if getattr(args, "bf16", False) else \
             ("fp16", True) if getattr(args, "fp16", False) else None
-        self._handle = model.register_forward_pre_hook(self._first_forward, with_kwargs=True)
+        # outside torch.compile: a compiled model (TrainingArguments(torch_compile=True)) runs its hooks in the frame
+        # dynamo traces, and it would trace the audit too (a minute of recompilations for a two-layer GPT-2)
+        import torch
+
+        self._handle = model.register_forward_pre_hook(torch.compiler.disable(self._first_forward), with_kwargs=True)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._remove()
