@@ -144,3 +144,27 @@ def test_reentrant_checkpointing_the_runtime_capture_cannot_follow_is_said_not_t
     assert not report.probe.untracked  # not the model's own no_grad: no finding is demoted for it
     note, = [n for n in report.notes if "reentrant activation checkpointing" in n]
     assert "6 weight(s)" in note and "'blocks.0.down.weight'" in note and "use_reentrant=False" in note
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_streamed_model_with_gradient_checkpointing_gets_the_plain_models_audit(reentrant):
+    """A model built on the meta device is audited block by block on a working copy, which recomputes each
+    block itself: its checkpointing is off there, and the model keeps it."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=256, attention_dropout=0.1)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config)
+    batch = {"input_ids": torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0)), "use_cache": False}
+    plain = initlint.audit(model, batch, device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    report = initlint.audit(model, batch, device="cpu")
+    assert "audited block by block" in report.notes[0]
+    assert [(f.code, f.module, f.message) for f in report.findings] == \
+        [(f.code, f.module, f.message) for f in plain.findings]
+    assert len(report.probe.grads) == len(plain.probe.grads) > 0
+    for name, grad in plain.probe.grads.items():
+        assert report.probe.grads[name].rms == pytest.approx(grad.rms, rel=1e-5), name
+    assert all(m.gradient_checkpointing for m in model.model.layers)

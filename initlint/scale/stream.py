@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..capture import ops as O
 from ..capture import Capture, RuntimeCapture, capture
-from ..capture.base import DropoutOff
+from ..capture.base import DropoutOff, grad_without_dropout
 from ..attempts import ForwardFailed, _batch_of, _halve_batch, _out_of_memory_at_smallest
 from ..compat import out_of_memory as _out_of_memory
 from ..inputs.load import LoadError
@@ -824,7 +824,7 @@ class StreamProbe:
             outs = [v for v in pytree.tree_flatten(out)[0] if isinstance(v, torch.Tensor)]
             pairs = [(o, g) for o, g in zip(outs, grads) if g is not None and o.requires_grad]
             wrt = [d for d in detached if d.requires_grad] + [p for _, p in weights] + [p for _, p in kept]
-            found = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) \
+            found = grad_without_dropout([o for o, _ in pairs], wrt, [g for _, g in pairs]) \
                 if pairs and wrt else [None] * len(wrt)
             del out, outs, pairs
         found = list(found)
@@ -890,8 +890,7 @@ class StreamProbe:
         # weights that hold values outside any block call (tied or loose) take part in the outer graph
         outside = [n for n in self._wanted() if id(named[n]) in self.mat.live and
                    (id(named[n]) in self.plan.kept or id(_holder(self.plan, named[n])) not in self.plan.unit_of)]
-        grads = torch.autograd.grad([main], [self.dummy] + [named[n] for n in outside], [self._cotangent(main)],
-                                    allow_unused=True)
+        grads = grad_without_dropout([main], [self.dummy] + [named[n] for n in outside], [self._cotangent(main)])
         for name, g in zip(outside, grads[1:]):
             self._grad(name, g, True)
         with torch._C.DisableTorchFunction():
@@ -997,6 +996,9 @@ def _seeded(model: nn.Module, seed: int, device: torch.device) -> Iterator[None]
     try:
         seed_devices(seed)
         model.train()
+        for module in model.modules():  # the stream recomputes each block itself: no activation checkpointing
+            if vars(module).get("gradient_checkpointing") is True:
+                module.gradient_checkpointing = False
         yield
     finally:
         restore()
