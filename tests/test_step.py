@@ -117,6 +117,19 @@ def test_adam_first_update_is_lr_per_entry():
     assert [g.median_ratio for g in report.step.groups][0] == pytest.approx(0.5, rel=0.1)
 
 
+def test_an_optimizer_at_lr_zero_is_said_to_leave_the_first_step_unjudged():
+    """A warm-up's optimizer starts at lr 0: its first step moves nothing, which is no verdict on the recipe."""
+    model, x = mlp(std=1.0), torch.randn(8, 32)  # far too large an init for SGD at lr 10: IL015 at that lr
+    optimizer = torch.optim.SGD(model.parameters(), lr=10.0)
+    assert any(f.code == "IL015" for f in initlint.audit(model, x, optimizer=optimizer, logits=True).findings)
+    warm_up = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: step / 100)  # lr 0 now
+    report = initlint.audit(model, x, optimizer=optimizer, logits=True)
+    assert not any(f.code == "IL015" for f in report.findings) and warm_up.get_last_lr() == [0.0]
+    assert [n for n in report.notes if "has lr 0" in n and "IL015" in n]
+    assert not [n for n in initlint.audit(model, x, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                                          logits=True).notes if "has lr 0" in n]
+
+
 def test_half_parameters_report_the_lost_share():
     model, x = mlp(), torch.randn(8, 32)
     model = model.to(torch.bfloat16)
