@@ -260,7 +260,7 @@ def first_step(request: StepRequest, model: nn.Module) -> StepStats:
     _groups(stats, opt, held, named)
     if stats.params and all(g.lr == 0 for g in stats.groups if g.tensors):
         stats.notes.append(f"every param group of {stats.optimizer} that holds the model's parameters has lr 0 (as at "
-                           f"the start of a warm-up): the first step moves no weight, and update-scale (IL015) had "
+                           f"the start of a warm-up): the first step moves no weight, and the update-scale rule had "
                            f"nothing to judge; pass the optimizer at the learning rate it will train at")
     return stats
 
