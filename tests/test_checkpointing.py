@@ -168,3 +168,36 @@ def test_a_streamed_model_with_gradient_checkpointing_gets_the_plain_models_audi
     for name, grad in plain.probe.grads.items():
         assert report.probe.grads[name].rms == pytest.approx(grad.rms, rel=1e-5), name
     assert all(m.gradient_checkpointing for m in model.model.layers)
+
+
+
+@pytest.mark.slow
+def test_every_real_size_zoo_model_that_can_checkpoint_audits_checkpointed_as_plain():
+    """Every model of the real-size zoo that can checkpoint (transformers' ``gradient_checkpointing_enable``,
+    reentrant or not; diffusers' ``enable_gradient_checkpointing``): the findings, the measured gradients and the
+    notes of the plain model."""
+    import zoo_real
+
+    checked = []
+    for name in zoo_real.ZOO:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model, inputs = zoo_real.build(name)
+        if getattr(model, "supports_gradient_checkpointing", False):
+            modes = [lambda: model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False}),
+                     lambda: model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})]
+        elif getattr(model, "_supports_gradient_checkpointing", False):
+            modes = [model.enable_gradient_checkpointing]
+        else:
+            continue
+        plain = zoo_real.audit(model, inputs)
+        for enable in modes:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                enable()
+            report = zoo_real.audit(model, inputs)
+            assert report.codes() == plain.codes(), name
+            assert report.probe.grads.keys() == plain.probe.grads.keys(), name
+            assert report.notes == plain.notes, name
+        checked.append(name)
+    assert len(checked) >= 23, checked  # 20 transformers models and diffusers' UNet, VAE and DiT
