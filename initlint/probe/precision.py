@@ -9,8 +9,8 @@ more on the probe batch, both times with dropout off and with the same loss:
   multiplied by the loss scale training would use (``GradScaler``'s initial 65536, else 1).
 
 Nothing is kept but the statistics (:class:`PrecisionStats`). The caller runs it inside
-:func:`initlint.probe.guard.guarded`; the backward passes use ``torch.autograd.grad``, so no
-``.grad`` is touched, and the autocast state is the context manager's, restored on exit.
+:func:`initlint.probe.guard.guarded`; the backward passes run the autograd engine as ``torch.autograd.grad``
+does (:func:`~initlint.capture.base.grad_without_dropout`), so no ``.grad`` is touched, and the autocast state is the context manager's, restored on exit.
 """
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ are never kept. Everything is moved to the host in a single transfer at the end,
 the probe adds no per-layer host-device synchronisation.
 
 The probe runs inside :func:`initlint.probe.guard.guarded`, which leaves the model exactly as
-it was found; the backward probe uses ``torch.autograd.grad``, so no ``.grad`` is touched.
+it was found; the backward probe runs the autograd engine as ``torch.autograd.grad`` does
+(:func:`~initlint.capture.base.grad_without_dropout`), so no ``.grad`` is touched.
 
 This module holds the per-op observer, the weights' and gradients' summaries and the run itself; the
 collector that queues every statistic for the one transfer is :mod:`~initlint.probe.collector`. Three families of statistics live beside it: :mod:`~initlint.probe.rows` (what is read from
