@@ -91,6 +91,11 @@ SHAPE_HELP = ("Probe input shape: sizes separated by commas, such as 8,3,32,32 (
               help="The optimizer the model trains with, such as \"AdamW(lr=3e-4, weight_decay=0.1)\" or "
                    "package.module:Name(...); its first step is audited. A target file's "
                    "initlint_optimizer(model) is used when it defines one.")
+@click.option("--clip-grad-norm", default=None, type=float, metavar="MAX_NORM",
+              help="Training clips the gradients' total norm to MAX_NORM (clip_grad_norm_): the optimizer's first "
+                   "step is taken on gradients clipped so.")
+@click.option("--clip-grad-value", default=None, type=float, metavar="VALUE",
+              help="Training clamps every gradient element to +-VALUE (clip_grad_value_).")
 def check(targets: Tuple[str, ...], **opts: Any) -> None:
     """Audit the models in TARGETS (FOLDER, FILE.py, FILE.py:NAME or package.module:NAME).
 

@@ -178,7 +178,9 @@ def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Cal
                            input_shapes=shapes or None, rule_options=settings.get("rule_options"), name=cand.name,
                            target=cand.origin, per_module_ignores=settings.get("per_module_ignores"),
                            optimizer=optimizer, precision=settings.get("precision"),
-                           grad_scaler=bool(settings.get("grad_scaler")))
+                           grad_scaler=bool(settings.get("grad_scaler")),
+                           clip_grad_norm=settings.get("clip_grad_norm"),
+                           clip_grad_value=settings.get("clip_grad_value"))
         _point_at_the_user_file(report, cand.origin, model)
         return report
     except (LoadError, UnknownCode) as exc:

@@ -366,3 +366,143 @@ def test_trainer_callback_audits_a_compiled_run_outside_the_compiler(tmp_path, m
     trainer = Trainer(model=tiny_bert(), args=args, train_dataset=token_rows(), callbacks=[callback])
     trainer.train()
     assert compiling == [False] and callback.report.codes() == []
+
+
+# ----------------------------------------------------------------------------- the run's optimizer
+def hf_warmup_run(tmp_path: Path, lr: float, callback, warmup_steps: int = 4, max_steps: int = 6):
+    pytest.importorskip("transformers")
+    from transformers import Trainer, TrainingArguments
+
+    model = tiny_bert()
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=max_steps, report_to=[], save_strategy="no",
+                             logging_strategy="no", use_cpu=True, per_device_train_batch_size=8, disable_tqdm=True,
+                             dataloader_num_workers=0, seed=0, learning_rate=lr, warmup_steps=warmup_steps)
+    trainer = Trainer(model=model, args=args, train_dataset=token_rows(),
+                      callbacks=[callback] if callback is not None else [])
+    error = None
+    try:
+        trainer.train()
+    except InitlintFailure as exc:
+        error = exc
+    return model, trainer, error
+
+
+def test_trainer_callback_judges_the_first_step_at_the_peak_of_the_runs_warm_up(tmp_path):
+    """A Trainer's optimizer holds lr 0 at the first batch of a warm-up: the callback audits its first step at the
+    rate the schedule reaches (lr 0.5 after 4 of 6 steps), stops the run on it, and changes nothing of the run."""
+    pytest.importorskip("transformers")
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    callback = InitlintTrainerCallback()
+    model, trainer, error = hf_warmup_run(tmp_path / "bad", 0.5, callback)
+    assert error is not None and trainer.state.global_step == 0
+    assert {code for code, _ in error.report.codes()} == {"IL015"}
+    assert ("IL015", "classifier") in error.report.codes()
+    assert [g.lr for g in error.report.step.groups] == [pytest.approx(0.5)] * 2
+    assert any("highest learning rate the run's schedule reaches within its 6 steps (lr 0.5 for every param group, "
+               "which holds 0 at this batch)" in n for n in error.report.notes)
+    # the run's own optimizer is as the Trainer left it: lr 0 and no state
+    assert [g["lr"] for g in trainer.optimizer.param_groups] == [0.0, 0.0] and not trainer.optimizer.state
+
+    # the Trainer's default rate under the same warm-up: judged at its peak (5e-5), clean, and the run's weights
+    # are those of the run without the callback
+    callback = InitlintTrainerCallback()
+    model, trainer, error = hf_warmup_run(tmp_path / "good", 5e-5, callback)
+    assert error is None and trainer.state.global_step == 6
+    assert callback.report.codes() == [] and callback.report.step.stepped
+    assert [g.lr for g in callback.report.step.groups] == [pytest.approx(5e-5)] * 2
+    assert callback.report.step.clipping.startswith("clipped to norm 1 ")  # the Trainer's max_grad_norm
+    plain, _, _ = hf_warmup_run(tmp_path / "plain", 5e-5, None)
+    assert same(snapshot(model), snapshot(plain))
+
+
+def test_trainer_callback_takes_no_first_step_with_optimizer_none(tmp_path):
+    pytest.importorskip("transformers")
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    callback = InitlintTrainerCallback(optimizer=None)
+    _, trainer, error = hf_warmup_run(tmp_path, 0.5, callback)
+    assert error is None and trainer.state.global_step == 6
+    assert callback.report.step is None and callback.report.codes() == []
+
+
+def test_lightning_callback_judges_a_lambda_schedule_at_its_peak_over_the_audited_module(tmp_path):
+    """A schedule whose rate lives in the factor (Adam at lr 1 under the Transformer paper's warm-up): judged at the
+    factor's peak over the run, not at 1. With ``module="net"`` the first step covers the net's parameters only (the
+    optimizer's other parameter is not the audited model's: no finding for it)."""
+    pytest.importorskip("lightning")
+    import lightning as L
+    from initlint.integrations.lightning import InitlintCallback
+    from initlint.rules.base import fmt
+
+    def noam(step: int) -> float:
+        return 2e-3 * min((step + 1) ** -0.5, (step + 1) * 3 ** -1.5)
+
+    class Lit(L.LightningModule):
+        def __init__(self, schedule: bool) -> None:
+            super().__init__()
+            self.net = mlp(False)
+            self.temperature = nn.Parameter(torch.ones(()))
+            self.schedule = schedule
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return F.cross_entropy(self.net(x) * self.temperature, y)
+
+        def configure_optimizers(self):
+            opt = torch.optim.Adam(self.parameters(), lr=1.0)
+            if not self.schedule:
+                return opt
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.LambdaLR(opt, noam),
+                                                       "interval": "step"}}
+
+    reports = []
+    for schedule in (True, False):
+        torch.manual_seed(0)
+        callback = InitlintCallback(fail_on=None, module="net")
+        x, y = vectors()
+        clip = {"gradient_clip_val": 0.5, "gradient_clip_algorithm": "value"} if schedule else {}
+        trainer = L.Trainer(max_steps=5, accelerator="cpu", devices=1, enable_checkpointing=False, logger=False,
+                            enable_progress_bar=False, enable_model_summary=False, callbacks=[callback], **clip)
+        trainer.fit(Lit(schedule), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16))
+        reports.append(callback.report)
+    scheduled, constant = reports
+    peak = max(noam(s) for s in range(5))  # step 2, the end of the warm-up
+    assert [g.lr for g in scheduled.step.groups] == [pytest.approx(peak)] and scheduled.codes() == []
+    assert scheduled.step.groups[0].tensors == len(list(Lit(True).net.parameters())) == 5  # not the temperature
+    assert any(f"lr {fmt(peak)} for every param group, which holds {fmt(noam(0))} at this batch" in n
+               for n in scheduled.notes)
+    # the same init at the factor's base, lr 1: the last layer moves by far more than its size
+    assert [g.lr for g in constant.step.groups] == [1.0] and ("IL015", "3") in constant.codes()
+    assert scheduled.step.clipping == "clamped to +-0.5 (clip_grad_value_)" and constant.step.clipping == ""
+
+
+def test_schedule_peaks_of_the_torch_schedulers():
+    from torch.optim import lr_scheduler as S
+    from initlint.integrations._core import RunOptimizer, schedule_peaks
+
+    def opt(lr=0.1):
+        return torch.optim.SGD([nn.Parameter(torch.zeros(2, 2))], lr=lr, momentum=0.9)
+
+    o = opt()
+    assert schedule_peaks(S.LinearLR(o, start_factor=0.01, total_iters=10), 1, 100) == [pytest.approx(0.1)]
+    o = opt()
+    assert schedule_peaks(S.OneCycleLR(o, max_lr=0.4, total_steps=100), 1, 100) == [0.4]
+    o = opt()
+    assert schedule_peaks(S.CyclicLR(o, base_lr=0.01, max_lr=0.3), 1, 100) == [0.3]
+    o = opt()
+    warm = S.LinearLR(o, start_factor=1e-3, total_iters=5)
+    sequence = S.SequentialLR(o, [warm, S.CosineAnnealingLR(o, T_max=95)], milestones=[5])
+    assert schedule_peaks(sequence, 1, 100) == [pytest.approx(0.1)]
+    o = opt(1.0)
+    assert schedule_peaks(S.LambdaLR(o, lambda s: min(1.0, s / 1000) * 3e-4), 1, 500) == [pytest.approx(499e-3 * 3e-4)]
+    o = opt()
+    assert schedule_peaks(S.StepLR(o, step_size=10), 1, 100) == [pytest.approx(0.1)]
+    # the view is the run's optimizer at the peak; the run's own is untouched
+    o = opt(0.1)
+    scheduler = S.LambdaLR(o, lambda s: s / 10)
+    run = RunOptimizer(o, [scheduler], 20)
+    assert run.optimizer.param_groups[0]["lr"] == pytest.approx(0.19) and o.param_groups[0]["lr"] == 0.0
+    assert run.optimizer.param_groups[0]["params"][0] is o.param_groups[0]["params"][0]
+    assert run.notes and "within its 20 steps" in run.notes[0]
+    assert RunOptimizer(opt(), [], None).notes == []  # no schedule: the rate it holds, nothing to say

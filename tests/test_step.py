@@ -130,6 +130,53 @@ def test_an_optimizer_at_lr_zero_is_said_to_leave_the_first_step_unjudged():
                                           logits=True).notes if "has lr 0" in n]
 
 
+def test_clipping_scales_the_first_step_as_training_does():
+    """``clip_grad_norm=``: the step is taken on the gradients ``clip_grad_norm_(model.parameters(), max_norm)``
+    leaves; for SGD without momentum the update shrinks by exactly its factor, and a step IL015 flags unclipped can
+    pass clipped. ``clip_grad_value=`` clamps each element, as ``clip_grad_value_`` does."""
+    model, x = mlp(std=0.05), torch.randn(8, 32)
+    loss = lambda out, inputs: F.cross_entropy(out, torch.arange(8) % 10)
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=10.0)
+    plain = initlint.audit(model, x, optimizer=sgd, loss=loss)
+    clipped = initlint.audit(model, x, optimizer=sgd, loss=loss, clip_grad_norm=0.02)
+    twin = copy.deepcopy(model)
+    loss(twin(x), x).backward()
+    total = torch.nn.utils.clip_grad_norm_(twin.parameters(), 0.02).item()
+    factor = 0.02 / (total + 1e-6)
+    assert factor < 0.05
+    for name, p in twin.named_parameters():
+        assert clipped.step.params[name].update_rms == pytest.approx(plain.step.params[name].update_rms * factor,
+                                                                     rel=1e-4)
+        assert clipped.step.params[name].update_rms == pytest.approx(10.0 * p.grad.square().mean().sqrt().item(),
+                                                                     rel=1e-4)
+    assert {f.code for f in plain.findings} == {"IL015"} and not clipped.findings
+    assert clipped.step.clipping == f"clipped to norm 0.02 (their total norm {total:.3g}: scaled by {factor:.3g})"
+    assert "clipped to norm 0.02" in clipped.step.lines()[0]
+    by_value = initlint.audit(model, x, optimizer=sgd, loss=loss, clip_grad_value=1e-3)
+    twin.zero_grad()
+    loss(twin(x), x).backward()
+    torch.nn.utils.clip_grad_value_(twin.parameters(), 1e-3)
+    for name, p in twin.named_parameters():
+        assert by_value.step.params[name].update_rms == pytest.approx(10.0 * p.grad.square().mean().sqrt().item(),
+                                                                      rel=1e-4)
+    assert by_value.step.clipping == "clamped to +-0.001 (clip_grad_value_)"
+
+
+@pytest.mark.parametrize("settings, words", [
+    ({"clip_grad_norm": -1.0}, "clip_grad_norm must be a finite number above 0"),
+    ({"clip_grad_norm": float("nan")}, "clip_grad_norm must be a finite number above 0"),
+    ({"clip_grad_value": True}, "clip_grad_value must be a finite number above 0"),
+    ({"clip_grad_norm": "1"}, "clip_grad_norm must be a finite number above 0"),
+    ({"clip_grad_norm": 1.0, "clip_grad_value": 1.0}, "were both given"),
+])
+def test_bad_clipping_is_a_usage_error(settings, words):
+    model, x = mlp(), torch.randn(8, 32)
+    with pytest.raises(UsageError, match=words):
+        initlint.audit(model, x, optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.1), **settings)
+    with pytest.raises(UsageError, match="no optimizer was given"):
+        initlint.audit(model, x, clip_grad_norm=1.0)
+
+
 def test_half_parameters_report_the_lost_share():
     model, x = mlp(), torch.randn(8, 32)
     model = model.to(torch.bfloat16)
@@ -412,6 +459,18 @@ def test_cli_flags_config_and_hook(tmp_path):
     """))
     hooked = run_cli("check", "h.py", "--input-shape", "8,64", "--format", "concise", cwd=tmp_path)
     assert hooked.returncode == 1 and "IL016 [fc2]" in hooked.stdout, hooked.stdout + hooked.stderr
+    clipped = run_cli("check", "m.py", "--optimizer", "SGD(lr=1e-3)", "--clip-grad-norm", "0.5", "--input-shape",
+                      "8,64", "--format", "json", cwd=tmp_path)
+    assert clipped.returncode == 0 and json.loads(clipped.stdout)["results"][0]["step"]["clipping"].startswith(
+        "clipped to norm 0.5"), clipped.stdout + clipped.stderr
+    for flags, words in ((("--clip-grad-norm", "-1"), "--clip-grad-norm must be a finite number above 0, not -1.0"),
+                         (("--clip-grad-norm", "1", "--clip-grad-value", "1"), "were both given"),
+                         (("--clip-grad-value", "1", "--input-shape", "8,64"), "no optimizer was given")):
+        bad = run_cli("check", "m.py", *flags, cwd=tmp_path)
+        assert bad.returncode == 2 and words in bad.stderr, bad.stderr
+    (tmp_path / "pyproject.toml").write_text('[tool.initlint]\nclip-grad-norm = 0\n')
+    bad = run_cli("check", "m.py", cwd=tmp_path)
+    assert bad.returncode == 2 and "clip-grad-norm" in bad.stderr and "a finite number above 0" in bad.stderr
 
 
 @pytest.mark.parametrize("conv", [nn.Conv2d, nn.ConvTranspose2d])
@@ -432,3 +491,21 @@ def test_weights_feeding_a_batchnorm_are_not_judged_but_those_without_one_are(co
     assert max(s.ratio for n, s in with_norm.step.params.items() if n == "3.weight") > 0.5
     assert with_norm.codes() == []
     assert ("IL015", "3") in without.codes()
+
+
+def test_a_ratio_just_past_the_limit_never_reads_as_the_limit():
+    """AdamW at lr 1e-2 moves weights of std 0.02 by about 0.5 of their rms: the findings that pass the limit by a
+    hair print enough digits to show it (0.5003, not 0.5, against the limit 0.5)."""
+    from initlint.rules.base import fmt_beyond
+
+    assert [fmt_beyond(x, 0.5) for x in (0.5003, 0.501, 1.42, 0.5)] == ["0.5003", "0.501", "1.42", "0.5"]
+    assert fmt_beyond(4.00004, 4.0) == "4.00004" and fmt_beyond(0.009999, 0.01) == "0.009999"
+    model, x = mlp(std=0.02), torch.randn(16, 32)
+    adam = lambda m: torch.optim.Adam(m.parameters(), lr=1e-2)
+    ratio = initlint.audit(model, x, optimizer=adam, logits=True).step.params["2.weight"].ratio
+    limit = ratio * (1 - 1e-4)  # passed by a hair: both print alike at 3 digits
+    assert f"{ratio:.3g}" == f"{limit:.3g}"
+    report = initlint.audit(model, x, optimizer=adam, logits=True, rule_options={"IL015": {"limit": limit}})
+    (finding,) = [f for f in report.findings if f.code == "IL015" and f.module == "2"]
+    shown = finding.message.split("moves it by ")[1].split(" of its rms")[0]
+    assert float(shown) > float(f"{limit:.7g}") and shown != f"{limit:.3g}", finding.message

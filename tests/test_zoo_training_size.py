@@ -7,7 +7,7 @@ import gc
 import pytest
 import torch
 
-from zoo_real import LONG_TOKENS, RECIPES, TRAINING_TOKENS, ZOO, audit, build, training_batch
+from zoo_real import CLIPPING, LONG_TOKENS, RECIPES, TRAINING_TOKENS, ZOO, audit, build, training_batch
 
 pytestmark = pytest.mark.slow  # real widths at training-size batches: about ten minutes on 2 cores
 
@@ -44,12 +44,14 @@ RECIPE_CASES = [(name, precision) for name in RECIPES for precision in (None, "b
 
 @pytest.mark.parametrize("name, precision", RECIPE_CASES, ids=[f"{n}-{p or 'fp32'}" for n, p in RECIPE_CASES])
 def test_published_recipe_audits_clean(name, precision):
-    """Each model with the optimizer it was published with, at its peak learning rate (``optimizer=``), in
-    float32 and with bf16 autocast (ResNet-50 also with fp16 and a GradScaler), at the zoo's probe batch."""
+    """Each model with the optimizer it was published with, at its peak learning rate (``optimizer=``) and with
+    its gradient clipping where it has one, in float32 and with bf16 autocast (ResNet-50 also with fp16 and a
+    GradScaler), at the zoo's probe batch."""
     label, optimizer = RECIPES[name]
     model, inputs = build(name)
     try:
-        report = audit(model, inputs, optimizer=optimizer, precision=precision, grad_scaler=precision == "fp16")
+        report = audit(model, inputs, optimizer=optimizer, precision=precision, grad_scaler=precision == "fp16",
+                       clip_grad_norm=CLIPPING.get(name))
         assert report.error is None
         assert report.step is not None and report.step.stepped, label
         assert [(f.code, f.module, f.message) for f in report.findings if f.severity != "info"] == [], label

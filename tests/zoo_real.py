@@ -524,10 +524,15 @@ RECIPES: Dict[str, Tuple[str, Any]] = {
     "x_decoder": ("AdamW 3e-4, betas (0.9, 0.95), wd 0.1", _adamw(3e-4, (0.9, 0.95), 0.1)),
     "torch_transformer": ("Attention is all you need: Adam, betas (0.9, 0.98), eps 1e-9, at its peak 7e-4",
                           _adam(7e-4, (0.9, 0.98), 1e-9)),
+    "lstm_lm": ("PyTorch's word-level language model: SGD 20, no momentum, gradient norm clipped to 0.25",
+                _sgd(20.0, 0.0)),
 }
-"""The optimizer each zoo model was published with, at its peak learning rate, for ``optimizer=``. The
-LSTM language model is left out: PyTorch's example trains it with plain SGD at lr 20 and clips the
-gradient to 0.25, a step that no first-step judgement without the clipping could call sound."""
+"""The optimizer each zoo model was published with, at its peak learning rate, for ``optimizer=``."""
+
+CLIPPING: Dict[str, float] = {"gpt2": 1.0, "llama32": 1.0, "tinyllama": 1.0, "opt": 1.0, "pythia": 1.0,
+                              "mamba": 1.0, "bert": 1.0, "whisper": 1.0, "swin": 5.0, "lstm_lm": 0.25}
+"""The gradient-norm clipping of the recipes that publish one (``clip_grad_norm=``): nanoGPT's, Llama's, OPT's,
+Pythia's, Mamba's, BERT's and Whisper's 1.0, Swin's 5.0, the LSTM example's 0.25."""
 
 
 def audit(model: nn.Module, inputs: Any, **settings: Any) -> Any:

@@ -121,6 +121,12 @@ def _device(value: Any) -> str:
     return value
 
 
+def _positive(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise _Invalid("a finite number above 0")  # NaN fails the comparison
+    return float(value)
+
+
 def _boolean(value: Any) -> bool:
     if not isinstance(value, bool):
         raise _Invalid("true or false")
@@ -340,6 +346,9 @@ KEYS: Dict[str, Key] = {k.name: k for k in (
     Key("logits", "logits", _boolean, "the model output is logits (check its softmax, IL004)"),
     Key("precision", "precision", _one_of(lambda: ["fp16", "bf16"]), "the precision training uses (fp16, bf16)"),
     Key("grad-scaler", "grad_scaler", _boolean, "fp16 training uses torch.amp.GradScaler"),
+    Key("clip-grad-norm", "clip_grad_norm", _positive, "training clips the gradients' total norm to this (the "
+        "optimizer's first step is taken so)"),
+    Key("clip-grad-value", "clip_grad_value", _positive, "training clamps every gradient element to +-this"),
     Key("format", "format", _one_of(_formats), "output format"),
     Key("input-shape", "input_shapes", _shapes, "probe input shape(s)"),
     Key("rules", "rule_options", _rule_options, "per-rule options, by rule name or code"),
@@ -467,7 +476,8 @@ def _resolve_rules(file: Dict[str, Any], cli: Dict[str, Any]) -> Any:
 
 
 FLAGS = {"seed": "--seed", "batch_size": "--batch-size", "import_timeout": "--import-timeout", "device": "--device",
-         "optimizer": "--optimizer", "precision": "--precision"}
+         "optimizer": "--optimizer", "precision": "--precision", "clip_grad_norm": "--clip-grad-norm",
+         "clip_grad_value": "--clip-grad-value"}
 """Command-line options checked like the keys of the same name in the file."""
 
 
@@ -494,10 +504,12 @@ def show_progress() -> bool:
 
 
 def check_choices(settings: Dict[str, Any]) -> None:
-    """Refuse an unknown output ``format`` or ``fail-on`` severity with one sentence."""
+    """Refuse an unknown output ``format`` or ``fail-on`` severity, or two ways of clipping, with one sentence."""
     fmt = settings.get("format") or "text"
     if fmt not in _formats():
         raise UsageError(f"unknown format '{fmt}' (choose from {', '.join(_formats())})")
+    if settings.get("clip_grad_norm") is not None and settings.get("clip_grad_value") is not None:
+        raise UsageError("clip-grad-norm and clip-grad-value were both given; training clips one way: give one")
     fail_on = settings.get("fail_on") or "warning"
     if fail_on not in _severities():
         raise UsageError(f"--fail-on takes one of {', '.join(_severities())}, not '{fail_on}'")

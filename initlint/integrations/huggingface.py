@@ -18,8 +18,11 @@ then the hook removes itself and the forward goes on. The findings are logged th
 cannot be audited is logged as a warning and training goes on; a resumed run is not audited.
 With ``bf16=True`` or ``fp16=True`` in the ``TrainingArguments`` the audit gets ``precision=`` for it
 (``fp16`` with ``grad_scaler=True``) unless the settings give one: the probe measures the model's own forward
-(not the autocast wrapper Accelerate puts around it), then runs once more under autocast. The hook runs
-outside ``torch.compile`` (``torch_compile=True`` compiles the frame that calls it).
+(not the autocast wrapper Accelerate puts around it), then runs once more under autocast. The ``Trainer``'s
+optimizer gets its first step audited (``optimizer=``) with every param group at the highest rate its scheduler
+reaches within ``max_steps`` (a warm-up starts at 0) and the gradients clipped to ``max_grad_norm``, unless the
+settings give an ``optimizer`` (``None``: no first step). The hook runs outside ``torch.compile``
+(``torch_compile=True`` compiles the frame that calls it).
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
-from ._core import BatchAuditor, InitlintFailure, without_labels
+from ._core import BatchAuditor, InitlintFailure, RunOptimizer, without_labels
 
 __all__ = ["InitlintTrainerCallback", "InitlintFailure"]
 
@@ -51,6 +54,7 @@ class InitlintTrainerCallback(TrainerCallback):
         self._handle: Any = None
         self._labels: Tuple[str, ...] = ()
         self._precision: Optional[Tuple[str, bool]] = None
+        self._optimizer: Any = None
         self._lock = threading.Lock()
 
     @property
@@ -58,7 +62,8 @@ class InitlintTrainerCallback(TrainerCallback):
         """The :class:`~initlint.Report` of the audit, once it ran."""
         return self.auditor.report
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, optimizer: Any = None,
+                       lr_scheduler: Any = None, **kwargs: Any) -> None:
         if self.auditor.done or model is None:
             return
         if state.global_step > 0:  # resumed from a checkpoint: the model is no longer at its initialisation
@@ -69,6 +74,7 @@ class InitlintTrainerCallback(TrainerCallback):
         self._labels = tuple(args.label_names or find_labels(type(model)))
         self._precision = ("bf16", False) if getattr(args, "bf16", False) else \
             ("fp16", True) if getattr(args, "fp16", False) else None
+        self._optimizer = (optimizer, lr_scheduler, state.max_steps, getattr(args, "max_grad_norm", None))
         # outside torch.compile: a compiled model (TrainingArguments(torch_compile=True)) runs its hooks in the frame
         # dynamo traces, and it would trace the audit too (a minute of recompilations for a two-layer GPT-2)
         import torch
@@ -99,10 +105,17 @@ class InitlintTrainerCallback(TrainerCallback):
             try:
                 if wrapped is not None:
                     own["forward"] = own["_original_forward"]
-                self.auditor.audit(module, self._example(args, kwargs), log, precision=self._precision)
+                self.auditor.audit(module, self._example(args, kwargs), log, precision=self._precision,
+                                   optimizer=self._run_optimizer())
             finally:
                 if wrapped is not None:
                     own["forward"] = wrapped
+
+    def _run_optimizer(self) -> Optional[RunOptimizer]:
+        if self._optimizer is None or self._optimizer[0] is None:
+            return None
+        optimizer, scheduler, steps, clip = self._optimizer
+        return RunOptimizer(optimizer, [scheduler] if scheduler is not None else [], steps, clip_norm=clip)
 
     def _example(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """The keyword inputs less the labels (how ``Trainer`` calls models), else the positional ones."""

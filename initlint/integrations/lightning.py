@@ -20,7 +20,12 @@ above ``fail_on`` stops the run with :class:`~initlint.integrations.InitlintFail
 warning and training goes on; a run resumed from a checkpoint (global step above 0) is not
 audited, since the model is no longer at its initialisation. A trainer with mixed precision
 (``precision="bf16-mixed"`` or ``"16-mixed"``) gets the audit's ``precision=`` for it (``"16-mixed"``
-with ``grad_scaler=True``) unless the settings give one: the probe runs once more under autocast.
+with ``grad_scaler=True``) unless the settings give one: the probe runs once more under autocast. The
+optimizer that holds the audited module's parameters (when one does) gets its first step audited
+(``optimizer=``) with every param group at the highest rate its schedulers reach within the run
+(``estimated_stepping_batches``, or ``max_epochs`` for a per-epoch schedule) and the gradients clipped as
+``gradient_clip_val`` and ``gradient_clip_algorithm`` say, unless the settings give an ``optimizer``
+(``None``: no first step).
 """
 from __future__ import annotations
 
@@ -34,7 +39,7 @@ except ImportError:  # the older package name
     from pytorch_lightning import Callback  # type: ignore[no-redef]
     _LOGGER = "pytorch_lightning.callbacks.initlint"
 
-from ._core import BatchAuditor, InitlintFailure, mixed_precision
+from ._core import BatchAuditor, InitlintFailure, RunOptimizer, mixed_precision, unwrapped_optimizer
 
 __all__ = ["InitlintCallback", "InitlintFailure"]
 
@@ -72,9 +77,33 @@ class InitlintCallback(Callback):
         logger = log if trainer.is_global_zero else logging.getLogger(f"{_LOGGER}.rank")
         try:
             self.auditor.audit(model, self.auditor.example(batch), logger,
-                               precision=mixed_precision(getattr(trainer, "precision", None)))
+                               precision=mixed_precision(getattr(trainer, "precision", None)),
+                               optimizer=self._run_optimizer(trainer, model, pl_module, logger))
         finally:
             self._log_counts(trainer)
+
+    def _run_optimizer(self, trainer: Any, model: Any, pl_module: Any, logger: logging.Logger) -> Optional[RunOptimizer]:
+        """The trainer's optimizer over the audited model, at its schedule's peak; None where there is none, or more
+        than one holds the model's parameters (said in the log: pass ``optimizer=`` to audit one of them)."""
+        own = {id(p) for p in model.parameters()}
+        holding = [o for o in (unwrapped_optimizer(o) for o in getattr(trainer, "optimizers", None) or [])
+                   if o is not None and any(id(p) in own for g in o.param_groups for p in g["params"])]
+        if len(holding) != 1:
+            if holding:
+                logger.info("initlint: %d optimizers hold the model's parameters; the first step is not audited (pass "
+                            "optimizer= to audit one of them)", len(holding))
+            return None
+        configs = getattr(trainer, "lr_scheduler_configs", None) or []
+        per_epoch = any(getattr(c, "interval", "step") == "epoch" for c in configs)
+        try:
+            horizon = trainer.max_epochs if per_epoch else trainer.estimated_stepping_batches
+        except Exception:  # the run's length cannot be told (an iterable without a length): read the default span
+            horizon = None
+        clip = getattr(trainer, "gradient_clip_val", None)
+        by_value = str(getattr(trainer, "gradient_clip_algorithm", None) or "norm").lower().endswith("value")
+        return RunOptimizer(holding[0], [c.scheduler for c in configs], horizon,
+                            model=model if model is not pl_module else None,
+                            clip_norm=None if by_value else clip, clip_value=clip if by_value else None)
 
     def _log_counts(self, trainer: Any) -> None:
         report = self.auditor.report

@@ -93,11 +93,14 @@ class StepStats:
     """The backward probe took the loss's gradients of every parameter that requires grad."""
     stepped: bool = False
     """False when the step could not be taken (the notes say why); the membership facts still hold."""
+    clipping: str = ""
+    """How the gradients were clipped before the step, as training clips them (empty: not clipped)."""
     notes: List[str] = field(default_factory=list)
 
     def lines(self) -> List[str]:
         """The text report's lines: the optimizer and loss, then one line per param group."""
-        out = [f"first step: {self.optimizer}, gradients of {self.loss}" + ("" if self.stepped else " (not taken)")]
+        out = [f"first step: {self.optimizer}, gradients of {self.loss}" + (f", {self.clipping}" if self.clipping else "")
+               + ("" if self.stepped else " (not taken)")]
         for g in self.groups:
             out.append(f"param group {g.index}: lr {_short(g.lr)}, weight decay {_short(g.weight_decay)}, {g.tensors} "
                        f"tensors ({g.elements:,} parameters), median update ratio {_short(g.median_ratio)}")
@@ -119,6 +122,10 @@ class StepRequest:
     """``id(parameter of the user's model)`` -> its qualified name."""
     loss: Optional[Callable[[Any, Any], Any]] = None
     seed: int = 0
+    clip_norm: Optional[float] = None
+    """Training clips the gradients' total norm to this (``torch.nn.utils.clip_grad_norm_``) before each step."""
+    clip_value: Optional[float] = None
+    """Training clamps every gradient element to ``[-clip_value, clip_value]`` (``clip_grad_value_``)."""
     grads: Dict[str, Optional[torch.Tensor]] = field(default_factory=dict)
     """Filled by the backward probe: every parameter that requires grad -> its gradient (None: unreached)."""
     loss_kind: str = ""
@@ -160,14 +167,33 @@ def resolve_optimizer(optimizer: Any, model: nn.Module) -> Optional[torch.optim.
     return optimizer
 
 
-def request_for(optimizer: torch.optim.Optimizer, model: nn.Module, loss: Any, seed: int) -> StepRequest:
+def request_for(optimizer: torch.optim.Optimizer, model: nn.Module, loss: Any, seed: int,
+                clip_grad_norm: Optional[float] = None, clip_grad_value: Optional[float] = None) -> StepRequest:
     """The probe's request for ``optimizer`` over the user's ``model``."""
     if loss is not None and not callable(loss):
         raise UsageError(f"loss must be a callable (output, inputs) -> scalar tensor, not {type(loss).__name__}")
     names: Dict[int, str] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), name)
-    return StepRequest(optimizer=optimizer, names=names, loss=loss, seed=seed)
+    return StepRequest(optimizer=optimizer, names=names, loss=loss, seed=seed, clip_norm=clip_grad_norm,
+                       clip_value=clip_grad_value)
+
+
+def check_clipping(clip_grad_norm: Any, clip_grad_value: Any) -> Tuple[Optional[float], Optional[float]]:
+    """The gradient clipping training uses, as numbers: each a finite number above 0, or None; not both.
+    :class:`UsageError` (one sentence) otherwise."""
+    out: List[Optional[float]] = []
+    for name, value in (("clip_grad_norm", clip_grad_norm), ("clip_grad_value", clip_grad_value)):
+        if value is None:
+            out.append(None)
+            continue
+        number = _number(value) if not isinstance(value, bool) else None
+        if number is None or not (math.isfinite(number) and number > 0):
+            raise UsageError(f"{name} must be a finite number above 0 (the clipping training uses), not {value!r}")
+        out.append(number)
+    if out[0] is not None and out[1] is not None:
+        raise UsageError("clip_grad_norm= and clip_grad_value= were both given; training clips one way: give one")
+    return out[0], out[1]
 
 
 # ----------------------------------------------------------------------------- the loss
@@ -295,9 +321,29 @@ def sampled(opt: torch.optim.Optimizer) -> bool:
     return cls.__module__.startswith("torch.optim") and cls.__name__ in ELEMENTWISE
 
 
+def _clipped(request: StepRequest, stats: StepStats) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The gradients as training's clipping leaves them: the total norm over every gradient the backward probe
+    took (as ``clip_grad_norm_(model.parameters(), max_norm)`` takes it) scaled down to ``clip_norm``, or every
+    element clamped to ``clip_value``; said in ``stats.clipping``."""
+    if request.clip_value is not None:
+        value = request.clip_value
+        stats.clipping = f"clamped to +-{_short(value)} (clip_grad_value_)"
+        return lambda g: g.clamp(-value, value)
+    if request.clip_norm is None:
+        return lambda g: g
+    grads = [g.detach() for g in request.grads.values() if g is not None]
+    norms = [torch.linalg.vector_norm(g, dtype=torch.float32).to(grads[0].device) for g in grads]
+    total = _host([torch.linalg.vector_norm(torch.stack(norms))])[0] if norms else 0.0
+    factor = min(1.0, request.clip_norm / (total + 1e-6))  # clip_grad_norm_'s own formula
+    stats.clipping = (f"clipped to norm {_short(request.clip_norm)} (their total norm {_short(total)}: "
+                      + (f"scaled by {_short(factor)})" if factor < 1 else "not scaled)"))
+    return (lambda g: g * factor) if factor < 1 else (lambda g: g)
+
+
 def _step(request: StepRequest, stats: StepStats, held: Dict[str, List[int]], named: Dict[str, nn.Parameter]) -> None:
     opt = request.optimizer
     sample = SAMPLE if sampled(opt) else None
+    clip = _clipped(request, stats)
     gens: Dict[torch.device, Optional[torch.Generator]] = {}  # one stream per device, as the parameters come
     groups: List[Dict[str, Any]] = []
     clones: List[_Clone] = []
@@ -317,7 +363,8 @@ def _step(request: StepRequest, stats: StepStats, held: Dict[str, List[int]], na
             pick = _picker(source, sample, gen)
             clone = pick(source).to(torch.float32 if source.dtype in HALF else source.dtype, copy=True)
             grad = request.grads.get(name)
-            clone.grad = None if grad is None or not named[name].requires_grad else pick(grad.detach()).to(clone.dtype)
+            clone.grad = None if grad is None or not named[name].requires_grad else \
+                clip(pick(grad.detach()).to(clone.dtype))
             saved = opt.state.get(p)  # .get: indexing the defaultdict would add an entry to the user's state
             if saved:
                 state[clone] = _private_state(saved, clone, source.shape, pick)

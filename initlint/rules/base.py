@@ -294,6 +294,19 @@ def fmt(x: Optional[float]) -> str:
     return f"{x:.2g}"
 
 
+def fmt_beyond(x: Optional[float], limit: Optional[float]) -> str:
+    """``fmt(x)`` for a value judged against ``limit``, with more significant digits (up to 7) where the two
+    would print alike: a finding's value never reads as equal to the limit it passed (0.5004 against 0.5)."""
+    text = fmt(x)
+    if x is None or limit is None or x == limit or text != fmt(limit):
+        return text
+    for digits in range(4, 8):
+        text = f"{x:.{digits}g}"
+        if text != f"{limit:.{digits}g}":
+            break
+    return text
+
+
 def downstream(graph: Graph, op: Op, limit: int = 64) -> List[Op]:
     """The first ops after ``op`` that are not pass-through (views, dropout, pooling, adds).
 

@@ -11,7 +11,7 @@ from ..capture import ops as O
 from ..capture.graph import Op
 from ..report.findings import Finding
 from .base import (AuditContext, Example, RepairPlan, Rule, activation_after, copies, created_tensor, downstream,
-                   fmt, init_fix, rescales_only, softmax_gate, starved, unclipped)
+                   fmt, fmt_beyond, init_fix, rescales_only, softmax_gate, starved, unclipped)
 
 
 
@@ -258,7 +258,8 @@ class InitScale(Rule):
             f"weight rms {fmt(j.std)} is {fmt(j.std / target)}x the {fmt(target)} that {j.activation} needs "
             f"(gain {gain} / sqrt(fan_in {j.fan_in})); predicted from the weight scales of the {length} "
             f"mismatched layer(s) on its path, with no normalisation before {where}, the signal variance "
-            f"{direction} {fmt(math.exp(abs(total)))}x (limit {fmt(self.opts['max-variance-drift'])}x)"
+            f"{direction} {fmt_beyond(math.exp(abs(total)), self.opts['max-variance-drift'])}x "
+            f"(limit {fmt(self.opts['max-variance-drift'])}x)"
         )
         return self.finding(audit, j.op, message, init_fix(audit, j.op, j.activation, j.fan_in),
                             value=j.std, threshold=target)

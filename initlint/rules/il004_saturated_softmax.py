@@ -9,8 +9,8 @@ from ..capture.graph import Graph, Op
 from ..report.findings import Finding
 import torch.nn as nn
 
-from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, outside_autograd, py_path,
-                   shared_by, upstream_weight)
+from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, fmt_beyond, measured, outside_autograd,
+                   py_path, shared_by, upstream_weight)
 from .spread import REFERENCE_KEYS, entropy_limit, row_length
 
 
@@ -162,7 +162,7 @@ class SaturatedSoftmax(Rule):
             f" for rows of {length} entries, the same score spread as {fmt(self.opts['min-entropy'])} at "
             f"{REFERENCE_KEYS}")
         message = (f"{what} is near one-hot: mean max-probability {fmt(stats['maxprob'])}, entropy "
-                   f"{fmt(entropy)} x ln({classes}) (threshold {fmt(limit)} x ln({classes}){moved}; "
+                   f"{fmt_beyond(entropy, limit)} x ln({classes}) (threshold {fmt(limit)} x ln({classes}){moved}; "
                    f"a uniform prediction has 1.0)")
         if "xent" in stats and classes >= 2:
             message += (f"; the expected cross-entropy at init is {fmt(stats['xent'])} against "

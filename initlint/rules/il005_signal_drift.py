@@ -9,8 +9,8 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..capture.graph import Graph, Op
 from ..report.findings import Finding
-from .base import (AuditContext, Example, RepairPlan, Rule, copies, created_tensor, fmt, gate_factor, lsuv_stretch,
-                   measured_rms, rescales_only, softmax_gate, starved)
+from .base import (AuditContext, Example, RepairPlan, Rule, copies, created_tensor, fmt, fmt_beyond, gate_factor,
+                   lsuv_stretch, measured_rms, rescales_only, softmax_gate, starved)
 from .il001_init_scale import scale_target
 
 _START_KINDS = O.NORM_KINDS | {"input", "embedding"}
@@ -251,8 +251,9 @@ class SignalDrift(Rule):
         direction = "explodes" if ratio > 0 else "vanishes"
         over = (f" over {len(chain)} weight layer(s), {fmt(math.exp(ratio / len(chain)))}x per layer" if chain
                 else " with no weight layer in between")
+        bound = self.opts["max-scale-ratio"] if ratio > 0 else 1 / self.opts["max-scale-ratio"]
         message = (f"signal {direction}: scale (rms) {fmt(start_rms)} at {_describe(trace, start_op)} -> {fmt(end_rms)} at "
-                   f"{src.target} ({src.module or '<model>'}), {fmt(end_rms / start_rms)}x{over}, "
+                   f"{src.target} ({src.module or '<model>'}), {fmt_beyond(end_rms / start_rms, bound)}x{over}, "
                    f"starting at {first.module or '<model>'} (limit {fmt(self.opts['max-scale-ratio'])}x either way)")
         fix = ("re-initialise the layers from " + (first.module or "the first layer") +
                " on for the activation that follows each (see IL001), or add a normalisation layer")

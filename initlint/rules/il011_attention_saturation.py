@@ -10,8 +10,8 @@ import torch.nn as nn
 
 from ..capture.graph import Op
 from ..report.findings import Finding
-from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, measured, outside_autograd,
-                   projection_of, py_path, reference_std)
+from .base import (AuditContext, Example, RepairPlan, Rule, attention_scores, fmt, fmt_beyond, measured,
+                   outside_autograd, projection_of, py_path, reference_std)
 from .spread import REFERENCE_KEYS, entropy_limit, row_length
 
 
@@ -235,7 +235,7 @@ class AttentionSaturation(Rule):
         limit = self._limit(site)
         at = ("" if site.keys == REFERENCE_KEYS else
               f" at {site.keys} keys, the same score spread as {fmt(self.opts['min-entropy'])} at {REFERENCE_KEYS} keys")
-        message = (f"attention rows near one-hot at init: mean entropy {fmt(site.entropy)} x ln(admissible keys) "
+        message = (f"attention rows near one-hot at init: mean entropy {fmt_beyond(site.entropy, limit)} x ln(admissible keys) "
                    f"(threshold {fmt(limit)}{at}; uniform attention has 1), mean max-probability "
                    f"{fmt(site.maxprob)}; the scores have std {fmt(site.score_std)} = q.k std "
                    f"{fmt(site.raw / site.pre_scale)} over head dim {d} x scale {fmt(site.scale)}")

@@ -14,8 +14,8 @@ from ..capture import ops as O
 from ..capture.graph import Op
 from ..probe.stats import OpStats
 from ..report.findings import Finding
-from .base import (AuditContext, Example, RepairPlan, Residual, Rule, activation_after, downstream, fmt, measured,
-                   output_weight, py_path, residuals_of, shrink_branch, zeroable_end)
+from .base import (AuditContext, Example, RepairPlan, Residual, Rule, activation_after, downstream, fmt, fmt_beyond,
+                   measured, output_weight, py_path, residuals_of, shrink_branch, zeroable_end)
 
 
 
@@ -207,7 +207,7 @@ attentions, as SAM's ``attn(q=queries + pe, ...)`` while ``queries`` goes on as 
         onto = {"embedding": "the embedding (the first branch)", "post-norm": "a normalised stream (post-norm block)",
                 "stream": "the residual stream"}[place]
         message = (f"residual branch dwarfs the stream at init: the branch ending at {proj.module or '<model>'} adds "
-                   f"a signal of scale (rms) {fmt(branch)} to {onto} of scale {fmt(stream)}, {fmt(ratio)}x "
+                   f"a signal of scale (rms) {fmt(branch)} to {onto} of scale {fmt(stream)}, {fmt_beyond(ratio, limit)}x "
                    f"(limit {fmt(limit)}x); the stream's earlier content keeps "
                    f"{fmt(100.0 / (1.0 + ratio * ratio))}% of the variance")
         if culprits:

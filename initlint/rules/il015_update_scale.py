@@ -10,7 +10,7 @@ import torch.nn as nn
 from ..capture import ops as O
 from ..probe.step import ParamStep
 from ..report.findings import Finding
-from .base import AuditContext, Example, Rule, fmt, py_path
+from .base import AuditContext, Example, Rule, fmt, fmt_beyond, py_path
 from .il002_bias_before_norm import cancelling_norm, frozen_norms
 
 
@@ -145,7 +145,7 @@ class UpdateScale(Rule):
             against = "its rms" if s.weight_rms > 0 else \
                 f"the scale a sound init gives it, 1/sqrt(fan_in) = {fmt(1 / math.sqrt(fans.get(name) or 1))}"
             lr = f"lr {fmt(s.lr)}" if s.lr is not None else "its step size"
-            message = (f"{name}: the first {step.optimizer} step moves it by {fmt(ratio)} of {against} "
+            message = (f"{name}: the first {step.optimizer} step moves it by {fmt_beyond(ratio, limit)} of {against} "
                        f"(limit {fmt(limit)}) at {lr} (param group {s.group})")
             yield self.finding(audit, module, message, _fix(s, limit, worst[s.group], name),
                                value=ratio, threshold=limit)
