@@ -79,3 +79,55 @@ def test_the_training_callbacks_let_a_default_llama_train_on_512_tokens():
     finally:
         del model, batch
         gc.collect()
+
+
+TRAINER_RECIPES = ["gpt2", "vit", "resnet50"]
+
+
+@pytest.mark.parametrize("name", TRAINER_RECIPES)
+def test_a_published_recipe_trains_on_under_the_trainer_callback(name):
+    """The user's own conditions end to end: a ``transformers.Trainer`` with the published optimizer under a
+    warm-up and cosine schedule over 10,000 steps, the recipe's gradient clipping, and the first training batch
+    (512 tokens; 8 images at 224 x 224). The callback audits the run's optimizer at the schedule's peak (its
+    base lr; the optimizer holds 0 at that batch), and the run is not stopped."""
+    pytest.importorskip("transformers")
+    import tempfile
+
+    from transformers import Trainer, TrainerCallback, TrainingArguments, get_scheduler
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    class OneStep(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            control.should_training_stop = True
+
+    model, _ = build(name)
+    batch = training_batch(name, model)
+    if "input_ids" in batch:
+        rows = [{"input_ids": batch["input_ids"][0], "labels": batch["input_ids"][0]}]
+    else:
+        g = torch.Generator().manual_seed(0)
+        rows = [{"pixel_values": image, "labels": torch.randint(0, 1000, (), generator=g)}
+                for image in batch["pixel_values"]]
+    label, make = RECIPES[name]
+    optimizer = make(model)
+    peak = optimizer.param_groups[0]["lr"]
+    scheduler = get_scheduler("cosine", optimizer, num_warmup_steps=2000, num_training_steps=10000)
+    callback = InitlintTrainerCallback()
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(output_dir=out, max_steps=10000, report_to=[], save_strategy="no",
+                                 logging_strategy="no", use_cpu=True, per_device_train_batch_size=len(rows),
+                                 disable_tqdm=True, dataloader_num_workers=0, seed=0,
+                                 max_grad_norm=CLIPPING.get(name, 0.0))
+        trainer = Trainer(model=model, args=args, train_dataset=rows, optimizers=(optimizer, scheduler),
+                          callbacks=[callback, OneStep()])
+        try:
+            trainer.train()
+            report = callback.report
+            assert trainer.state.global_step == 1, label
+            assert [(f.code, f.module, f.message) for f in report.findings if f.severity != "info"] == [], label
+            assert report.step.stepped and [g.lr for g in report.step.groups] == [pytest.approx(peak)], label
+            assert any("within its 10,000 steps" in n for n in report.notes)
+            assert report.step.clipping.startswith("clipped to norm") == (name in CLIPPING)
+        finally:
+            del model, trainer
+            gc.collect()
