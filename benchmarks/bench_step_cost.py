@@ -4,6 +4,7 @@ without it, and the audit with ``precision=`` against the model's forward+backwa
     python benchmarks/bench_step_cost.py [--models gpt2,t5,...] [--repeats 3] [--optimizer "AdamW(lr=3e-4)"]
                                          [--precision bf16] [--clock wall|process]
                                          [--device cpu|cuda] [--batch training] [--tokens BxT] [--images N]
+                                         [--recipes]
 
 For each model of the real-size zoo (``tests/zoo_real.py``: published architectures at their real
 widths and vocabularies, on the zoo's probe batch), one process measures, after one warm-up round
@@ -12,7 +13,9 @@ and with the two taking turns in every repeat (interleaved, one thread), the med
 * ``audit``: ``initlint.audit(model, batch)`` with every rule;
 * ``audit + step``: the same with ``optimizer=`` (AdamW over every parameter by default), which
   adds the training loss's gradients of every parameter, one real step of the optimizer on a private
-  copy of the parameters and of its state, and IL015/IL016.
+  copy of the parameters and of its state, and IL015/IL016. With ``--recipes``, each model's published
+  optimizer at its peak rate (``RECIPES`` of ``tests/zoo_real.py``) and its gradient clipping where it
+  publishes one (``CLIPPING``, as ``clip_grad_norm=``): what the training callbacks audit.
 
 * with ``--precision bf16``, also ``fwd+bwd`` (``_common.forward_backward``) and ``audit + precision``:
   the audit with ``precision="bf16"``, which adds one more forward and backward under ``torch.autocast``;
@@ -49,7 +52,7 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def measure(name: str, repeats: int, spec: str, precision: str = "", device: str = "cpu", batch: str = "",
-            tokens: Any = None, images: Any = None) -> Dict[str, float]:
+            tokens: Any = None, images: Any = None, recipes: bool = False) -> Dict[str, float]:
     """Median seconds of the audit without and with the optimizer's first step (and with the precision
     probe, and of fwd+bwd), interleaved."""
     import torch
@@ -65,8 +68,10 @@ def measure(name: str, repeats: int, spec: str, precision: str = "", device: str
         model = model.to(device)
         pair = (move_inputs(pair[0], torch.device(device)), move_inputs(pair[1], torch.device(device)))
     inputs = C.example(pair)
-    optimizer = parse_optimizer(spec)
-    fns = {"audit": lambda: Z.audit(model, inputs), "audit + step": lambda: Z.audit(model, inputs, optimizer=optimizer)}
+    optimizer = Z.RECIPES[name][1] if recipes else parse_optimizer(spec)
+    clip = Z.CLIPPING.get(name) if recipes else None
+    fns = {"audit": lambda: Z.audit(model, inputs),
+           "audit + step": lambda: Z.audit(model, inputs, optimizer=optimizer, clip_grad_norm=clip)}
     if precision:
         fns["fwd+bwd"] = lambda: C.forward_backward(model, pair)
         fns["audit + precision"] = lambda: Z.audit(model, inputs, precision=precision)
@@ -96,6 +101,8 @@ def main(argv: List[str] = None) -> int:
     parser.add_argument("--batch", default="", choices=("", "training"), help="training: the training batches")
     parser.add_argument("--tokens", default=None, help="with --batch training: BxT sequences x tokens")
     parser.add_argument("--images", type=int, default=None, help="with --batch training: images per batch")
+    parser.add_argument("--recipes", action="store_true",
+                        help="each model's published optimizer and clipping (tests/zoo_real.py), not --optimizer")
     args = parser.parse_args(argv)
     tokens = tuple(int(v) for v in args.tokens.lower().split("x")) if args.tokens else None
     torch.set_num_threads(args.threads)
@@ -114,7 +121,8 @@ def main(argv: List[str] = None) -> int:
     print(f"{'model':<20} {'audit s':>9} {'+ step s':>9} {'ratio':>7}"
           + (f" {'fwd+bwd s':>10} {'+ precision s':>14} {'probe / fwd+bwd':>16}" if args.precision else ""), flush=True)
     for name in names:
-        t = measure(name, args.repeats, args.optimizer, args.precision, args.device, args.batch, tokens, args.images)
+        t = measure(name, args.repeats, args.optimizer, args.precision, args.device, args.batch, tokens, args.images,
+                    args.recipes)
         ratio = t["audit + step"] / t["audit"]
         ratios.append(ratio)
         line = f"{name:<20} {t['audit']:>9.3f} {t['audit + step']:>9.3f} {ratio:>7.2f}"
@@ -124,7 +132,7 @@ def main(argv: List[str] = None) -> int:
             line += f" {t['fwd+bwd']:>10.3f} {t['audit + precision']:>14.3f} {probe:>16.2f}"
         print(line, flush=True)
     print(f"first step: median {statistics.median(ratios):.2f}, max {max(ratios):.2f} over {len(ratios)} model(s) "
-          f"(goal: at most {GOAL}x); {args.optimizer}, {args.repeats} repeats, {args.threads} thread(s)")
+          f"(goal: at most {GOAL}x); {'the published recipes' if args.recipes else args.optimizer}, {args.repeats} repeats, {args.threads} thread(s)")
     if probe_ratios:
         print(f"precision probe ({args.precision}) / fwd+bwd: median {statistics.median(probe_ratios):.2f}, "
               f"max {max(probe_ratios):.2f} (goal: at most {PRECISION_GOAL}x)")
