@@ -477,6 +477,56 @@ def test_lightning_callback_judges_a_lambda_schedule_at_its_peak_over_the_audite
     assert scheduled.step.clipping == "clamped to +-0.5 (clip_grad_value_)" and constant.step.clipping == ""
 
 
+SCHEDULES = {
+    "warm-up": lambda o: S_().LinearLR(o, start_factor=0.01, total_iters=10),
+    "warm-up longer than the run": lambda o: S_().LinearLR(o, start_factor=0.01, total_iters=1000),
+    "constant factor longer than the run": lambda o: S_().ConstantLR(o, factor=0.25, total_iters=1000),
+    "one cycle": lambda o: S_().OneCycleLR(o, max_lr=[0.4, 0.8], total_steps=50),
+    "cyclic": lambda o: S_().CyclicLR(o, base_lr=0.01, max_lr=[0.3, 0.5], step_size_up=5),
+    "cyclic, a rise longer than the run": lambda o: S_().CyclicLR(o, base_lr=0.01, max_lr=0.3, step_size_up=500),
+    "warm-up then cosine": lambda o: S_().SequentialLR(
+        o, [S_().LinearLR(o, 1e-3, total_iters=5), S_().CosineAnnealingLR(o, T_max=45)], milestones=[5]),
+    "chained": lambda o: S_().ChainedScheduler([S_().LinearLR(o, 0.1, total_iters=5), S_().ExponentialLR(o, 0.9)]),
+    "growing": lambda o: S_().ExponentialLR(o, 1.05),
+    "doubling steps": lambda o: S_().StepLR(o, 10, gamma=2.0),
+    "a factor on the base of 1": lambda o: S_().LambdaLR(o, lambda s: min(1.0, s / 1000) * 3e-4),
+    "two factors": lambda o: S_().LambdaLR(o, [lambda s: min(1.0, s / 10), lambda s: 0.5 ** s]),
+}
+
+
+def S_():
+    from torch.optim import lr_scheduler
+
+    return lr_scheduler
+
+
+@pytest.mark.parametrize("kind", list(SCHEDULES))
+def test_schedule_peaks_equal_the_largest_rate_of_the_run_itself(kind):
+    """Each scheduler's peak over a 50-step run is the largest lr the run's own optimizer holds when the schedule
+    is stepped 49 times (warm-ups, cycles and factors longer than the run included), and reading it changes
+    nothing of the run's optimizer or scheduler."""
+    from initlint.integrations._core import schedule_peaks
+
+    def optimizer():
+        return torch.optim.SGD([{"params": [nn.Parameter(torch.zeros(2, 2))], "lr": lr} for lr in (1.0, 0.2)],
+                               lr=1.0, momentum=0.9)
+
+    o = optimizer()
+    scheduler = SCHEDULES[kind](o)
+    before = ([dict((k, v) for k, v in g.items() if k != "params") for g in o.param_groups], getattr(scheduler, "last_epoch", None))
+    peaks, read = schedule_peaks(scheduler, 2, 50)
+    assert ([dict((k, v) for k, v in g.items() if k != "params") for g in o.param_groups], getattr(scheduler, "last_epoch", None)) \
+        == before and read == 50
+    run = optimizer()
+    stepped = SCHEDULES[kind](run)
+    best = [g["lr"] for g in run.param_groups]
+    for _ in range(49):
+        run.step()
+        stepped.step()
+        best = [max(b, g["lr"]) for b, g in zip(best, run.param_groups)]
+    assert peaks == [pytest.approx(b, rel=1e-9) for b in best]
+
+
 def test_schedule_peaks_of_the_torch_schedulers():
     from torch.optim import lr_scheduler as S
     from initlint.integrations._core import RunOptimizer, schedule_peaks
@@ -485,19 +535,7 @@ def test_schedule_peaks_of_the_torch_schedulers():
         return torch.optim.SGD([nn.Parameter(torch.zeros(2, 2))], lr=lr, momentum=0.9)
 
     o = opt()
-    assert schedule_peaks(S.LinearLR(o, start_factor=0.01, total_iters=10), 1, 100) == [pytest.approx(0.1)]
-    o = opt()
-    assert schedule_peaks(S.OneCycleLR(o, max_lr=0.4, total_steps=100), 1, 100) == [0.4]
-    o = opt()
-    assert schedule_peaks(S.CyclicLR(o, base_lr=0.01, max_lr=0.3), 1, 100) == [0.3]
-    o = opt()
-    warm = S.LinearLR(o, start_factor=1e-3, total_iters=5)
-    sequence = S.SequentialLR(o, [warm, S.CosineAnnealingLR(o, T_max=95)], milestones=[5])
-    assert schedule_peaks(sequence, 1, 100) == [pytest.approx(0.1)]
-    o = opt(1.0)
-    assert schedule_peaks(S.LambdaLR(o, lambda s: min(1.0, s / 1000) * 3e-4), 1, 500) == [pytest.approx(499e-3 * 3e-4)]
-    o = opt()
-    assert schedule_peaks(S.StepLR(o, step_size=10), 1, 100) == [pytest.approx(0.1)]
+    assert schedule_peaks(S.ReduceLROnPlateau(o), 1, 100)[0] == [None]  # wants a metric: the held rate stands
     # the view is the run's optimizer at the peak; the run's own is untouched
     o = opt(0.1)
     scheduler = S.LambdaLR(o, lambda s: s / 10)
@@ -506,3 +544,36 @@ def test_schedule_peaks_of_the_torch_schedulers():
     assert run.optimizer.param_groups[0]["params"][0] is o.param_groups[0]["params"][0]
     assert run.notes and "within its 20 steps" in run.notes[0]
     assert RunOptimizer(opt(), [], None).notes == []  # no schedule: the rate it holds, nothing to say
+
+
+class ZeroLike:
+    """DeepSpeed's ZeRO optimizer in shape: not a torch optimizer; it steps a torch optimizer over flat copies."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.flat = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+        self.optimizer = torch.optim.AdamW([self.flat], lr=1e-3)
+        self.param_groups = self.optimizer.param_groups
+
+
+def test_a_run_optimizer_unfit_for_the_audit_never_stops_the_run():
+    """The run's own optimizer is left out, with a line in the log, when it holds none of the model's parameters
+    (DeepSpeed's flat copies, a layer-wise stand-in), or when reading it fails; clipping given in the settings is
+    then left out too. The audit itself goes on, and the run's optimizer is as it was."""
+    from initlint.integrations._core import BatchAuditor, RunOptimizer, unwrapped_optimizer
+
+    model, (x, _) = mlp(False), vectors(16)
+    zero = ZeroLike(model)
+    assert unwrapped_optimizer(zero) is zero.optimizer  # followed through the object that is not an optimizer
+    log = logging.getLogger("initlint-test")
+    for make, words in ((lambda: RunOptimizer(zero), "holds none of the model's parameters"),
+                        (lambda: RunOptimizer(torch.optim.SGD([nn.Parameter(torch.zeros(3))], lr=0.1)),
+                         "holds none of the model's parameters"),
+                        (lambda: 1 / 0, "ZeroDivisionError"),
+                        (lambda: RunOptimizer(object()), "holds no torch.optim.Optimizer")):
+        with records("initlint-test") as logged:
+            report = BatchAuditor("test", settings={"clip_grad_norm": 1.0}).audit(model, x, log, optimizer=make)
+        assert report is not None and report.step is None and report.codes() == []
+        text = [r.getMessage() for r in logged]
+        assert any(words in t for t in text), text
+        assert any("clip_grad_norm is not audited" in t for t in text), text
+    assert zero.optimizer.param_groups[0]["lr"] == 1e-3 and not zero.optimizer.state

@@ -162,6 +162,34 @@ def test_clipping_scales_the_first_step_as_training_does():
     assert by_value.step.clipping == "clamped to +-0.001 (clip_grad_value_)"
 
 
+def test_clipping_takes_numpy_and_tensor_numbers_and_refuses_one_past_floats_range():
+    model, x = mlp(), torch.randn(8, 32)
+    np = pytest.importorskip("numpy")
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.1)
+    for value in (np.float32(1.0), np.int64(1), torch.tensor(1.0), 1):
+        assert initlint.audit(model, x, optimizer=sgd, clip_grad_norm=value).step.clipping.startswith("clipped to norm 1 ")
+    with pytest.raises(UsageError, match=r"finite number above 0 .*, not 1000000000000000000000000000000000000\.\.\.$"):
+        initlint.audit(model, x, optimizer=sgd, clip_grad_norm=10 ** 400)
+
+
+def test_the_private_step_runs_no_global_optimizer_hook():
+    """A hook registered for every optimizer (a user's logging) does not see the audit's private step, and is
+    still registered after it."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    seen = []
+    handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: seen.append(type(opt).__name__))
+    try:
+        model, x = mlp(), torch.randn(8, 32)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        assert initlint.audit(model, x, optimizer=opt).step.stepped and seen == []
+        model(x).sum().backward()
+        opt.step()
+        assert seen == ["AdamW"]
+    finally:
+        handle.remove()
+
+
 @pytest.mark.parametrize("settings, words", [
     ({"clip_grad_norm": -1.0}, "clip_grad_norm must be a finite number above 0"),
     ({"clip_grad_norm": float("nan")}, "clip_grad_norm must be a finite number above 0"),
@@ -468,6 +496,11 @@ def test_cli_flags_config_and_hook(tmp_path):
                          (("--clip-grad-value", "1", "--input-shape", "8,64"), "no optimizer was given")):
         bad = run_cli("check", "m.py", *flags, cwd=tmp_path)
         assert bad.returncode == 2 and words in bad.stderr, bad.stderr
+    (tmp_path / "pyproject.toml").write_text('[tool.initlint]\nclip-grad-norm = 1.0\noptimizer = "SGD(lr=1e-3)"\n'
+                                             'input-shape = "8,64"\n')
+    by_value = run_cli("check", "m.py", "--clip-grad-value", "0.5", "--format", "json", cwd=tmp_path)
+    assert by_value.returncode == 0 and json.loads(by_value.stdout)["results"][0]["step"]["clipping"] == \
+        "clamped to +-0.5 (clip_grad_value_)", by_value.stdout + by_value.stderr  # the flag replaces the file's way
     (tmp_path / "pyproject.toml").write_text('[tool.initlint]\nclip-grad-norm = 0\n')
     bad = run_cli("check", "m.py", cwd=tmp_path)
     assert bad.returncode == 2 and "clip-grad-norm" in bad.stderr and "a finite number above 0" in bad.stderr

@@ -122,9 +122,15 @@ def _device(value: Any) -> str:
 
 
 def _positive(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-        raise _Invalid("a finite number above 0")  # NaN fails the comparison
-    return float(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Invalid("a finite number above 0")
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range (10**400)
+        number = float("inf")
+    if not 0 < number < float("inf"):  # NaN fails the comparison
+        raise _Invalid("a finite number above 0")
+    return number
 
 
 def _boolean(value: Any) -> bool:
@@ -442,7 +448,8 @@ def _unknown_key(path: str, key: str) -> str:
 
 
 def merge_cli(config: Config, opts: Dict[str, Any]) -> Dict[str, Any]:
-    """CLI flags win over the file; list flags given as comma-separated strings are split.
+    """CLI flags win over the file (a clipping flag over the file's clipping either way); list flags given as
+    comma-separated strings are split.
 
     ``select`` and ``ignore`` of the result are resolved codes: the file's selection, then the
     command line's, each applied in turn as ruff does (see :func:`initlint.rules.resolve_selection`).
@@ -458,6 +465,9 @@ def merge_cli(config: Config, opts: Dict[str, Any]) -> Dict[str, Any]:
         if value is not None and value is not False or (key == "logits" and value is False):
             cli[key] = value
     merged.update(cli)
+    for given, other in (("clip_grad_norm", "clip_grad_value"), ("clip_grad_value", "clip_grad_norm")):
+        if given in cli and other not in cli:
+            merged.pop(other, None)  # the command line's way of clipping replaces the file's other way
     merged["select"], merged["ignore"] = _resolve_rules(config.values, cli)
     merged.pop("extend_select", None)
     return merged

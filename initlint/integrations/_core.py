@@ -33,12 +33,14 @@ class BatchAuditor:
         self.done = False
 
     def audit(self, model: Any, example: Any, log: logging.Logger,
-              precision: Optional[Tuple[str, bool]] = None, optimizer: Optional["RunOptimizer"] = None) -> Optional[Report]:
+              precision: Optional[Tuple[str, bool]] = None,
+              optimizer: Optional[Callable[[], "RunOptimizer"]] = None) -> Optional[Report]:
         """Audit ``model`` on ``example`` (once); log the outcome; raise :class:`InitlintFailure` to stop.
         ``precision``: the mixed precision the run trains at, ``(dtype, grad_scaler)``, audited as ``precision=``
         and ``grad_scaler=`` unless the settings say otherwise (and where the model's device can autocast to it).
-        ``optimizer``: the run's optimizer at its schedule's peak, audited as ``optimizer=`` unless the settings
-        give one (``optimizer=None`` among them: no first step)."""
+        ``optimizer``: makes the run's optimizer at its schedule's peak, audited as ``optimizer=`` unless the
+        settings give one (``optimizer=None`` among them: no first step). The run's own optimizer never stops
+        the run by being unfit for the audit: it is then left out, and the log says why."""
         from ..api import UsageError, audit
         from ..inputs.load import LoadError
 
@@ -48,11 +50,7 @@ class BatchAuditor:
             settings.update(_training_precision(model, precision, log))
         notes: List[str] = []
         if optimizer is not None and "optimizer" not in settings:
-            if optimizer.optimizer is not None:
-                settings["optimizer"] = optimizer.optimizer
-                if "clip_grad_norm" not in settings and "clip_grad_value" not in settings:
-                    settings.update(optimizer.clipping)
-            notes.extend(optimizer.notes)
+            notes = _run_optimizer(optimizer, model, settings, log)
         try:
             report = audit(model, example, **settings)
         except UsageError:
@@ -109,6 +107,37 @@ class BatchAuditor:
         return batch
 
 
+def _run_optimizer(make: Callable[[], "RunOptimizer"], model: Any, settings: Dict[str, Any],
+                   log: logging.Logger) -> List[str]:
+    """Put the run's optimizer (and its clipping, unless the settings give one) into ``settings``; the report's
+    notes about it. Whatever fails here is logged, and the audit goes on without the first step."""
+    from ..api import UsageError
+    from ..probe.step import resolve_optimizer
+
+    try:
+        run = make()
+        if run.optimizer is None:
+            if run.why:
+                log.info("initlint: %s", run.why)
+        else:
+            resolve_optimizer(run.optimizer, model)  # an optimizer over none of them (a layer-wise stand-in, say)
+    except UsageError as exc:
+        log.info("initlint: the run's optimizer is not audited: %s", exc)
+        run = None
+    except Exception as exc:  # noqa: BLE001 - a framework's object of a kind not foreseen: never stop the run
+        log.info("initlint: the run's optimizer is not audited (%s: %s)", type(exc).__name__, exc)
+        run = None
+    if run is None or run.optimizer is None:
+        for key in ("clip_grad_norm", "clip_grad_value"):
+            if settings.pop(key, None) is not None:
+                log.info("initlint: %s is not audited: the run gives no optimizer to take the first step with", key)
+        return []
+    settings["optimizer"] = run.optimizer
+    if "clip_grad_norm" not in settings and "clip_grad_value" not in settings:
+        settings.update(run.clipping)
+    return list(run.notes)
+
+
 def _training_precision(model: Any, precision: Tuple[str, bool], log: logging.Logger) -> Dict[str, Any]:
     """``precision=`` and ``grad_scaler=`` for the run's mixed precision, or nothing where the model's device
     cannot autocast to it (said in the log: the audit then runs without the precision probe)."""
@@ -128,8 +157,10 @@ def _training_precision(model: Any, precision: Tuple[str, bool], log: logging.Lo
 LAMBDA_STEPS = 20000
 """A ``LambdaLR``'s factor is read at every step up to this, and at this many steps spread evenly over a
 longer run: its peak (the end of a warm-up) is found to within the spacing of those steps."""
+SIMULATED_STEPS = 100000
+"""Any other scheduler is stepped on a copy over a stand-in optimizer for the run's steps, up to this many."""
 DEFAULT_HORIZON = 100000
-"""Steps a ``LambdaLR`` is read over when the run does not say how long it is."""
+"""Steps a schedule is read over when the run does not say how long it is."""
 
 
 class RunOptimizer:
@@ -140,7 +171,10 @@ class RunOptimizer:
 
     The view shares the run's parameters, hyperparameters and state and changes none of them: the audit's first
     step is taken on its own copies, with the gradients clipped as the run clips them (``clip_norm``: the total
-    norm, ``clip_value``: each element). ``notes``: what the report says of the rate it was judged at."""
+    norm, ``clip_value``: each element). ``notes``: what the report says of the rate it was judged at. An
+    optimizer that is not a ``torch.optim.Optimizer`` over the model's own tensors (DeepSpeed's ZeRO optimizers
+    hold flat copies) gives no view (``optimizer`` None); a schedule that cannot be read leaves the rate the
+    optimizer holds."""
 
     def __init__(self, optimizer: Any, schedulers: Iterable[Any] = (), horizon: Optional[float] = None,
                  model: Any = None, clip_norm: Any = None, clip_value: Any = None) -> None:
@@ -152,17 +186,26 @@ class RunOptimizer:
             number = _number(value)
             if number is not None and 0 < number < float("inf") and not self.clipping:
                 self.clipping[key] = number
+        self.why = ""
+        """Why a given optimizer gives no view (empty when it does, or none was given)."""
         opt = unwrapped_optimizer(optimizer)
         if opt is None:
+            if optimizer is not None:
+                self.why = (f"the run's optimizer ({type(optimizer).__name__}) holds no torch.optim.Optimizer over the "
+                            f"model's own tensors (DeepSpeed's ZeRO optimizers hold flat copies): its first step is "
+                            f"not audited")
             return
         held = [_lr(g) for g in opt.param_groups]
         peaks = list(held)
         steps, known = _horizon(horizon)
+        read = steps
         for scheduler in schedulers:
             scheduler = _unwrapped_scheduler(scheduler)
             if unwrapped_optimizer(getattr(scheduler, "optimizer", None)) is not opt:
                 continue
-            for i, peak in enumerate(schedule_peaks(scheduler, len(held), steps)):
+            found, span = schedule_peaks(scheduler, len(held), steps)
+            read = min(read, span)
+            for i, peak in enumerate(found):
                 if peak is not None and held[i] is not None:
                     peaks[i] = max(peaks[i], peak)
         keep = None if model is None else {id(p) for p in model.parameters()}
@@ -178,23 +221,25 @@ class RunOptimizer:
             else:
                 each = "; ".join(f"param group {i}: lr {fmt(peak)}, holding {fmt(now)} at this batch"
                                  for i, now, peak in moved)
-            within = f"within its {steps:,} steps" if known else f"within {steps:,} steps (the run's length is not known)"
+            within = (f"within its {steps:,} steps" if known and read == steps else
+                      f"within its first {read:,} steps" if known else
+                      f"within {read:,} steps (the run's length is not known)")
             self.notes.append(f"the first step is judged at the highest learning rate the run's schedule reaches "
                               f"{within} ({each}): the rate it trains at, not its warm-up's start")
 
 
 def unwrapped_optimizer(optimizer: Any) -> Any:
-    """The ``torch.optim.Optimizer`` inside a framework's wrapper, or None."""
+    """The ``torch.optim.Optimizer`` inside a framework's wrappers (followed through ``optimizer`` and
+    ``_optimizer`` attributes), or None when the innermost object is not one (DeepSpeed's ZeRO optimizers)."""
     import torch
 
-    seen = 0
-    while optimizer is not None and seen < 8:
+    for _ in range(8):
         inner = getattr(optimizer, "optimizer", None)
         if inner is None:
             inner = getattr(optimizer, "_optimizer", None)
-        if not isinstance(inner, torch.optim.Optimizer):
+        if inner is None or inner is optimizer:
             break
-        optimizer, seen = inner, seen + 1
+        optimizer = inner
     return optimizer if isinstance(optimizer, torch.optim.Optimizer) else None
 
 
@@ -203,62 +248,88 @@ def _unwrapped_scheduler(scheduler: Any) -> Any:
     return inner if inner is not None and hasattr(inner, "optimizer") else scheduler
 
 
-def schedule_peaks(scheduler: Any, groups: int, steps: int) -> List[Optional[float]]:
-    """The highest lr ``scheduler`` gives each param group over ``steps`` steps (None: not known). A warm-up
-    schedule (``LambdaLR`` with a factor rising to 1, ``LinearLR`` from a start factor below 1, a sequence that
-    begins with one) peaks at its base lr; a ``LambdaLR`` is read step by step, since its base may be 1 with the
-    rate in the factor; a one-cycle schedule peaks at its ``max_lr``, a cyclic one at its ``max_lrs``."""
+def schedule_peaks(scheduler: Any, groups: int, steps: int) -> Tuple[List[Optional[float]], int]:
+    """The highest lr ``scheduler`` gives each param group over the run's first ``steps`` steps (None: not known;
+    the rate the optimizer holds stands), and how many steps were read.
+
+    A ``LambdaLR`` (every Hugging Face schedule is one) is read from its factors: at each of the first
+    :data:`LAMBDA_STEPS` steps and at as many spread over the rest (its base may be 1 with the rate in the factor,
+    as under the Transformer paper's schedule). Any other scheduler is stepped, on a copy that drives a stand-in
+    optimizer with the run's param groups, for up to :data:`SIMULATED_STEPS` steps: its own code says what it
+    does, warm-ups that last longer than the run and chained or sequenced schedules included. A scheduler that
+    cannot be copied or stepped that way (``ReduceLROnPlateau`` wants a metric) gives None."""
     from torch.optim import lr_scheduler as S
 
-    base = [float(b) for b in getattr(scheduler, "base_lrs", [])] or [None] * groups
-    if len(base) != groups:
-        return [None] * groups
-    children = getattr(scheduler, "_schedulers", None)
-    if isinstance(scheduler, (S.SequentialLR, S.ChainedScheduler)) and children:
-        out: List[Optional[float]] = [None] * groups
-        for child in children:
-            for i, peak in enumerate(schedule_peaks(child, groups, steps)):
-                if peak is not None:
-                    out[i] = peak if out[i] is None else max(out[i], peak)
-        return out
-    if isinstance(scheduler, S.LambdaLR):
-        return [None if b is None else b * f for b, f in zip(base, _lambda_peaks(scheduler.lr_lambdas, steps))]
-    if isinstance(scheduler, S.OneCycleLR):
-        return [_number(g.get("max_lr")) for g in scheduler.optimizer.param_groups]
-    if isinstance(scheduler, S.CyclicLR):
-        return [float(m) for m in scheduler.max_lrs]
-    if isinstance(scheduler, S.LinearLR):
-        return [None if b is None else b * max(scheduler.start_factor, scheduler.end_factor) for b in base]
-    if isinstance(scheduler, S.ConstantLR):
-        return [None if b is None else b * max(scheduler.factor, 1.0) for b in base]
-    if isinstance(scheduler, S.MultiplicativeLR):
-        return [None] * groups  # a product of factors: only the rate it holds now is known
-    return base  # the decaying schedules (step, cosine, exponential, polynomial, plateau) start at their base
+    try:
+        if type(scheduler) is S.LambdaLR or (isinstance(scheduler, S.LambdaLR) and
+                                               type(scheduler).step is S.LambdaLR.step):
+            base = [float(b) for b in scheduler.base_lrs]
+            if len(base) != groups:
+                return [None] * groups, steps
+            factors = _lambda_peaks(scheduler.lr_lambdas, steps)
+            return [None if f is None else b * f for b, f in zip(base, factors)], steps
+        return _simulated_peaks(scheduler, groups, min(steps, SIMULATED_STEPS))
+    except Exception:  # noqa: BLE001 - the user's schedule may fail in any way: the held rate stands
+        return [None] * groups, steps
 
 
 def _lambda_peaks(lambdas: List[Any], steps: int) -> List[Optional[float]]:
     at = list(range(min(steps, LAMBDA_STEPS)))
     if steps > LAMBDA_STEPS:
         at += [LAMBDA_STEPS + (steps - LAMBDA_STEPS) * k // LAMBDA_STEPS for k in range(LAMBDA_STEPS)]
+    done: Dict[int, Optional[float]] = {}  # Hugging Face repeats one factor for every group
     out: List[Optional[float]] = []
     for f in lambdas:
-        best: Optional[float] = None
-        for s in at:
-            try:
-                v = float(f(s))
-            except Exception:  # the user's schedule may fail at a step it is never stepped to
-                continue
-            if v == v and abs(v) != float("inf") and (best is None or v > best):
-                best = v
-        out.append(best)
+        if id(f) not in done:
+            best: Optional[float] = None
+            for s in at:
+                try:
+                    v = float(f(s))
+                except Exception:  # noqa: BLE001 - a step the schedule is never stepped to
+                    continue
+                if v == v and abs(v) != float("inf") and (best is None or v > best):
+                    best = v
+            done[id(f)] = best
+        out.append(done[id(f)])
     return out
+
+
+def _simulated_peaks(scheduler: Any, groups: int, steps: int) -> Tuple[List[Optional[float]], int]:
+    """Step a copy of ``scheduler`` that drives a stand-in optimizer (the run's param groups, one dummy tensor
+    each) ``steps - 1`` times; the largest lr each group held."""
+    import copy
+    import warnings
+
+    import torch
+
+    real = scheduler.optimizer
+    stand_in = torch.optim.Optimizer(
+        [{**{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}, "params": [torch.zeros(1, requires_grad=True)]}
+         for g in real.param_groups], {})
+    memo: Dict[int, Any] = {id(real): stand_in}
+    inner = unwrapped_optimizer(real)
+    if inner is not None:
+        memo[id(inner)] = stand_in
+    copied = copy.deepcopy(scheduler, memo)
+    best = [_lr(g) for g in stand_in.param_groups]
+    if len(best) != groups:
+        return [None] * groups, steps
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "lr_scheduler.step() before optimizer.step()" and the like
+        for _ in range(max(steps - 1, 0)):
+            copied.step()
+            for i, g in enumerate(stand_in.param_groups):
+                lr = _lr(g)
+                if lr is not None and (best[i] is None or lr > best[i]):
+                    best[i] = lr
+    return best, steps
 
 
 def _horizon(horizon: Optional[float]) -> Tuple[int, bool]:
     """The steps a schedule is read over, and whether they are the run's own."""
     try:
         h = float(horizon) if horizon is not None else 0.0
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         h = 0.0
     return (int(h), True) if 1 <= h < float("inf") else (DEFAULT_HORIZON, False)
 
@@ -270,14 +341,15 @@ def _lr(group: Dict[str, Any]) -> Optional[float]:
 def _number(value: Any) -> Optional[float]:
     try:
         x = float(value)
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, OverflowError):
         return None
     return x if x == x else None
 
 
 def _view(opt: Any, lrs: List[Optional[float]], keep: Optional[set]) -> Any:
     """``opt`` with param groups of their own (lr ``lrs``; only the parameters in ``keep`` when given), sharing its
-    state and hyperparameters: nothing of the run's optimizer changes."""
+    state and hyperparameters: nothing of the run's optimizer changes (the groups are set in the view's own
+    ``__dict__``, past any property of the class)."""
     import torch
 
     view = object.__new__(type(opt))
@@ -291,7 +363,7 @@ def _view(opt: Any, lrs: List[Optional[float]], keep: Optional[set]) -> Any:
         if keep is not None:
             new["params"] = [p for p in group["params"] if id(p) in keep]
         groups.append(new)
-    view.param_groups = groups
+    view.__dict__["param_groups"] = groups
     return view
 
 

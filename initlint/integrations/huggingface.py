@@ -106,15 +106,13 @@ class InitlintTrainerCallback(TrainerCallback):
                 if wrapped is not None:
                     own["forward"] = own["_original_forward"]
                 self.auditor.audit(module, self._example(args, kwargs), log, precision=self._precision,
-                                   optimizer=self._run_optimizer())
+                                   optimizer=self._run_optimizer)
             finally:
                 if wrapped is not None:
                     own["forward"] = wrapped
 
-    def _run_optimizer(self) -> Optional[RunOptimizer]:
-        if self._optimizer is None or self._optimizer[0] is None:
-            return None
-        optimizer, scheduler, steps, clip = self._optimizer
+    def _run_optimizer(self) -> RunOptimizer:
+        optimizer, scheduler, steps, clip = self._optimizer or (None, None, None, None)
         return RunOptimizer(optimizer, [scheduler] if scheduler is not None else [], steps, clip_norm=clip)
 
     def _example(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:

@@ -78,13 +78,15 @@ class InitlintCallback(Callback):
         try:
             self.auditor.audit(model, self.auditor.example(batch), logger,
                                precision=mixed_precision(getattr(trainer, "precision", None)),
-                               optimizer=self._run_optimizer(trainer, model, pl_module, logger))
+                               optimizer=lambda: self._run_optimizer(trainer, model, pl_module, logger))
         finally:
             self._log_counts(trainer)
 
-    def _run_optimizer(self, trainer: Any, model: Any, pl_module: Any, logger: logging.Logger) -> Optional[RunOptimizer]:
-        """The trainer's optimizer over the audited model, at its schedule's peak; None where there is none, or more
-        than one holds the model's parameters (said in the log: pass ``optimizer=`` to audit one of them)."""
+    def _run_optimizer(self, trainer: Any, model: Any, pl_module: Any, logger: logging.Logger) -> RunOptimizer:
+        """The trainer's optimizer over the audited model, at its schedule's peak; none where there is none, or
+        more than one holds the model's parameters (said in the log: pass ``optimizer=`` to audit one of them).
+        Lightning clips over all of the optimizer's parameters: with ``module=`` the audit's norm is over the
+        module's gradients only."""
         own = {id(p) for p in model.parameters()}
         holding = [o for o in (unwrapped_optimizer(o) for o in getattr(trainer, "optimizers", None) or [])
                    if o is not None and any(id(p) in own for g in o.param_groups for p in g["params"])]
@@ -92,7 +94,7 @@ class InitlintCallback(Callback):
             if holding:
                 logger.info("initlint: %d optimizers hold the model's parameters; the first step is not audited (pass "
                             "optimizer= to audit one of them)", len(holding))
-            return None
+            return RunOptimizer(None)
         configs = getattr(trainer, "lr_scheduler_configs", None) or []
         per_epoch = any(getattr(c, "interval", "step") == "epoch" for c in configs)
         try:

@@ -15,12 +15,13 @@ no longer has).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -187,9 +188,11 @@ def check_clipping(clip_grad_norm: Any, clip_grad_value: Any) -> Tuple[Optional[
         if value is None:
             out.append(None)
             continue
-        number = _number(value) if not isinstance(value, bool) else None
+        number = _real(value)
         if number is None or not (math.isfinite(number) and number > 0):
-            raise UsageError(f"{name} must be a finite number above 0 (the clipping training uses), not {value!r}")
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            raise UsageError(f"{name} must be a finite number above 0 (the clipping training uses), not {shown}")
         out.append(number)
     if out[0] is not None and out[1] is not None:
         raise UsageError("clip_grad_norm= and clip_grad_value= were both given; training clips one way: give one")
@@ -376,10 +379,31 @@ def _step(request: StepRequest, stats: StepStats, held: Dict[str, List[int]], na
     for clone, s in state.items():
         fresh.state[clone] = s
     devices = sorted({c.tensor.device.index or 0 for c in clones if c.tensor.device.type == "cuda"})
-    with torch.random.fork_rng(devices=devices), torch.no_grad():
+    with torch.random.fork_rng(devices=devices), torch.no_grad(), _without_global_step_hooks():
         fresh.step()
     _measure(stats, clones, opt)
     stats.stepped = True
+
+
+@contextlib.contextmanager
+def _without_global_step_hooks() -> Iterator[None]:
+    """The private step runs no hook registered for every optimizer (``register_optimizer_step_pre_hook`` and
+    ``_post_hook``: a user's logging or a framework's bookkeeping); they are put back, in order, after it."""
+    from torch.optim import optimizer as module
+
+    tables = [t for t in (getattr(module, "_global_optimizer_pre_hooks", None),
+                          getattr(module, "_global_optimizer_post_hooks", None)) if isinstance(t, dict)]
+    saved = [dict(t) for t in tables]
+    for t in tables:
+        t.clear()
+    try:
+        yield
+    finally:
+        for t, kept in zip(tables, saved):
+            added = dict(t)  # registered during the step (none expected): kept after the user's
+            t.clear()
+            t.update(kept)
+            t.update(added)
 
 
 def _picker(source: torch.Tensor, sample: Optional[int],
@@ -469,6 +493,23 @@ def _short(x: Optional[float]) -> str:
     if x is None:
         return "n/a"
     return "0" if x == 0 else f"{x:.3g}" if 1e-3 <= abs(x) < 1e4 else f"{x:.2g}"
+
+
+def _real(value: Any) -> Optional[float]:
+    """A real number given as a Python, NumPy or one-element tensor number, as a float (``inf`` past float's
+    range); None for anything else (a bool, a string, a sequence)."""
+    import numbers
+
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        return None
+    if isinstance(value, torch.Tensor):
+        return float(value) if value.numel() == 1 and not value.is_complex() else None
+    if not isinstance(value, numbers.Real) or type(value).__name__ == "bool_":
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def _number(value: Any) -> Optional[float]:
