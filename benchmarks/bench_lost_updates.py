@@ -1,7 +1,7 @@
 """Calibration of IL017's lost-update check: does a first step lost to half-precision storage come before a run
 that learns less than it would with float32 weights?
 
-    nice -n 10 python benchmarks/bench_lost_updates.py                 # mlp and gpt, Adam and SGD, 5 seeds
+    nice -n 10 python benchmarks/bench_lost_updates.py --seeds 0,1,2   # mlp and gpt, Adam, AdamW and SGD
     nice -n 10 python benchmarks/bench_lost_updates.py --cases gpt --seeds 0,1 --steps 100
     python benchmarks/bench_lost_updates.py --report-only              # the tables from the cached runs
 
@@ -15,14 +15,16 @@ largest share over its weight tensors (two or more dimensions), the weights IL01
 Then the run itself, twice from the same init and batches: with every parameter and the optimizer's state
 stored in bfloat16 (``model.to(torch.bfloat16)``; the loss in float32 from the bfloat16 logits), and in float32.
 The cases are ``first_step_cases.py``'s MLP on a teacher task and nanoGPT (0.02 init, width 64, 4 layers) on
-a Markov-chain token task; Adam at 9 lrs from 1e-5 to 3e-3 and SGD with momentum 0.9 at 6 lrs from 1e-3 to
-0.3; 200 steps at a constant lr, no clipping.
+a Markov-chain token task; Adam and AdamW (weight decay 0.1) at 9 lrs from 1e-5 to 3e-3 and SGD with momentum
+0.9 at 6 lrs from 1e-3 to 0.3; 200 steps at a constant lr, no clipping.
 
 A bf16 run is in trouble when its loss went non-finite, or when it made less than half the float32 run's
 progress (progress: the first step's loss minus the mean of the last 10). Runs whose float32 twin made
 almost no progress (less than 2% of its first loss: an lr too small for 200 steps) are left out of the scores,
 since neither precision learns there. The report scores candidate limits on the lost share: precision
-(troubled runs among flagged ones), recall (flagged runs among troubled ones) and trouble after a clean audit.
+(troubled runs among flagged ones), recall (flagged runs among troubled ones) and trouble after a clean audit,
+over the optimizers IL017 judges (Adam's family, whose first step is the size of every later one), then per
+optimizer (SGD's too, which it does not judge).
 
 Runs are cached in ``results/lost_updates_runs.json``; the report is written to ``results/lost_updates.md``.
 """
@@ -44,13 +46,14 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
 import initlint  # noqa: E402
+from initlint.rules.il017_precision_headroom import SCALE_FREE_STEPS  # noqa: E402
 from bench_first_step import OPTIMIZERS, RESULTS, TAIL, load_cache, save_cache  # noqa: E402
 from first_step_cases import CASES  # noqa: E402
 
 CACHE = os.path.join(RESULTS, "lost_updates_runs.json")
 REPORT = os.path.join(RESULTS, "lost_updates.md")
-LRS: Dict[str, Tuple[float, ...]] = {"Adam": (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 3e-3),
-                                     "SGD": (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)}
+ADAM_LRS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 3e-3)
+LRS: Dict[str, Tuple[float, ...]] = {"Adam": ADAM_LRS, "AdamW": ADAM_LRS, "SGD": (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)}
 LIMITS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 STALLED = 0.02
 """A float32 run whose progress is below this share of its first loss learnt nothing in the run's steps."""
@@ -140,16 +143,26 @@ def pct(a: int, b: int) -> str:
 
 def report(runs: List[dict], steps: int) -> str:
     used = [r for r in runs if judged(r)]
+    judging = [r for r in used if r["opt"] in SCALE_FREE_STEPS]
     out = [f"# IL017 lost updates: calibration ({len(runs)} runs of {steps} steps; {len(used)} scored, "
            f"{len(runs) - len(used)} left out because the float32 twin made less than {STALLED:.0%} progress)", "",
            "`python benchmarks/bench_lost_updates.py` (see its docstring). Trouble: the bfloat16 run made less than "
            "half the float32 run's progress, or went non-finite.", "",
+           f"The optimizers IL017 judges ({', '.join(sorted(SCALE_FREE_STEPS))}; here "
+           f"{', '.join(sorted({r['opt'] for r in judging}))}, {len(judging)} runs, "
+           f"{sum(trouble(r) for r in judging)} in trouble):", "",
            "| limit | precision | recall | trouble after a clean audit |", "|---|---|---|---|"]
     for limit in LIMITS:
-        hit, flagged, bad, missed = scores(used, limit)
-        clean = len(used) - flagged
-        out.append(f"| {limit:g}{' (default)' if limit == 0.5 else ''} | {pct(hit, flagged)} | {pct(hit, bad)} | "
-                   f"{pct(missed, clean)} |")
+        hit, flagged, bad, missed = scores(judging, limit)
+        clean = len(judging) - flagged
+        out.append(f"| {limit:g} | {pct(hit, flagged)} | {pct(hit, bad)} | {pct(missed, clean)} |")
+    for opt in sorted({r["opt"] for r in used}):
+        mine = [r for r in used if r["opt"] == opt]
+        out += ["", f"{opt} alone ({len(mine)} runs, {sum(trouble(r) for r in mine)} in trouble):", "",
+                "| limit | precision | recall | trouble after a clean audit |", "|---|---|---|---|"]
+        for limit in LIMITS:
+            hit, flagged, bad, missed = scores(mine, limit)
+            out.append(f"| {limit:g} | {pct(hit, flagged)} | {pct(hit, bad)} | {pct(missed, len(mine) - flagged)} |")
     out += ["", "Per case and optimizer, each lr (median over seeds): the lost share at init, the bf16 and float32 "
             "runs' progress, troubled seeds.", "",
             "| case | optimizer | lr | lost share | bf16 progress | fp32 progress | trouble | left out |",
@@ -170,7 +183,7 @@ def report(runs: List[dict], steps: int) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="mlp,gpt")
-    parser.add_argument("--optimizers", default="Adam,SGD")
+    parser.add_argument("--optimizers", default="Adam,AdamW,SGD")
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--report-only", action="store_true")

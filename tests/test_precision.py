@@ -143,7 +143,7 @@ def test_bf16_weights_whose_first_update_is_lost_are_flagged(monkeypatch):
     from initlint.rules import il017_precision_headroom as il017_module
 
     def param(lost, dtype="bfloat16"):
-        return SimpleNamespace(dtype=dtype, lost=lost, lr=1e-5)
+        return SimpleNamespace(dtype=dtype, lost=lost, lr=1e-5, shape=(64, 64))
 
     step = SimpleNamespace(stepped=True, optimizer="AdamW",
                            params={"0.weight": param(0.2), "2.weight": param(0.97), "4.weight": param(0.99, "float32")})
@@ -154,6 +154,44 @@ def test_bf16_weights_whose_first_update_is_lost_are_flagged(monkeypatch):
     assert il017(initlint.audit(model, x, precision="bf16")) == {("IL017", "2")}
     step.params["2.weight"] = param(0.3)
     assert il017(initlint.audit(model, x, precision="bf16")) == set()
+
+
+class TinyLM(nn.Module):
+    """An embedding of 1000 rows (a probe batch uses few of them), a LayerNorm (gain 1.0), a Linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(1000, 64)
+        self.norm = nn.LayerNorm(64)
+        self.head = nn.Linear(64, 1000)
+        for w in (self.embed.weight, self.head.weight):
+            nn.init.normal_(w, std=0.02)
+
+    def forward(self, ids):
+        return self.head(self.norm(self.embed(ids)))
+
+
+def test_pure_bf16_weights_are_judged_by_the_step_their_gradient_drives():
+    """Stored in bfloat16 with AdamW (weight decay 0.1): at lr 1e-3 the gradient's step (about lr) survives on
+    every weight; the embedding rows the batch does not use move by their decay alone (rounded away, and no
+    harm), and the norm's gain of 1.0 cannot move by less than 0.004 (not judged): no finding. At lr 1e-5 the
+    gradient's step itself rounds away on the weights of std 0.02 (half a unit in the last place there is 6e-5),
+    the used embedding rows' and the head's alike."""
+    torch.manual_seed(0)
+    model = TinyLM().to(torch.bfloat16)
+    ids = torch.randint(0, 1000, (4, 16))
+    adamw = lambda lr: (lambda m: torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=0.1))  # noqa: E731
+    fine = initlint.audit(model, ids, optimizer=adamw(1e-3), precision="bf16")
+    assert il017(fine) == set()
+    assert fine.step.params["embed.weight"].lost == 0.0 and fine.step.params["norm.weight"].lost == 1.0
+    stalled = initlint.audit(model, ids, optimizer=adamw(1e-5), precision="bf16")
+    assert il017(stalled) == {("IL017", "embed")}  # the worst of the two, named once ("2 weights in all")
+    assert stalled.step.params["embed.weight"].lost > 0.8 and stalled.step.params["head.weight"].lost > 0.8
+    # SGD's first step is the smallest of its run (momentum builds up): however much of it rounds away, no finding
+    # (benchmarks/bench_lost_updates.py: 36 pure-bf16 SGD runs with 0.64-1.0 of it lost, none in trouble)
+    sgd = initlint.audit(model, ids, optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9),
+                         precision="bf16")
+    assert il017(sgd) == set() and sgd.step.params["head.weight"].lost > 0.9
 
 
 def test_no_precision_no_finding():

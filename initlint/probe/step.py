@@ -50,8 +50,9 @@ class ParamStep:
     """Elements stepped, when the optimizer is elementwise and the tensor larger than
     :data:`SAMPLE` (the update's rms is estimated from them); 0: every element."""
     lost: float = 0.0
-    """Stored in float16/bfloat16: the share of the elements whose update is nonzero in float32 that leave
-    the stored value unchanged (the update is below half a unit in the last place); 0 for float32."""
+    """Stored in float16/bfloat16: the share of the elements with a nonzero gradient whose (nonzero) float32
+    update leaves the stored value unchanged (the update is below half a unit in the last place); 0 for float32.
+    Elements without a gradient (rows the batch does not use) move by weight decay alone and are not counted."""
 
 
 @dataclass
@@ -464,7 +465,10 @@ def _measure(stats: StepStats, clones: List[_Clone], opt: torch.optim.Optimizer)
         values.append(torch.linalg.vector_norm(update, dtype=torch.float32) / math.sqrt(max(update.numel(), 1)))
         values.append(c.weight_norm.to(update.device) / math.sqrt(max(c.numel, 1)))
         if c.dtype in HALF:
-            moved = update != 0
+            # the elements the gradient moves: an element without one (an embedding row the batch does not use)
+            # moves by its weight decay alone, a slow pull whose rounding is not the gradient's step lost
+            grad = c.tensor.grad
+            moved = (update != 0) if grad is None else (update != 0) & (grad != 0)
             kept = (c.before + update).to(c.dtype) == c.before.to(c.dtype)
             values.append((moved & kept).sum().float() / moved.sum().clamp_min(1).float())
         else:
