@@ -1665,7 +1665,7 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '0.746 and above (the MLP at lr 1e-4 and below, the GPT at 1e-5), the flagged runs that still\n'
                       "learnt 0.70-0.75 (the GPT at 2e-5, which made 66% of float32's progress, and one MLP seed at\n"
                       "1e-4). SGD's first step is the smallest of its run (momentum grows the later ones up to tenfold):\n"
-                      'its figures were 0.64-1.0 at every lr, and none of its 36 runs was in trouble (59% to 142% of\n'
+                      'its figures were 0.63-1.0 at every lr, and none of its 36 runs was in trouble (59% to 142% of\n'
                       "float32's progress), so it is not judged, nor are other optimizers\n"
                       'whose step scales with the gradient. Two things that look lost are not counted: elements without\n'
                       'a gradient (embedding rows the batch does not use) move by weight decay alone, and norm gains\n'

@@ -102,7 +102,7 @@ class PrecisionHeadroom(Rule):
     0.746 and above (the MLP at lr 1e-4 and below, the GPT at 1e-5), the flagged runs that still
     learnt 0.70-0.75 (the GPT at 2e-5, which made 66% of float32's progress, and one MLP seed at
     1e-4). SGD's first step is the smallest of its run (momentum grows the later ones up to tenfold):
-    its figures were 0.64-1.0 at every lr, and none of its 36 runs was in trouble (59% to 142% of
+    its figures were 0.63-1.0 at every lr, and none of its 36 runs was in trouble (59% to 142% of
     float32's progress), so it is not judged, nor are other optimizers
     whose step scales with the gradient. Two things that look lost are not counted: elements without
     a gradient (embedding rows the batch does not use) move by weight decay alone, and norm gains
