@@ -208,10 +208,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                               flush=True)
                         save_cache(CACHE, cache)
     runs = [r for k, r in cache.items() if r["steps"] == args.steps and r["case"] in cases and r["opt"] in opts]
-    text = report(runs, args.steps)
-    with open(REPORT, "w") as f:
-        f.write(text)
-    print(text)
+    with open(REPORT, "w") as out:
+        out.write(report(runs, args.steps))
+    print(open(REPORT).read())
 
 
 if __name__ == "__main__":

@@ -152,13 +152,15 @@ class VectorNet(nn.Module):
         return {"loss": None if labels is None else F.cross_entropy(logits, labels), "logits": logits}
 
 
-def hf_run(tmp_path: Path, model: nn.Module, rows: List[dict], callback=None):
+def hf_run(tmp_path: Path, model: nn.Module, rows: List[dict], callback=None, **arguments):
+    """Train ``model`` two steps (``arguments``: other ``TrainingArguments``) with ``callback``: the weights before,
+    the trainer and the ``InitlintFailure`` that stopped it, if one did."""
     pytest.importorskip("transformers")
     from transformers import Trainer, TrainingArguments
 
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, report_to=[], save_strategy="no",
-                             logging_strategy="no", use_cpu=True, per_device_train_batch_size=8, disable_tqdm=True,
-                             dataloader_num_workers=0, seed=0)
+    settings = dict(output_dir=str(tmp_path), max_steps=2, report_to=[], save_strategy="no", logging_strategy="no",
+                    use_cpu=True, per_device_train_batch_size=8, disable_tqdm=True, dataloader_num_workers=0, seed=0)
+    args = TrainingArguments(**{**settings, **arguments})
     trainer = Trainer(model=model, args=args, train_dataset=rows, callbacks=[callback] if callback else [])
     before = snapshot(model)
     error = None
@@ -370,20 +372,9 @@ def test_trainer_callback_audits_a_compiled_run_outside_the_compiler(tmp_path, m
 
 # ----------------------------------------------------------------------------- the run's optimizer
 def hf_warmup_run(tmp_path: Path, lr: float, callback, warmup_steps: int = 4, max_steps: int = 6):
-    pytest.importorskip("transformers")
-    from transformers import Trainer, TrainingArguments
-
     model = tiny_bert()
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=max_steps, report_to=[], save_strategy="no",
-                             logging_strategy="no", use_cpu=True, per_device_train_batch_size=8, disable_tqdm=True,
-                             dataloader_num_workers=0, seed=0, learning_rate=lr, warmup_steps=warmup_steps)
-    trainer = Trainer(model=model, args=args, train_dataset=token_rows(),
-                      callbacks=[callback] if callback is not None else [])
-    error = None
-    try:
-        trainer.train()
-    except InitlintFailure as exc:
-        error = exc
+    _, trainer, error = hf_run(tmp_path, model, token_rows(), callback, max_steps=max_steps, learning_rate=lr,
+                               warmup_steps=warmup_steps)
     return model, trainer, error
 
 
