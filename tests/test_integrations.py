@@ -568,3 +568,36 @@ def test_a_run_optimizer_unfit_for_the_audit_never_stops_the_run():
         assert any(words in t for t in text), text
         assert any("clip_grad_norm is not audited" in t for t in text), text
     assert zero.optimizer.param_groups[0]["lr"] == 1e-3 and not zero.optimizer.state
+
+
+def test_the_callbacks_do_not_audit_a_model_loaded_from_a_checkpoint(tmp_path):
+    """A fine-tuning run starts from pretrained weights, not an initialisation: judged as one, a trained model
+    gets findings about its training (a confident head, weights off their declared init) that would stop the run.
+    The callback logs that it does not audit it, and the run trains on (a model built from its config carries no
+    checkpoint's mark, and is audited: the tests above)."""
+    pytest.importorskip("transformers")
+    from transformers import BertForSequenceClassification
+
+    import initlint
+    from initlint.integrations._core import checkpoint_share
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    trained = tiny_bert()  # a checkpoint: 150 steps of AdamW at 1e-3 on the rows
+    rows = token_rows()
+    ids, labels = torch.stack([r["input_ids"] for r in rows]), torch.stack([r["labels"] for r in rows])
+    opt = torch.optim.AdamW(trained.parameters(), lr=1e-3)
+    for _ in range(150):
+        opt.zero_grad()
+        trained(input_ids=ids, labels=labels).loss.backward()
+        opt.step()
+    trained.save_pretrained(str(tmp_path / "checkpoint"))
+    model = BertForSequenceClassification.from_pretrained(str(tmp_path / "checkpoint"))
+    assert checkpoint_share(model) == (len(list(model.parameters())),) * 2
+    assert checkpoint_share(tiny_bert())[0] == 0
+    # judged as an initialisation, the trained model is loud (a confident head, a head "still at PyTorch's default")
+    assert {code for code, _ in initlint.audit(model, {"input_ids": ids[:8]}).codes()} >= {"IL004", "IL014"}
+    callback = InitlintTrainerCallback()
+    with records("transformers.integrations.initlint") as logged:
+        _, trainer, error = hf_run(tmp_path / "run", model, token_rows(), callback)
+    assert error is None and trainer.state.global_step == 2 and callback.report is None
+    assert any("was loaded from a checkpoint" in r.getMessage() for r in logged)

@@ -45,6 +45,12 @@ class BatchAuditor:
         from ..inputs.load import LoadError
 
         self.done = True
+        loaded, total = checkpoint_share(model)
+        if total and 2 * loaded >= total:
+            log.info("initlint: %s was loaded from a checkpoint (%d of its %d parameters hold pretrained weights, "
+                     "as transformers' from_pretrained marks them): it is not at an initialisation, so it is not "
+                     "audited", type(model).__name__, loaded, total)
+            return None
         settings = dict(self.settings)
         if precision is not None and "precision" not in settings:
             settings.update(_training_precision(model, precision, log))
@@ -105,6 +111,14 @@ class BatchAuditor:
         if isinstance(batch, dict):
             return without_labels(batch, LABEL_KEYS)
         return batch
+
+
+def checkpoint_share(model: Any) -> Tuple[int, int]:
+    """``(loaded, total)``: how many of ``model``'s parameters hold a checkpoint's weights, as transformers'
+    ``from_pretrained`` marks them (``_is_hf_initialized`` on each tensor it loaded; a model built from its
+    config, and the new head of a loaded one, have none), and how many parameters it has."""
+    params = list(model.parameters()) if hasattr(model, "parameters") else []
+    return sum(1 for p in params if getattr(p, "_is_hf_initialized", False) is True), len(params)
 
 
 def _run_optimizer(make: Callable[[], "RunOptimizer"], model: Any, settings: Dict[str, Any],

@@ -15,7 +15,8 @@ less the label keys (``labels`` and the model's other label names, ``num_items_i
 then the hook removes itself and the forward goes on. The findings are logged through
 ``transformers``' logging; a finding at or above ``fail_on`` stops the run with
 :class:`~initlint.integrations.InitlintFailure` (``fail_on=None`` only logs). A model that
-cannot be audited is logged as a warning and training goes on; a resumed run is not audited.
+cannot be audited is logged as a warning and training goes on; a resumed run is not audited, nor is a model
+loaded from a checkpoint (``from_pretrained``: a fine-tuning run starts from trained weights, not an init).
 With ``bf16=True`` or ``fp16=True`` in the ``TrainingArguments`` the audit gets ``precision=`` for it
 (``fp16`` with ``grad_scaler=True``) unless the settings give one: the probe measures the model's own forward
 (not the autocast wrapper Accelerate puts around it), then runs once more under autocast. The ``Trainer``'s

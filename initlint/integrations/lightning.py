@@ -18,7 +18,8 @@ every logger of the trainer (``initlint/findings``, ``initlint/failing``). A fin
 above ``fail_on`` stops the run with :class:`~initlint.integrations.InitlintFailure`;
 ``fail_on=None`` only logs. A model that cannot be audited on that batch is logged as a
 warning and training goes on; a run resumed from a checkpoint (global step above 0) is not
-audited, since the model is no longer at its initialisation. A trainer with mixed precision
+audited, since the model is no longer at its initialisation, nor is a model loaded from a checkpoint
+(parameters marked by transformers' ``from_pretrained``). A trainer with mixed precision
 (``precision="bf16-mixed"`` or ``"16-mixed"``) gets the audit's ``precision=`` for it (``"16-mixed"``
 with ``grad_scaler=True``) unless the settings give one: the probe runs once more under autocast. The
 optimizer that holds the audited module's parameters (when one does) gets its first step audited
