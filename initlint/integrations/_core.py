@@ -196,8 +196,10 @@ class RunOptimizer:
         self.notes: List[str] = []
         self.clipping: Dict[str, float] = {}
         """``clip_grad_norm`` or ``clip_grad_value`` for the audit: the run's own clipping (none where it is 0)."""
+        from ..probe.step import real_number
+
         for key, value in (("clip_grad_norm", clip_norm), ("clip_grad_value", clip_value)):
-            number = _number(value)
+            number = real_number(value)
             if number is not None and 0 < number < float("inf") and not self.clipping:
                 self.clipping[key] = number
         self.why = ""
@@ -349,15 +351,9 @@ def _horizon(horizon: Optional[float]) -> Tuple[int, bool]:
 
 
 def _lr(group: Dict[str, Any]) -> Optional[float]:
-    return _number(group.get("lr"))
+    from ..probe.step import real_number
 
-
-def _number(value: Any) -> Optional[float]:
-    try:
-        x = float(value)
-    except (TypeError, ValueError, RuntimeError, OverflowError):
-        return None
-    return x if x == x else None
+    return real_number(group.get("lr"))
 
 
 def _view(opt: Any, lrs: List[Optional[float]], keep: Optional[set]) -> Any:

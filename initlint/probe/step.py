@@ -163,7 +163,7 @@ def resolve_optimizer(optimizer: Any, model: nn.Module) -> Optional[torch.optim.
         raise UsageError(f"the optimizer ({type(optimizer).__name__}) holds none of the model's parameters; build it "
                          f"over model.parameters()")
     for i, group in enumerate(optimizer.param_groups):
-        lr = _number(group.get("lr"))
+        lr = real_number(group.get("lr"))
         if lr is not None and not (math.isfinite(lr) and lr >= 0):
             raise UsageError(f"the optimizer's param group {i} has lr {lr}; it must be a finite number of at least 0")
     return optimizer
@@ -189,7 +189,7 @@ def check_clipping(clip_grad_norm: Any, clip_grad_value: Any) -> Tuple[Optional[
         if value is None:
             out.append(None)
             continue
-        number = _real(value)
+        number = real_number(value)
         if number is None or not (math.isfinite(number) and number > 0):
             shown = repr(value)
             shown = shown if len(shown) <= 40 else shown[:37] + "..."
@@ -476,7 +476,8 @@ def _measure(stats: StepStats, clones: List[_Clone], opt: torch.optim.Optimizer)
     host = _host(values)
     for i, c in enumerate(clones):
         upd, w, lost = host[3 * i: 3 * i + 3]
-        stats.params[c.name] = ParamStep(name=c.name, group=c.group, lr=_number(opt.param_groups[c.group].get("lr")),
+        lr = real_number(opt.param_groups[c.group].get("lr"))
+        stats.params[c.name] = ParamStep(name=c.name, group=c.group, lr=lr,
                                          update_rms=upd, weight_rms=w, ratio=upd / w if w > 0 else None,
                                          shape=c.shape, dtype=str(c.dtype).replace("torch.", ""), lost=lost,
                                          sampled=c.tensor.numel() if c.tensor.numel() < c.numel else 0)
@@ -488,8 +489,8 @@ def _groups(stats: StepStats, opt: torch.optim.Optimizer, held: Dict[str, List[i
         names = [n for n, g in held.items() if g[0] == gi]
         ratios = [s.ratio for s in (stats.params.get(n) for n in names)
                   if s is not None and s.ratio is not None and len(s.shape) >= 2]
-        stats.groups.append(GroupStep(index=gi, lr=_number(group.get("lr")), weight_decay=_number(group.get("weight_decay")),
-                                      tensors=len(names), elements=sum(named[n].numel() for n in names),
+        stats.groups.append(GroupStep(index=gi, lr=real_number(group.get("lr")),
+                                      weight_decay=real_number(group.get("weight_decay")), tensors=len(names), elements=sum(named[n].numel() for n in names),
                                       median_ratio=statistics.median(ratios) if ratios else None))
 
 
@@ -499,9 +500,9 @@ def _short(x: Optional[float]) -> str:
     return "0" if x == 0 else f"{x:.3g}" if 1e-3 <= abs(x) < 1e4 else f"{x:.2g}"
 
 
-def _real(value: Any) -> Optional[float]:
-    """A real number given as a Python, NumPy or one-element tensor number, as a float (``inf`` past float's
-    range); None for anything else (a bool, a string, a sequence)."""
+def real_number(value: Any) -> Optional[float]:
+    """A real number given as a Python, NumPy or one-element tensor number, as a float (NaN stays NaN; ``inf``
+    past float's range); None for anything else (a bool, a string, a sequence)."""
     import numbers
 
     if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
@@ -514,14 +515,6 @@ def _real(value: Any) -> Optional[float]:
         return float(value)
     except OverflowError:
         return math.inf if value > 0 else -math.inf
-
-
-def _number(value: Any) -> Optional[float]:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    return None
 
 
 def _host(values: List[torch.Tensor]) -> List[float]:
