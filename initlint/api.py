@@ -118,7 +118,8 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
           progress: Optional[Callable[[Any], None]] = None, optimizer: Any = None,
           loss: Optional[Callable[[Any, Any], Any]] = None, precision: Optional[str] = None,
           grad_scaler: bool = False, clip_grad_norm: Optional[float] = None,
-          clip_grad_value: Optional[float] = None, **settings: Any) -> Report:
+          clip_grad_value: Optional[float] = None, batches_per_step: Optional[int] = None,
+          **settings: Any) -> Report:
     """Audit ``model`` at initialisation and return a :class:`~initlint.report.findings.Report`.
 
     ``example_inputs`` may be a tensor, a tuple of positional inputs or a dict of keyword
@@ -143,7 +144,9 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     runs once more under ``torch.autocast`` at that dtype (:mod:`initlint.probe.precision`).
     ``clip_grad_norm`` or ``clip_grad_value``: the gradient clipping training applies before each step
     (``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)``, ``clip_grad_value_``); the first step
-    is taken on gradients clipped so.
+    is taken on gradients clipped so. ``batches_per_step``: how many batches like the probe's the run's optimizer
+    step averages over (gradient accumulation steps x data-parallel ranks; default 1). An SGD step is the
+    gradient, whose noise on one batch is larger than on the run's mean of several: update-scale judges it so.
     """
     from .inputs.config import apply_settings
 
@@ -163,19 +166,21 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     dev = resolve_device(options["device"] or ("cpu" if streamed else None), user_model)
     report.device = str(dev)
     precision = check_precision(precision, grad_scaler, dev)
-    from .probe.step import check_clipping, request_for, resolve_optimizer
+    from .probe.step import check_batches_per_step, check_clipping, request_for, resolve_optimizer
 
     user_optimizer = resolve_optimizer(optimizer, user_model)
     if user_optimizer is None and precision is None and loss is not None:
         raise UsageError("loss= is used for the first step of an optimizer and the precision probe; pass "
                          "optimizer= or precision= too")
     clip_norm, clip_value = check_clipping(clip_grad_norm, clip_grad_value)
-    if user_optimizer is None and (clip_norm is not None or clip_value is not None):
-        which = "clip_grad_norm" if clip_norm is not None else "clip_grad_value"
-        raise UsageError(f"{which} (--{which.replace('_', '-')}) is the clipping of an optimizer's first step, and no "
+    batches = 1 if batches_per_step is None else check_batches_per_step(batches_per_step)
+    if user_optimizer is None and (clip_norm is not None or clip_value is not None or batches_per_step is not None):
+        which = "clip_grad_norm" if clip_norm is not None else "clip_grad_value" if clip_value is not None \
+            else "batches_per_step"
+        raise UsageError(f"{which} (--{which.replace('_', '-')}) is a setting of an optimizer's first step, and no "
                          f"optimizer was given (optimizer=, --optimizer, or initlint_optimizer in the target file)")
     step = None if user_optimizer is None else request_for(user_optimizer, user_model, loss, int(options["seed"]),
-                                                           clip_norm, clip_value)
+                                                           clip_norm, clip_value, batches)
     work = user_model
     if dev != model_device(user_model) and model_device(user_model).type != "meta":
         work = copy.deepcopy(user_model).to(dev)  # the user's model stays where it is

@@ -180,7 +180,8 @@ def _audit_candidate(cand: Any, settings: Dict[str, Any], shapes: list, say: Cal
                            optimizer=optimizer, precision=settings.get("precision"),
                            grad_scaler=bool(settings.get("grad_scaler")),
                            clip_grad_norm=settings.get("clip_grad_norm"),
-                           clip_grad_value=settings.get("clip_grad_value"))
+                           clip_grad_value=settings.get("clip_grad_value"),
+                           batches_per_step=settings.get("batches_per_step"))
         _point_at_the_user_file(report, cand.origin, model)
         return report
     except (LoadError, UnknownCode) as exc:

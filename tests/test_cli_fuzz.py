@@ -123,7 +123,7 @@ PLAUSIBLE = {"select": ["IL001", "IL0"], "ignore": ["IL010"], "fail-on": "error"
              "batch-size": 4, "logits": True, "format": "concise", "input-shape": [4, 8], "import-timeout": 30,
              "per-module-ignores": {"fc1": ["IL001"]}, "extend-select": ["IL010"], "exclude": ["build"],
              "extend-exclude": ["*_legacy.py"], "optimizer": "SGD(lr=0.01)", "precision": "bf16", "grad-scaler": False,
-             "clip-grad-norm": 1.0, "clip-grad-value": 0.5}
+             "clip-grad-norm": 1.0, "clip-grad-value": 0.5, "batches-per-step": 4}
 """A valid value of each key, drawn often so that many examples reach the audit."""
 RULE_VALUE = st.one_of(SCALAR, st.floats(0, 2), st.integers(0, 20))
 RULE_OPTIONS = [(rule.name if i % 2 else code, option) for i, (code, rule) in enumerate(all_rules().items())

@@ -407,6 +407,22 @@ def test_trainer_callback_judges_the_first_step_at_the_peak_of_the_runs_warm_up(
     assert same(snapshot(model), snapshot(plain))
 
 
+def test_trainer_callback_says_the_first_step_averages_the_runs_accumulated_batches(tmp_path):
+    """The batch audited is one of the ``gradient_accumulation_steps`` the Trainer's step averages: the audit gets
+    ``batches_per_step`` of accumulation x ranks, unless the settings give one."""
+    pytest.importorskip("transformers")
+    from initlint.integrations.huggingface import InitlintTrainerCallback
+
+    for accumulation, settings, expected in ((4, {}, 4), (1, {}, 1), (4, {"batches_per_step": 2}, 2)):
+        callback = InitlintTrainerCallback(**settings)
+        _, trainer, error = hf_run(tmp_path / f"{accumulation}-{expected}", tiny_bert(), token_rows(), callback,
+                                   gradient_accumulation_steps=accumulation, optim="sgd", learning_rate=1e-3)
+        assert error is None and trainer.state.global_step == 2
+        step = callback.report.step
+        assert step.optimizer == "SGD" and step.linear and step.batches_per_step == expected
+        assert (f"the run steps on the mean of {expected} such batches" in step.lines()[0]) == (expected > 1)
+
+
 def test_trainer_callback_takes_no_first_step_with_optimizer_none(tmp_path):
     pytest.importorskip("transformers")
     from initlint.integrations.huggingface import InitlintTrainerCallback
@@ -454,7 +470,8 @@ def test_lightning_callback_judges_a_lambda_schedule_at_its_peak_over_the_audite
         x, y = vectors()
         clip = {"gradient_clip_val": 0.5, "gradient_clip_algorithm": "value"} if schedule else {}
         trainer = L.Trainer(max_steps=5, accelerator="cpu", devices=1, enable_checkpointing=False, logger=False,
-                            enable_progress_bar=False, enable_model_summary=False, callbacks=[callback], **clip)
+                            enable_progress_bar=False, enable_model_summary=False, callbacks=[callback],
+                            accumulate_grad_batches=3 if schedule else 1, **clip)
         trainer.fit(Lit(schedule), torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16))
         reports.append(callback.report)
     scheduled, constant = reports
@@ -466,6 +483,7 @@ def test_lightning_callback_judges_a_lambda_schedule_at_its_peak_over_the_audite
     # the same init at the factor's base, lr 1: the last layer moves by far more than its size
     assert [g.lr for g in constant.step.groups] == [1.0] and ("IL015", "3") in constant.codes()
     assert scheduled.step.clipping == "clamped to +-0.5 (clip_grad_value_)" and constant.step.clipping == ""
+    assert (scheduled.step.batches_per_step, constant.step.batches_per_step) == (3, 1)  # accumulate_grad_batches
 
 
 SCHEDULES = {

@@ -172,6 +172,66 @@ def test_clipping_takes_numpy_and_tensor_numbers_and_refuses_one_past_floats_ran
         initlint.audit(model, x, optimizer=sgd, clip_grad_norm=10 ** 400)
 
 
+def test_an_sgd_step_on_one_of_the_runs_batches_is_judged_by_the_least_the_runs_step_can_be():
+    """``batches_per_step=k``: the run steps on the mean of k batches like the probe's. SGD's step is the gradient,
+    whose noise shrinks by sqrt(k) in the mean: the warning needs the ratio over sqrt(k) above the limit, a ratio
+    between is information. Adam's first step is the same on one batch as on k: judged as without it."""
+    model, x = mlp(std=0.05), torch.randn(8, 32)
+    loss = lambda out, inputs: F.cross_entropy(out, torch.arange(8) % 10)
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=10.0, momentum=0.9)
+    plain = initlint.audit(model, x, optimizer=sgd, loss=loss, select=["IL015"])
+    (worst,) = [f for f in plain.findings if f.value == max(g.value for g in plain.findings)]
+    assert worst.severity == "warning" and worst.value > 2 * 0.5
+    ratio = worst.value
+    k = int((ratio / 0.5) ** 2 / 2)  # ratio / sqrt(k) is above the limit
+    some = initlint.audit(model, x, optimizer=sgd, loss=loss, select=["IL015"], batches_per_step=k)
+    same = [f for f in some.findings if f.module == worst.module]
+    assert [(f.severity, f.value) for f in same] == [("warning", pytest.approx(ratio / math.sqrt(k)))]
+    assert f"divided by sqrt({k}) for the run's step on the mean of {k} batches" in same[0].message
+    many = initlint.audit(model, x, optimizer=sgd, loss=loss, select=["IL015"], batches_per_step=4 * k)
+    same = [f for f in many.findings if f.module == worst.module]
+    assert [(f.severity, f.value) for f in same] == [("info", pytest.approx(ratio / math.sqrt(4 * k)))]
+    assert "the probe cannot tell" in same[0].message
+    assert many.step.batches_per_step == 4 * k and many.step.linear
+    assert f"the run steps on the mean of {4 * k} such batches" in many.step.lines()[0]
+    adam = lambda m: torch.optim.Adam(m.parameters(), lr=0.1)
+    one, four = (initlint.audit(model, x, optimizer=adam, loss=loss, select=["IL015"], batches_per_step=b)
+                 for b in (1, 4 * k))
+    assert not four.step.linear
+    assert [(f.module, f.severity, f.value) for f in four.findings] == \
+        [(f.module, f.severity, f.value) for f in one.findings] != []
+
+
+def test_one_batchs_sgd_step_over_sqrt_k_is_no_larger_than_the_step_on_all_k():
+    """What ``batches_per_step`` rests on: where the gradient is all noise (random labels), the first SGD step on
+    each eighth of a batch is sqrt(8) times the step on the whole batch, within the draw of the batches (-25% to
+    +30%), not the same: an eighth's step over sqrt(8) is the least the whole batch's is expected to be."""
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+    x, y = torch.randn(256, 32), torch.randint(0, 10, (256,))
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+
+    def ratios(lo: int, hi: int):
+        loss = lambda out, inputs: F.cross_entropy(out, y[lo:hi])
+        step = initlint.audit(model, x[lo:hi], optimizer=sgd, loss=loss, select=["IL015"]).step
+        return {name: s.ratio for name, s in step.params.items() if name.endswith("weight")}
+
+    whole = ratios(0, 256)
+    parts = [ratios(32 * i, 32 * (i + 1)) for i in range(8)]
+    for name in whole:
+        for part in parts:
+            assert 0.75 < part[name] / math.sqrt(8) / whole[name] < 1.3, name
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, "3", True, float("inf"), 2 ** 21])
+def test_bad_batches_per_step_is_a_usage_error(value):
+    model, x = mlp(), torch.randn(8, 32)
+    with pytest.raises(UsageError, match="batches_per_step must be a whole number from 1"):
+        initlint.audit(model, x, optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.1), batches_per_step=value)
+    with pytest.raises(UsageError, match="no optimizer was given"):
+        initlint.audit(model, x, batches_per_step=2)
+
+
 def test_the_private_step_runs_no_global_optimizer_hook():
     """A hook registered for every optimizer (a user's logging) does not see the audit's private step, and is
     still registered after it."""
@@ -504,6 +564,21 @@ def test_cli_flags_config_and_hook(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.initlint]\nclip-grad-norm = 0\n')
     bad = run_cli("check", "m.py", cwd=tmp_path)
     assert bad.returncode == 2 and "clip-grad-norm" in bad.stderr and "a finite number above 0" in bad.stderr
+    accumulated = run_cli("check", "m.py", "--optimizer", "SGD(lr=1e-3)", "--batches-per-step", "8", "--input-shape",
+                          "8,64", "--format", "json", cwd=tmp_path)
+    assert accumulated.returncode == 0 and json.loads(accumulated.stdout)["results"][0]["step"]["batches_per_step"] \
+        == 8, accumulated.stdout + accumulated.stderr
+    for flags, words in ((("--batches-per-step", "0"), "--batches-per-step must be an integer of at least 1"),
+                         (("--batches-per-step", "2", "--input-shape", "8,64"), "no optimizer was given")):
+        bad = run_cli("check", "m.py", *flags, cwd=tmp_path)
+        assert bad.returncode == 2 and words in bad.stderr, bad.stderr
+    (tmp_path / "pyproject.toml").write_text('[tool.initlint]\nbatches-per-step = 4\noptimizer = "SGD(lr=1e-3)"\n'
+                                             'input-shape = "8,64"\n')
+    from_file = run_cli("check", "m.py", "--format", "json", cwd=tmp_path)
+    assert json.loads(from_file.stdout)["results"][0]["step"]["batches_per_step"] == 4, from_file.stderr
+    (tmp_path / "pyproject.toml").write_text('[tool.initlint]\nbatches-per-step = 1.5\n')
+    bad = run_cli("check", "m.py", cwd=tmp_path)
+    assert bad.returncode == 2 and "batches-per-step" in bad.stderr and "an integer of at least 1" in bad.stderr
 
 
 @pytest.mark.parametrize("conv", [nn.Conv2d, nn.ConvTranspose2d])

@@ -26,6 +26,8 @@ KNOWN = ("select", "ignore", "extend_select", "logits", "seed", "batch_size", "r
 SEED_MIN, SEED_MAX = -(2 ** 63), 2 ** 64 - 1
 """The seeds ``torch.Generator.manual_seed`` accepts."""
 MAX_BATCH = 2 ** 31 - 1
+MAX_BATCHES_PER_STEP = 1 << 20
+"""The most batches a run's optimizer step may be said to average over (``batches-per-step``)."""
 DEFAULT_IMPORT_TIMEOUT = 120.0
 MAX_IMPORT_TIMEOUT = 1e6
 MIN_ELEMENT_BYTES = 2
@@ -355,6 +357,8 @@ KEYS: Dict[str, Key] = {k.name: k for k in (
     Key("clip-grad-norm", "clip_grad_norm", _positive, "training clips the gradients' total norm to this (the "
         "optimizer's first step is taken so)"),
     Key("clip-grad-value", "clip_grad_value", _positive, "training clamps every gradient element to +-this"),
+    Key("batches-per-step", "batches_per_step", _integer(1, MAX_BATCHES_PER_STEP), "the run's optimizer step averages "
+        "the gradients of this many batches like the probe's (accumulation steps x data-parallel ranks)"),
     Key("format", "format", _one_of(_formats), "output format"),
     Key("input-shape", "input_shapes", _shapes, "probe input shape(s)"),
     Key("rules", "rule_options", _rule_options, "per-rule options, by rule name or code"),
@@ -487,7 +491,7 @@ def _resolve_rules(file: Dict[str, Any], cli: Dict[str, Any]) -> Any:
 
 FLAGS = {"seed": "--seed", "batch_size": "--batch-size", "import_timeout": "--import-timeout", "device": "--device",
          "optimizer": "--optimizer", "precision": "--precision", "clip_grad_norm": "--clip-grad-norm",
-         "clip_grad_value": "--clip-grad-value"}
+         "clip_grad_value": "--clip-grad-value", "batches_per_step": "--batches-per-step"}
 """Command-line options checked like the keys of the same name in the file."""
 
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from ..inputs.config import MAX_BATCHES_PER_STEP
 from ..report.findings import SEVERITIES, Finding, Report
 
 LABEL_KEYS = ("labels", "label", "label_ids", "num_items_in_batch")
@@ -142,13 +144,15 @@ def _run_optimizer(make: Callable[[], "RunOptimizer"], model: Any, settings: Dic
         log.info("initlint: the run's optimizer is not audited (%s: %s)", type(exc).__name__, exc)
         run = None
     if run is None or run.optimizer is None:
-        for key in ("clip_grad_norm", "clip_grad_value"):
+        for key in ("clip_grad_norm", "clip_grad_value", "batches_per_step"):
             if settings.pop(key, None) is not None:
                 log.info("initlint: %s is not audited: the run gives no optimizer to take the first step with", key)
         return []
     settings["optimizer"] = run.optimizer
     if "clip_grad_norm" not in settings and "clip_grad_value" not in settings:
         settings.update(run.clipping)
+    if "batches_per_step" not in settings and run.batches > 1:
+        settings["batches_per_step"] = min(run.batches, MAX_BATCHES_PER_STEP)
     return list(run.notes)
 
 
@@ -191,7 +195,7 @@ class RunOptimizer:
     optimizer holds."""
 
     def __init__(self, optimizer: Any, schedulers: Iterable[Any] = (), horizon: Optional[float] = None,
-                 model: Any = None, clip_norm: Any = None, clip_value: Any = None) -> None:
+                 model: Any = None, clip_norm: Any = None, clip_value: Any = None, batches: Iterable[Any] = ()) -> None:
         self.optimizer: Any = None
         self.notes: List[str] = []
         self.clipping: Dict[str, float] = {}
@@ -202,6 +206,13 @@ class RunOptimizer:
             number = real_number(value)
             if number is not None and 0 < number < float("inf") and not self.clipping:
                 self.clipping[key] = number
+        self.batches = 1
+        """``batches_per_step`` for the audit: the product of ``batches`` (the run's gradient accumulation steps and
+        data-parallel ranks), each a whole number from 1 (another value counts as 1)."""
+        for value in batches:
+            number = real_number(value)
+            if number is not None and math.isfinite(number) and number >= 1 and number == int(number):
+                self.batches *= int(number)
         self.why = ""
         """Why a given optimizer gives no view (empty when it does, or none was given)."""
         opt = unwrapped_optimizer(optimizer)

@@ -21,8 +21,9 @@ With ``bf16=True`` or ``fp16=True`` in the ``TrainingArguments`` the audit gets 
 (``fp16`` with ``grad_scaler=True``) unless the settings give one: the probe measures the model's own forward
 (not the autocast wrapper Accelerate puts around it), then runs once more under autocast. The ``Trainer``'s
 optimizer gets its first step audited (``optimizer=``) with every param group at the highest rate its scheduler
-reaches within ``max_steps`` (a warm-up starts at 0) and the gradients clipped to ``max_grad_norm``, unless the
-settings give an ``optimizer`` (``None``: no first step). The hook runs outside ``torch.compile``
+reaches within ``max_steps`` (a warm-up starts at 0), the gradients clipped to ``max_grad_norm``, and
+``batches_per_step`` of ``gradient_accumulation_steps`` x ``world_size`` (the batch audited is one of those the
+run's step averages), unless the settings give an ``optimizer`` (``None``: no first step). The hook runs outside ``torch.compile``
 (``torch_compile=True`` compiles the frame that calls it).
 """
 from __future__ import annotations
@@ -75,7 +76,8 @@ class InitlintTrainerCallback(TrainerCallback):
         self._labels = tuple(args.label_names or find_labels(type(model)))
         self._precision = ("bf16", False) if getattr(args, "bf16", False) else \
             ("fp16", True) if getattr(args, "fp16", False) else None
-        self._optimizer = (optimizer, lr_scheduler, state.max_steps, getattr(args, "max_grad_norm", None))
+        self._optimizer = (optimizer, lr_scheduler, state.max_steps, getattr(args, "max_grad_norm", None),
+                           (getattr(args, "gradient_accumulation_steps", 1), getattr(args, "world_size", 1)))
         # outside torch.compile: a compiled model (TrainingArguments(torch_compile=True)) runs its hooks in the frame
         # dynamo traces, and it would trace the audit too (a minute of recompilations for a two-layer GPT-2)
         import torch
@@ -113,8 +115,9 @@ class InitlintTrainerCallback(TrainerCallback):
                     own["forward"] = wrapped
 
     def _run_optimizer(self) -> RunOptimizer:
-        optimizer, scheduler, steps, clip = self._optimizer or (None, None, None, None)
-        return RunOptimizer(optimizer, [scheduler] if scheduler is not None else [], steps, clip_norm=clip)
+        optimizer, scheduler, steps, clip, batches = self._optimizer or (None, None, None, None, ())
+        return RunOptimizer(optimizer, [scheduler] if scheduler is not None else [], steps, clip_norm=clip,
+                            batches=batches)
 
     def _example(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """The keyword inputs less the labels (how ``Trainer`` calls models), else the positional ones."""

@@ -27,6 +27,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import UsageError
+from ..inputs.config import MAX_BATCHES_PER_STEP
 from . import draw
 
 HALF = (torch.float16, torch.bfloat16)
@@ -97,11 +98,18 @@ class StepStats:
     """False when the step could not be taken (the notes say why); the membership facts still hold."""
     clipping: str = ""
     """How the gradients were clipped before the step, as training clips them (empty: not clipped)."""
+    batches_per_step: int = 1
+    """The run's step averages the gradients of this many batches like the probe's (gradient accumulation steps
+    x data-parallel ranks)."""
+    linear: bool = False
+    """The step is proportional to the gradient (``torch.optim.SGD``, ``ASGD``): its size on one batch includes that
+    batch's gradient noise, ``sqrt(batches_per_step)`` times the noise of the run's step on the mean of its batches."""
     notes: List[str] = field(default_factory=list)
 
     def lines(self) -> List[str]:
         """The text report's lines: the optimizer and loss, then one line per param group."""
         out = [f"first step: {self.optimizer}, gradients of {self.loss}" + (f", {self.clipping}" if self.clipping else "")
+               + (f"; the run steps on the mean of {self.batches_per_step} such batches" if self.batches_per_step > 1 else "")
                + ("" if self.stepped else " (not taken)")]
         for g in self.groups:
             out.append(f"param group {g.index}: lr {_short(g.lr)}, weight decay {_short(g.weight_decay)}, {g.tensors} "
@@ -128,6 +136,8 @@ class StepRequest:
     """Training clips the gradients' total norm to this (``torch.nn.utils.clip_grad_norm_``) before each step."""
     clip_value: Optional[float] = None
     """Training clamps every gradient element to ``[-clip_value, clip_value]`` (``clip_grad_value_``)."""
+    batches_per_step: int = 1
+    """The run's step averages the gradients of this many batches like the probe's."""
     grads: Dict[str, Optional[torch.Tensor]] = field(default_factory=dict)
     """Filled by the backward probe: every parameter that requires grad -> its gradient (None: unreached)."""
     loss_kind: str = ""
@@ -170,7 +180,8 @@ def resolve_optimizer(optimizer: Any, model: nn.Module) -> Optional[torch.optim.
 
 
 def request_for(optimizer: torch.optim.Optimizer, model: nn.Module, loss: Any, seed: int,
-                clip_grad_norm: Optional[float] = None, clip_grad_value: Optional[float] = None) -> StepRequest:
+                clip_grad_norm: Optional[float] = None, clip_grad_value: Optional[float] = None,
+                batches_per_step: int = 1) -> StepRequest:
     """The probe's request for ``optimizer`` over the user's ``model``."""
     if loss is not None and not callable(loss):
         raise UsageError(f"loss must be a callable (output, inputs) -> scalar tensor, not {type(loss).__name__}")
@@ -178,7 +189,18 @@ def request_for(optimizer: torch.optim.Optimizer, model: nn.Module, loss: Any, s
     for name, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), name)
     return StepRequest(optimizer=optimizer, names=names, loss=loss, seed=seed, clip_norm=clip_grad_norm,
-                       clip_value=clip_grad_value)
+                       clip_value=clip_grad_value, batches_per_step=batches_per_step)
+
+
+def check_batches_per_step(value: Any) -> int:
+    """The batches the run's step averages over, as an integer from 1; :class:`UsageError` (one sentence) otherwise."""
+    number = real_number(value)
+    if number is None or not math.isfinite(number) or number != int(number) or not 1 <= number <= MAX_BATCHES_PER_STEP:
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise UsageError(f"batches_per_step must be a whole number from 1 to {MAX_BATCHES_PER_STEP} (the batches like "
+                         f"the probe's that the run's optimizer step averages over), not {shown}")
+    return int(number)
 
 
 def check_clipping(clip_grad_norm: Any, clip_grad_value: Any) -> Tuple[Optional[float], Optional[float]]:
@@ -255,7 +277,9 @@ def first_step(request: StepRequest, model: nn.Module) -> StepStats:
     parameters have the user's names and values)."""
     opt = request.optimizer
     named = dict(model.named_parameters())
-    stats = StepStats(optimizer=type(opt).__name__, loss=request.loss_kind or "the probe's random direction")
+    stats = StepStats(optimizer=type(opt).__name__, loss=request.loss_kind or "the probe's random direction",
+                      batches_per_step=request.batches_per_step,
+                      linear=isinstance(opt, (torch.optim.SGD, torch.optim.ASGD)))
     held: Dict[str, List[int]] = {}
     for gi, group in enumerate(opt.param_groups):
         for p in group["params"]:
