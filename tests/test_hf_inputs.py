@@ -630,3 +630,56 @@ def test_a_vision_tower_whose_stem_reads_each_patch_as_an_image_gets_them_so():
     report = assert_probed(model, 2)
     refused = [n for n in report.notes if n.startswith("the model's forward refused the inferred inputs")]
     assert len(refused) == 1 and refused[0].endswith("probed with pixel_values as (8, 3, 14, 14)"), report.notes
+
+
+def test_an_audio_model_whose_encoder_config_is_a_sub_config_of_another_name_gets_its_spectrogram():
+    # Nemotron 3.5 Transcribe's audio model sizes its spectrogram in asr_config: "The size of tensor a (1024) must
+    # match the size of tensor b (64)" on 1024-wide features (its first Linear reads 8 stacked frames)
+    needs("Nemotron3_5TranscribeAudioConfig")
+    audio = dict(AUDIO, num_key_value_heads=2, num_mel_bins=16, subsampling_factor=8)
+    model = tf.Nemotron3_5TranscribeAudioModel(tf.Nemotron3_5TranscribeAudioConfig(
+        asr_config=audio, diarization_config=dict(audio_config=audio, head_config=dict(
+            hidden_size=32, audio_hidden_size=32, subsampling_factor=8))))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert {k: tuple(v.shape) for k, v in kwargs.items()} == {"input_features": (2, 64, 16),
+                                                               "input_features_mask": (2, 64)}
+    assert_probed(model, 2)
+
+
+def test_a_model_fed_another_models_states_gets_them_at_its_width():
+    # Nemotron 3.5 Transcribe's word timestamp model: "missing 1 required positional argument: 'inputs_embeds'"
+    needs("Nemotron3_5TranscribeWordTimestampConfig")
+    model = tf.Nemotron3_5TranscribeWordTimestampModel(tf.Nemotron3_5TranscribeWordTimestampConfig(
+        **AUDIO, num_key_value_heads=2))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"inputs_embeds"} and kwargs["inputs_embeds"].shape == (2, 16, 32)
+    assert_probed(model, 2)
+
+
+def test_a_forward_that_names_its_input_otherwise_gets_it_under_that_name():
+    # VibeVoice's acoustic tokenizer inherits main_input_name input_values; its encoder and decoder take
+    # hidden_states: "missing 1 required positional argument: 'hidden_states'"
+    needs("VibeVoiceAcousticTokenizerEncoderConfig", "VibeVoiceAcousticTokenizerDecoderConfig")
+    sizes = dict(hidden_size=16, num_filters=8, depths=[1, 1, 1], downsampling_ratios=[4, 5])
+    encoder = tf.VibeVoiceAcousticTokenizerEncoderModel(tf.VibeVoiceAcousticTokenizerEncoderConfig(**sizes))
+    _, kwargs = infer_inputs(encoder, 2, 0)
+    assert set(kwargs) == {"hidden_states"} and kwargs["hidden_states"].shape == (2, 1, 4000)  # mono, 200 hops of 20
+    assert_probed(encoder, 2)
+    decoder = tf.VibeVoiceAcousticTokenizerDecoderModel(tf.VibeVoiceAcousticTokenizerDecoderConfig(**sizes))
+    args, kwargs = infer_inputs(decoder, 2, 0)
+    assert not kwargs and [tuple(a.shape) for a in args] == [(2, 16, 32)]  # latents, as its first convolution reads
+    assert_probed(decoder, 2)
+
+
+@pytest.mark.parametrize("name, build", [
+    # Voxtral's default audio_token_id is None: "'bool' object has no attribute 'sum'"
+    ("VoxtralConfig", lambda: tf.VoxtralModel(tf.VoxtralConfig(
+        audio_config=dict(AUDIO, num_mel_bins=16, max_source_positions=20, num_key_value_heads=2),
+        text_config=dict(AUDIO, num_key_value_heads=2, head_dim=16, vocab_size=120)))),
+])
+def test_a_speech_llm_that_cannot_place_its_audio_runs_on_the_text(name, build):
+    needs(name)
+    model = build()
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert set(kwargs) == {"input_ids"}
+    assert_probed(model, 2)

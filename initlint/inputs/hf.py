@@ -54,6 +54,8 @@ AUDIO_KEYS = ("audio_config", "encoder_config", "audio_encoder_config", "speech_
 MODALITIES = ("input_ids", "pixel_values", "input_features", "input_values")
 """The inputs built for a Hugging Face model besides its main one: those its forward takes and its config
 sizes, and those its forward cannot run without."""
+FRAME_MASKS = ("input_features_mask", "feature_attention_mask")
+"""The masks over a spectrogram's frames a forward takes beside it."""
 SPECIAL_KEYS = ("image_token_id", "image_token_index", "video_token_id", "video_token_index", "audio_token_id",
                 "audio_token_index", "boi_token_id", "eoi_token_id", "boi_token_index", "eoi_token_index",
                 "image_start_token_id", "image_end_token_id", "vision_start_token_id", "vision_end_token_id",
@@ -81,6 +83,8 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
     required = required_parameters(model)
     if main not in accepts:  # a main input the forward does not name (GraniteDocling's vision tower): the one it needs
         main = next((n for n in MODALITIES if n in required), main)
+    if main not in accepts and required - set(MODALITIES):  # its input under another name (VibeVoice's hidden_states)
+        return _renamed_waveform(model, config, main, batch, gen, dtype)
     inputs: Dict[str, Any] = {}
     for name in [main] + [n for n in MODALITIES if n != main]:
         if name != main and (name not in accepts or not (_describes(config, name) or name in required)):
@@ -110,7 +114,7 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
         inputs.update(_tiled_images(vision_config(config), inputs["pixel_values"], accepts, text))
     if "pixel_values" in inputs and "pixel_position_ids" in required:
         inputs.update(_positioned_patches(vision_config(config), batch, gen, dtype))
-    for mask in ("input_features_mask", "feature_attention_mask"):  # every frame real (Qwen2-Audio, AF3 read it)
+    for mask in FRAME_MASKS:  # every frame real (Qwen2-Audio, AF3 read it)
         if "input_features" in inputs and mask in accepts:
             inputs[mask] = _frames_mask(audio_config(config), inputs["input_features"])
     if "qformer_input_ids" in required:
@@ -127,6 +131,26 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
                             f"example_inputs={{'{main}': ..., 'decoder_input_ids': ...}}")
         inputs["decoder_input_ids"] = decoder
     return inputs
+
+
+def _renamed_waveform(model: nn.Module, config: Any, main: str, batch: int, gen: torch.Generator,
+                      dtype: torch.dtype) -> Optional[Dict[str, Any]]:
+    """The input of a forward that does not name its model's main input (a class inherits ``input_values``
+    and its forward takes ``hidden_states``): a waveform of ``channels x samples`` where the first layer, a
+    convolution, reads the config's audio channels (VibeVoice's acoustic encoder; whole ``downsampling_ratios``
+    strides, at least two, so that it gives two latents or more), under the name of the
+    forward's first parameter; else None, and the input is shaped from that first layer as for a plain module
+    (VibeVoice's decoder, whose convolution reads latents)."""
+    first = first_consumer(model)
+    channels = _count(config, "audio_channels") or _count(config, "channels")
+    name = next(iter(inspect.signature(model.forward).parameters), None)
+    if main != "input_values" or not isinstance(first, nn.Conv1d) or first.in_channels != channels or name is None:
+        return None
+    strides = getattr(config, "downsampling_ratios", None)  # whole strides of the codec, at least two
+    hop = math.prod(strides) if isinstance(strides, (list, tuple)) and all(isinstance(v, int) and v > 0
+                                                                          for v in strides) else 1
+    samples = hop * max(2, math.ceil(AUDIO_SAMPLES / hop))
+    return {name: torch.randn(batch, channels, samples, generator=gen, device=gen.device, dtype=dtype)}
 
 
 def _patch_inputs(model: nn.Module, config: Any, accepts: set, batch: int, gen: torch.Generator,
@@ -380,7 +404,11 @@ def vision_config(config: Any) -> Any:
 
 
 def audio_config(config: Any) -> Any:
-    subs = [s for s in _subs(config, AUDIO_KEYS) if _feature_shape(s) is not None]
+    """The config that sizes the spectrogram: an audio sub-config's (``audio_config``, ``encoder``, ...), else
+    any other sub-config's that sizes one (Nemotron 3.5 Transcribe's ``asr_config``), else the config itself."""
+    named = _subs(config, AUDIO_KEYS)
+    others = [s for s in _subs(config, tuple(getattr(config, "sub_configs", None) or ())) if s not in named]
+    subs = [s for s in named + others if _feature_shape(s) is not None]
     return subs[0] if subs else config
 
 
@@ -437,6 +465,8 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
         return None
     if name == "states" and _count(config, "state_dim"):  # a Decision Transformer: a trajectory's states
         return torch.randn(batch, DECISION_STEPS, config.state_dim, generator=gen, device=gen.device, dtype=dtype)
+    if name == "inputs_embeds" and _count(config, "hidden_size"):  # a model fed another's states (word timestamps)
+        return torch.randn(batch, HF_TOKENS, config.hidden_size, generator=gen, device=gen.device, dtype=dtype)
     if name == "inputs" and isinstance(getattr(config, "d_model", None), int):  # a Perceiver without a preprocessor
         return torch.randn(batch, HF_TOKENS, config.d_model, generator=gen, device=gen.device, dtype=dtype)
     if name == "input_values":
@@ -578,20 +608,28 @@ def _with_placeholders(model: nn.Module, config: Any, inputs: Dict[str, Any], ge
     parts = [ids]
     for name, keys, method in PLACEHOLDERS:
         token = _token(config, keys)
-        if name not in inputs or token is None or not callable(getattr(model, method, None)):
+        if name not in inputs or not (token is not None and callable(getattr(model, method, None))
+                                      or token is None and _unset(config, keys) and name not in required_parameters(model)):
             continue
         count = None
-        if token < n:  # a placeholder outside the vocabulary cannot be embedded
+        if token is not None and token < n and callable(getattr(model, method, None)):  # else not embedded or counted
             for form in _forms(inputs[name]):  # one image per example, or a list of images per example
                 count = count_features(model, config, method, {name: form[:1]})
                 if count is not None:
                     inputs[name] = form
                     break
-        if count is None:
-            del inputs[name]  # the forward runs on the text alone
+        if count is None:  # the forward runs on the text alone
+            for unused in (name,) + (FRAME_MASKS if name == "input_features" else ()):
+                inputs.pop(unused, None)
             continue
         parts.append(torch.full((ids.shape[0], count), token, dtype=ids.dtype, device=ids.device))
     return torch.cat(parts, dim=1)
+
+
+def _unset(config: Any, keys: Tuple[str, ...]) -> bool:
+    """Whether the config names a placeholder token for the modality but leaves it unset (Voxtral's default
+    ``audio_token_id``): no feature can be placed, and the forward runs on the text alone."""
+    return any(hasattr(cfg, key) for key in keys for cfg in (config, text_config(config)))
 
 
 def _forms(x: torch.Tensor) -> List[torch.Tensor]:
