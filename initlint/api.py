@@ -145,8 +145,9 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     ``clip_grad_norm`` or ``clip_grad_value``: the gradient clipping training applies before each step
     (``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)``, ``clip_grad_value_``); the first step
     is taken on gradients clipped so. ``batches_per_step``: how many batches like the probe's the run's optimizer
-    step averages over (gradient accumulation steps x data-parallel ranks; default 1). An SGD step is the
-    gradient, whose noise on one batch is larger than on the run's mean of several: update-scale judges it so.
+    step averages over, its global batch over the probe's batch (default 1; the training callbacks pass gradient
+    accumulation steps x data-parallel ranks). An SGD step is the gradient, whose noise on one batch is larger
+    than on the run's mean of several: update-scale judges it so.
     """
     from .inputs.config import apply_settings
 
@@ -174,7 +175,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
                          "optimizer= or precision= too")
     clip_norm, clip_value = check_clipping(clip_grad_norm, clip_grad_value)
     batches = 1 if batches_per_step is None else check_batches_per_step(batches_per_step)
-    if user_optimizer is None and (clip_norm is not None or clip_value is not None or batches_per_step is not None):
+    if user_optimizer is None and (clip_norm is not None or clip_value is not None or batches > 1):
         which = "clip_grad_norm" if clip_norm is not None else "clip_grad_value" if clip_value is not None \
             else "batches_per_step"
         raise UsageError(f"{which} (--{which.replace('_', '-')}) is a setting of an optimizer's first step, and no "

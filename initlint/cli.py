@@ -97,8 +97,8 @@ SHAPE_HELP = ("Probe input shape: sizes separated by commas, such as 8,3,32,32 (
 @click.option("--clip-grad-value", default=None, type=float, metavar="VALUE",
               help="Training clamps every gradient element to +-VALUE (clip_grad_value_).")
 @click.option("--batches-per-step", default=None, type=int, metavar="N",
-              help="The run's optimizer step averages the gradients of N batches like the probe's (gradient "
-                   "accumulation steps x data-parallel ranks; default 1): an SGD step is judged so.")
+              help="The run's optimizer step averages the gradients of N batches like the probe's: its global "
+                   "batch over the probe's batch (default 1). An SGD step is judged so.")
 def check(targets: Tuple[str, ...], **opts: Any) -> None:
     """Audit the models in TARGETS (FOLDER, FILE.py, FILE.py:NAME or package.module:NAME).
 

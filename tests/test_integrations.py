@@ -409,11 +409,13 @@ def test_trainer_callback_judges_the_first_step_at_the_peak_of_the_runs_warm_up(
 
 def test_trainer_callback_says_the_first_step_averages_the_runs_accumulated_batches(tmp_path):
     """The batch audited is one of the ``gradient_accumulation_steps`` the Trainer's step averages: the audit gets
-    ``batches_per_step`` of accumulation x ranks, unless the settings give one."""
+    ``batches_per_step`` of accumulation x ranks, whoever gives the optimizer, unless the settings give a number."""
     pytest.importorskip("transformers")
     from initlint.integrations.huggingface import InitlintTrainerCallback
 
-    for accumulation, settings, expected in ((4, {}, 4), (1, {}, 1), (4, {"batches_per_step": 2}, 2)):
+    sgd = lambda m: torch.optim.SGD(m.parameters(), lr=1e-3)
+    for accumulation, settings, expected in ((4, {}, 4), (1, {}, 1), (4, {"batches_per_step": 2}, 2),
+                                             (4, {"batches_per_step": None}, 4), (4, {"optimizer": sgd}, 4)):
         callback = InitlintTrainerCallback(**settings)
         _, trainer, error = hf_run(tmp_path / f"{accumulation}-{expected}", tiny_bert(), token_rows(), callback,
                                    gradient_accumulation_steps=accumulation, optim="sgd", learning_rate=1e-3)
@@ -421,6 +423,26 @@ def test_trainer_callback_says_the_first_step_averages_the_runs_accumulated_batc
         step = callback.report.step
         assert step.optimizer == "SGD" and step.linear and step.batches_per_step == expected
         assert (f"the run steps on the mean of {expected} such batches" in step.lines()[0]) == (expected > 1)
+
+
+def test_the_runs_batches_per_step_counts_accumulation_and_data_parallel_ranks_only():
+    """Ranks that split one batch (tensor, context, sequence parallel) are not batches of their own; values of a
+    kind not foreseen count as 1 and never stop the run."""
+    from types import SimpleNamespace
+    from unittest.mock import Mock
+
+    from initlint.integrations._core import run_batches
+
+    pytest.importorskip("transformers")
+    from initlint.integrations.huggingface import data_parallel_size
+
+    parallel = SimpleNamespace(world_size=16, parallelism_config=SimpleNamespace(tp_size=2, cp_size=1, sp_size=2))
+    assert data_parallel_size(parallel) == 4
+    assert data_parallel_size(SimpleNamespace(world_size=4)) == 4
+    assert data_parallel_size(object()) is None and data_parallel_size(Mock()) is None
+    assert run_batches((4, data_parallel_size(parallel))) == 16
+    assert run_batches((None, 0, -1, 2.5, float("nan"), float("inf"), "3", True, Mock(), 10 ** 400)) == 1
+    assert run_batches((2 ** 19, 2 ** 19, 8)) == 2 ** 20
 
 
 def test_trainer_callback_takes_no_first_step_with_optimizer_none(tmp_path):

@@ -358,7 +358,7 @@ KEYS: Dict[str, Key] = {k.name: k for k in (
         "optimizer's first step is taken so)"),
     Key("clip-grad-value", "clip_grad_value", _positive, "training clamps every gradient element to +-this"),
     Key("batches-per-step", "batches_per_step", _integer(1, MAX_BATCHES_PER_STEP), "the run's optimizer step averages "
-        "the gradients of this many batches like the probe's (accumulation steps x data-parallel ranks)"),
+        "the gradients of this many batches like the probe's (its global batch over the probe's batch)"),
     Key("format", "format", _one_of(_formats), "output format"),
     Key("input-shape", "input_shapes", _shapes, "probe input shape(s)"),
     Key("rules", "rule_options", _rule_options, "per-rule options, by rule name or code"),

@@ -36,13 +36,16 @@ class BatchAuditor:
 
     def audit(self, model: Any, example: Any, log: logging.Logger,
               precision: Optional[Tuple[str, bool]] = None,
-              optimizer: Optional[Callable[[], "RunOptimizer"]] = None) -> Optional[Report]:
+              optimizer: Optional[Callable[[], "RunOptimizer"]] = None, batches: Iterable[Any] = ()) -> Optional[Report]:
         """Audit ``model`` on ``example`` (once); log the outcome; raise :class:`InitlintFailure` to stop.
         ``precision``: the mixed precision the run trains at, ``(dtype, grad_scaler)``, audited as ``precision=``
         and ``grad_scaler=`` unless the settings say otherwise (and where the model's device can autocast to it).
         ``optimizer``: makes the run's optimizer at its schedule's peak, audited as ``optimizer=`` unless the
         settings give one (``optimizer=None`` among them: no first step). The run's own optimizer never stops
-        the run by being unfit for the audit: it is then left out, and the log says why."""
+        the run by being unfit for the audit: it is then left out, and the log says why. ``batches``: the run's
+        gradient accumulation steps and data-parallel ranks, whose product is the first step's
+        ``batches_per_step`` (the batch audited is one of those the run's step averages), whoever gives the
+        optimizer, unless the settings give a number for it."""
         from ..api import UsageError, audit
         from ..inputs.load import LoadError
 
@@ -59,6 +62,11 @@ class BatchAuditor:
         notes: List[str] = []
         if optimizer is not None and "optimizer" not in settings:
             notes = _run_optimizer(optimizer, model, settings, log)
+        if settings.get("batches_per_step") is None:  # None among the settings: the run's own, as when not given
+            settings.pop("batches_per_step", None)
+            k = run_batches(batches)
+            if settings.get("optimizer") is not None and k > 1:
+                settings["batches_per_step"] = k
         try:
             report = audit(model, example, **settings)
         except UsageError:
@@ -151,9 +159,21 @@ def _run_optimizer(make: Callable[[], "RunOptimizer"], model: Any, settings: Dic
     settings["optimizer"] = run.optimizer
     if "clip_grad_norm" not in settings and "clip_grad_value" not in settings:
         settings.update(run.clipping)
-    if "batches_per_step" not in settings and run.batches > 1:
-        settings["batches_per_step"] = min(run.batches, MAX_BATCHES_PER_STEP)
     return list(run.notes)
+
+
+def run_batches(values: Iterable[Any]) -> int:
+    """The batches like the audited one that the run's step averages: the product of ``values`` (its gradient
+    accumulation steps, its data-parallel ranks), each a whole number from 1 (another value counts as 1), at
+    most :data:`MAX_BATCHES_PER_STEP`."""
+    from ..probe.step import real_number
+
+    product = 1
+    for value in values:
+        number = real_number(value)
+        if number is not None and math.isfinite(number) and number >= 1 and number == int(number):
+            product = min(product * int(number), MAX_BATCHES_PER_STEP)
+    return product
 
 
 def _training_precision(model: Any, precision: Tuple[str, bool], log: logging.Logger) -> Dict[str, Any]:
@@ -195,7 +215,7 @@ class RunOptimizer:
     optimizer holds."""
 
     def __init__(self, optimizer: Any, schedulers: Iterable[Any] = (), horizon: Optional[float] = None,
-                 model: Any = None, clip_norm: Any = None, clip_value: Any = None, batches: Iterable[Any] = ()) -> None:
+                 model: Any = None, clip_norm: Any = None, clip_value: Any = None) -> None:
         self.optimizer: Any = None
         self.notes: List[str] = []
         self.clipping: Dict[str, float] = {}
@@ -206,13 +226,6 @@ class RunOptimizer:
             number = real_number(value)
             if number is not None and 0 < number < float("inf") and not self.clipping:
                 self.clipping[key] = number
-        self.batches = 1
-        """``batches_per_step`` for the audit: the product of ``batches`` (the run's gradient accumulation steps and
-        data-parallel ranks), each a whole number from 1 (another value counts as 1)."""
-        for value in batches:
-            number = real_number(value)
-            if number is not None and math.isfinite(number) and number >= 1 and number == int(number):
-                self.batches *= int(number)
         self.why = ""
         """Why a given optimizer gives no view (empty when it does, or none was given)."""
         opt = unwrapped_optimizer(optimizer)

@@ -21,9 +21,10 @@ With ``bf16=True`` or ``fp16=True`` in the ``TrainingArguments`` the audit gets 
 (``fp16`` with ``grad_scaler=True``) unless the settings give one: the probe measures the model's own forward
 (not the autocast wrapper Accelerate puts around it), then runs once more under autocast. The ``Trainer``'s
 optimizer gets its first step audited (``optimizer=``) with every param group at the highest rate its scheduler
-reaches within ``max_steps`` (a warm-up starts at 0), the gradients clipped to ``max_grad_norm``, and
-``batches_per_step`` of ``gradient_accumulation_steps`` x ``world_size`` (the batch audited is one of those the
-run's step averages), unless the settings give an ``optimizer`` (``None``: no first step). The hook runs outside ``torch.compile``
+reaches within ``max_steps`` (a warm-up starts at 0) and the gradients clipped to ``max_grad_norm``, unless the
+settings give an ``optimizer`` (``None``: no first step). Whichever optimizer is audited, its first step gets
+``batches_per_step`` of ``gradient_accumulation_steps`` x the data-parallel ranks unless the settings give a number
+for it: the batch audited is one of those the run's step averages. The hook runs outside ``torch.compile``
 (``torch_compile=True`` compiles the frame that calls it).
 """
 from __future__ import annotations
@@ -57,6 +58,7 @@ class InitlintTrainerCallback(TrainerCallback):
         self._labels: Tuple[str, ...] = ()
         self._precision: Optional[Tuple[str, bool]] = None
         self._optimizer: Any = None
+        self._batches: Tuple[Any, ...] = ()
         self._lock = threading.Lock()
 
     @property
@@ -76,8 +78,8 @@ class InitlintTrainerCallback(TrainerCallback):
         self._labels = tuple(args.label_names or find_labels(type(model)))
         self._precision = ("bf16", False) if getattr(args, "bf16", False) else \
             ("fp16", True) if getattr(args, "fp16", False) else None
-        self._optimizer = (optimizer, lr_scheduler, state.max_steps, getattr(args, "max_grad_norm", None),
-                           (getattr(args, "gradient_accumulation_steps", 1), getattr(args, "world_size", 1)))
+        self._optimizer = (optimizer, lr_scheduler, state.max_steps, getattr(args, "max_grad_norm", None))
+        self._batches = (getattr(args, "gradient_accumulation_steps", 1), data_parallel_size(args))
         # outside torch.compile: a compiled model (TrainingArguments(torch_compile=True)) runs its hooks in the frame
         # dynamo traces, and it would trace the audit too (a minute of recompilations for a two-layer GPT-2)
         import torch
@@ -109,15 +111,14 @@ class InitlintTrainerCallback(TrainerCallback):
                 if wrapped is not None:
                     own["forward"] = own["_original_forward"]
                 self.auditor.audit(module, self._example(args, kwargs), log, precision=self._precision,
-                                   optimizer=self._run_optimizer)
+                                   optimizer=self._run_optimizer, batches=self._batches)
             finally:
                 if wrapped is not None:
                     own["forward"] = wrapped
 
     def _run_optimizer(self) -> RunOptimizer:
-        optimizer, scheduler, steps, clip, batches = self._optimizer or (None, None, None, None, ())
-        return RunOptimizer(optimizer, [scheduler] if scheduler is not None else [], steps, clip_norm=clip,
-                            batches=batches)
+        optimizer, scheduler, steps, clip = self._optimizer or (None, None, None, None)
+        return RunOptimizer(optimizer, [scheduler] if scheduler is not None else [], steps, clip_norm=clip)
 
     def _example(self, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
         """The keyword inputs less the labels (how ``Trainer`` calls models), else the positional ones."""
@@ -126,3 +127,18 @@ class InitlintTrainerCallback(TrainerCallback):
         if kwargs and not args:
             return without_labels(kwargs, self._labels)
         return args[0] if len(args) == 1 else args
+
+
+def data_parallel_size(args: Any) -> Any:
+    """The ranks that each step on a batch of their own: the processes over the tensor, context and sequence
+    parallel sizes of the ``TrainingArguments``' parallelism config, as ``Trainer.get_total_train_batch_size``
+    counts them (None where the arguments do not tell)."""
+    try:
+        ranks = int(args.world_size)
+        config = getattr(args, "parallelism_config", None)
+        for name in ("tp_size", "cp_size", "sp_size"):
+            size = getattr(config, name, 1) if config is not None else 1
+            ranks //= int(size) if isinstance(size, int) and size >= 1 else 1
+        return ranks
+    except Exception:  # noqa: BLE001 - arguments of a kind not foreseen: the first step is judged as one batch's
+        return None

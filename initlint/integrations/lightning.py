@@ -25,8 +25,10 @@ with ``grad_scaler=True``) unless the settings give one: the probe runs once mor
 optimizer that holds the audited module's parameters (when one does) gets its first step audited
 (``optimizer=``) with every param group at the highest rate its schedulers reach within the run
 (``estimated_stepping_batches``, or ``max_epochs`` for a per-epoch schedule) and the gradients clipped as
-``gradient_clip_val`` and ``gradient_clip_algorithm`` say, with ``batches_per_step`` of
-``accumulate_grad_batches`` x ``world_size``, unless the settings give an ``optimizer`` (``None``: no first step).
+``gradient_clip_val`` and ``gradient_clip_algorithm`` say, unless the settings give an ``optimizer`` (``None``: no
+first step). Whichever optimizer is audited, its first step gets ``batches_per_step`` of
+``accumulate_grad_batches`` x ``world_size`` unless the settings give a number for it: the batch audited is one
+of those the run's step averages.
 """
 from __future__ import annotations
 
@@ -79,7 +81,8 @@ class InitlintCallback(Callback):
         try:
             self.auditor.audit(model, self.auditor.example(batch), logger,
                                precision=mixed_precision(getattr(trainer, "precision", None)),
-                               optimizer=lambda: self._run_optimizer(trainer, model, pl_module, logger))
+                               optimizer=lambda: self._run_optimizer(trainer, model, pl_module, logger),
+                               batches=(getattr(trainer, "accumulate_grad_batches", 1), getattr(trainer, "world_size", 1)))
         finally:
             self._log_counts(trainer)
 
@@ -106,8 +109,7 @@ class InitlintCallback(Callback):
         by_value = str(getattr(trainer, "gradient_clip_algorithm", None) or "norm").lower().endswith("value")
         return RunOptimizer(holding[0], [c.scheduler for c in configs], horizon,
                             model=model if model is not pl_module else None,
-                            clip_norm=None if by_value else clip, clip_value=clip if by_value else None,
-                            batches=(getattr(trainer, "accumulate_grad_batches", 1), getattr(trainer, "world_size", 1)))
+                            clip_norm=None if by_value else clip, clip_value=clip if by_value else None)
 
     def _log_counts(self, trainer: Any) -> None:
         report = self.auditor.report

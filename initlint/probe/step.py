@@ -98,9 +98,12 @@ class StepStats:
     """False when the step could not be taken (the notes say why); the membership facts still hold."""
     clipping: str = ""
     """How the gradients were clipped before the step, as training clips them (empty: not clipped)."""
+    clip_factor: Optional[float] = 1.0
+    """The factor norm clipping scaled the gradients by (1: not scaled); None where each element was clamped
+    (``clip_grad_value_``), which no one factor describes."""
     batches_per_step: int = 1
-    """The run's step averages the gradients of this many batches like the probe's (gradient accumulation steps
-    x data-parallel ranks)."""
+    """The run's step averages the gradients of this many batches like the probe's (its global batch over the
+    probe's batch; in the training callbacks, gradient accumulation steps x data-parallel ranks)."""
     linear: bool = False
     """The step is proportional to the gradient (``torch.optim.SGD``, ``ASGD``): its size on one batch includes that
     batch's gradient noise, ``sqrt(batches_per_step)`` times the noise of the run's step on the mean of its batches."""
@@ -356,6 +359,7 @@ def _clipped(request: StepRequest, stats: StepStats) -> Callable[[torch.Tensor],
     if request.clip_value is not None:
         value = request.clip_value
         stats.clipping = f"clamped to +-{_short(value)} (clip_grad_value_)"
+        stats.clip_factor = None
         return lambda g: g.clamp(-value, value)
     if request.clip_norm is None:
         return lambda g: g
@@ -363,6 +367,7 @@ def _clipped(request: StepRequest, stats: StepStats) -> Callable[[torch.Tensor],
     norms = [torch.linalg.vector_norm(g, dtype=torch.float32).to(grads[0].device) for g in grads]
     total = _host([torch.linalg.vector_norm(torch.stack(norms))])[0] if norms else 0.0
     factor = min(1.0, request.clip_norm / (total + 1e-6))  # clip_grad_norm_'s own formula
+    stats.clip_factor = factor
     stats.clipping = (f"clipped to norm {_short(request.clip_norm)} (their total norm {_short(total)}: "
                       + (f"scaled by {_short(factor)})" if factor < 1 else "not scaled)"))
     return (lambda g: g * factor) if factor < 1 else (lambda g: g)

@@ -140,27 +140,27 @@ _INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
 
 def group_runs(findings: List[Finding], min_run: int = 4) -> List[Finding]:
-    """Merge findings of one code over runs of layers that differ only in one index.
+    """Merge findings of one code and severity over runs of layers that differ only in one index.
 
     ``layers.0 .. layers.99`` with the same code become one finding on ``layers.{0..99}``
     carrying the worst value; ``members`` keeps every module path. In paths with several
     indices (``layers.3.0.to_qkv``: block 3, sub-layer 0) the index that varies is grouped and
     the others stay as they are (``layers.{0..5}.0.to_qkv``).
     """
-    buckets: Dict[Tuple[str, str], List[Finding]] = {}
-    order: List[Tuple[str, str]] = []
+    buckets: Dict[Tuple[str, str, str], List[Finding]] = {}
+    order: List[Tuple[str, str, str]] = []
     for f in findings:
-        key = (f.code, _run_key(f, findings))
+        key = (f.code, f.severity, _run_key(f, findings))
         if key not in buckets:
             order.append(key)
         buckets.setdefault(key, []).append(f)
     out: List[Finding] = []
     for key in order:
         group = buckets[key]
-        if len(group) < min_run or key[1].startswith("\0") or key[1].count("{}") != 1:
+        if len(group) < min_run or key[2].startswith("\0") or key[2].count("{}") != 1:
             out.extend(group)
             continue
-        out.append(_merge(group, key[1]))
+        out.append(_merge(group, key[2]))
     return out
 
 

@@ -1512,11 +1512,15 @@ RULES: Dict[str, Dict[str, Any]] = {
                       '\n'
                       'A run with gradient accumulation, or data-parallel over several ranks, steps on the mean gradient\n'
                       'of several batches, and the training callbacks audit one of them (``batches_per_step=``, which\n'
-                      "they pass as accumulation steps x ranks). Adam's first step is the same on one batch as on their\n"
-                      "mean. SGD's step is the gradient: the noise of one batch is ``sqrt(k)`` times that of the mean of\n"
-                      "``k``, so one batch's step is larger than the run's, up to ``sqrt(k)`` times in expectation. For\n"
-                      "SGD the rule warns when the ratio divided by ``sqrt(batches_per_step)``, the least the run's\n"
-                      'step is expected to be, is above the limit, and reports the ratios between as information. In\n'
+                      "they pass as accumulation steps x ranks). Adam's first step moves each element its gradient\n"
+                      "reaches by about lr, on one batch as on their mean (an embedding's rows one batch does not use\n"
+                      "stay put: the run moves more of them). SGD's step is the gradient: the noise of one batch is\n"
+                      "``sqrt(k)`` times that of the mean of ``k``, so one batch's step is larger than the run's, up to\n"
+                      '``sqrt(k)`` times in expectation. For SGD the rule warns when the ratio divided by\n'
+                      "``sqrt(batches_per_step)``, the least the run's step is expected to be, is above the limit, and\n"
+                      "reports the ratios between as information. Where norm clipping scaled the probe's gradients by\n"
+                      "``c``, the run's, smaller, are scaled less: the divisor is ``max(1, c sqrt(k))``, and a step\n"
+                      'whose elements were clamped (``clip_grad_value_``) is judged as the probe took it. In\n'
                       '``benchmarks/bench_micro_batch.py`` (the 160 SGD runs of the calibration, each audited again on\n'
                       "1/8 of its first batch), one micro-batch's ratio flagged 33 runs, 13 of them clean on the run's\n"
                       "own batch, at 73% precision; divided by ``sqrt(8)`` it flagged 15, none clean on the run's\n"

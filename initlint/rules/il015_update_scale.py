@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from ..capture import ops as O
-from ..probe.step import ParamStep
+from ..probe.step import ParamStep, StepStats
 from ..report.findings import Finding
 from .base import AuditContext, Example, Rule, fmt, fmt_beyond, py_path
 from .il002_bias_before_norm import cancelling_norm, frozen_norms
@@ -99,11 +99,15 @@ class UpdateScale(Rule):
 
     A run with gradient accumulation, or data-parallel over several ranks, steps on the mean gradient
     of several batches, and the training callbacks audit one of them (``batches_per_step=``, which
-    they pass as accumulation steps x ranks). Adam's first step is the same on one batch as on their
-    mean. SGD's step is the gradient: the noise of one batch is ``sqrt(k)`` times that of the mean of
-    ``k``, so one batch's step is larger than the run's, up to ``sqrt(k)`` times in expectation. For
-    SGD the rule warns when the ratio divided by ``sqrt(batches_per_step)``, the least the run's
-    step is expected to be, is above the limit, and reports the ratios between as information. In
+    they pass as accumulation steps x ranks). Adam's first step moves each element its gradient
+    reaches by about lr, on one batch as on their mean (an embedding's rows one batch does not use
+    stay put: the run moves more of them). SGD's step is the gradient: the noise of one batch is
+    ``sqrt(k)`` times that of the mean of ``k``, so one batch's step is larger than the run's, up to
+    ``sqrt(k)`` times in expectation. For SGD the rule warns when the ratio divided by
+    ``sqrt(batches_per_step)``, the least the run's step is expected to be, is above the limit, and
+    reports the ratios between as information. Where norm clipping scaled the probe's gradients by
+    ``c``, the run's, smaller, are scaled less: the divisor is ``max(1, c sqrt(k))``, and a step
+    whose elements were clamped (``clip_grad_value_``) is judged as the probe took it. In
     ``benchmarks/bench_micro_batch.py`` (the 160 SGD runs of the calibration, each audited again on
     1/8 of its first batch), one micro-batch's ratio flagged 33 runs, 13 of them clean on the run's
     own batch, at 73% precision; divided by ``sqrt(8)`` it flagged 15, none clean on the run's
@@ -149,9 +153,7 @@ class UpdateScale(Rule):
         for name, ratio in ratios.items():
             group = step.params[name].group
             worst[group] = max(worst.get(group, 0.0), ratio)
-        # an SGD step is the gradient: one batch's noise is sqrt(k) times that of the run's mean of k batches, the
-        # signal the same, so the run's step is expected to be at least this batch's over sqrt(k), at most this batch's
-        noise = math.sqrt(step.batches_per_step) if step.linear else 1.0
+        divisor, widest = _run_bounds(step)
         for name, ratio in ratios.items():
             if not ratio > limit:
                 continue
@@ -160,28 +162,49 @@ class UpdateScale(Rule):
             against = "its rms" if s.weight_rms > 0 else \
                 f"the scale a sound init gives it, 1/sqrt(fan_in) = {fmt(1 / math.sqrt(fans.get(name) or 1))}"
             lr = f"lr {fmt(s.lr)}" if s.lr is not None else "its step size"
-            least = ratio / noise
-            if noise == 1.0:
-                message = (f"{name}: the first {step.optimizer} step moves it by {fmt_beyond(ratio, limit)} of {against} "
-                           f"(limit {fmt(limit)}) at {lr} (param group {s.group})")
+            at = f"(limit {fmt(limit)}) at {lr} (param group {s.group})"
+            least, k = ratio / divisor, step.batches_per_step
+            if divisor == 1.0:
+                message = f"{name}: the first {step.optimizer} step moves it by {fmt_beyond(ratio, limit)} of {against} {at}"
                 yield self.finding(audit, module, message, _fix(s, limit, worst[s.group], name),
                                    value=ratio, threshold=limit)
             elif least > limit:
-                message = (f"{name}: the run's first {step.optimizer} step moves it by an expected "
-                           f"{fmt_beyond(least, limit)} or more of {against} (limit {fmt(limit)}) at {lr} (param group {s.group}): {fmt(ratio)} on the "
-                           f"probe's batch, divided by sqrt({step.batches_per_step}) for the run's step on the mean of "
-                           f"{step.batches_per_step} batches")
-                yield self.finding(audit, module, message, _fix(s, limit, worst[s.group], name),
+                message = (f"{name}: the run's first {step.optimizer} step moves it by an expected {fmt_beyond(least, limit)} "
+                           f"or more of {against} {at}: {fmt(ratio)} on the probe's batch over {fmt(divisor)}, for the "
+                           f"run's step on the mean of {k} such batches, {_shrinks(k, step.clip_factor)}")
+                yield self.finding(audit, module, message, _fix(s, limit, worst[s.group], name, probed=True),
                                    value=least, threshold=limit)
             else:
                 message = (f"{name}: the first {step.optimizer} step moves it by {fmt(ratio)} of {against} on the "
-                           f"probe's batch (limit {fmt(limit)}) at {lr} (param group {s.group}), and by an expected "
-                           f"{fmt(least)} to {fmt(ratio)} on the run's mean of {step.batches_per_step} such batches "
-                           f"(the noise of one batch's gradient shrinks by sqrt({step.batches_per_step}) there): the "
-                           f"probe cannot tell")
+                           f"probe's batch {at}, and by an expected {fmt(least)} to {fmt(ratio * widest)} on the run's "
+                           f"mean of {k} such batches, {_shrinks(k, step.clip_factor)}: the probe cannot tell")
                 yield self.finding(audit, module, message, f"audit on a batch as large as the run's step to judge it; "
-                                   f"or: {_fix(s, limit, worst[s.group], name)}", value=least, threshold=limit,
-                                   severity="info")
+                                   f"or: {_fix(s, limit, worst[s.group], name, probed=True)}", value=ratio,
+                                   threshold=limit, severity="info")
+
+
+def _run_bounds(step: "StepStats") -> Tuple[float, float]:
+    """How the run's first step compares with the probe's, for a step proportional to the gradient (SGD) on the
+    mean of ``k = batches_per_step`` batches like the probe's: ``(d, w)``, the run's ratio expected between the
+    probe's over ``d`` and the probe's times ``w``; ``(1, 1)``: the probe's ratio is the run's.
+
+    The mean's noise is ``sqrt(k)`` times smaller, its signal the same. Without clipping the run's step is expected
+    between the probe's over ``sqrt(k)`` (all noise) and the probe's (all signal). Norm clipping that scaled the
+    probe's gradients by ``c`` scales the run's less: the run's step is at least the probe's over ``max(1, c
+    sqrt(k))`` and at most the probe's unclipped, over ``c``. A step whose elements were clamped
+    (``clip_grad_value_``) is judged as the probe took it."""
+    k, factor = step.batches_per_step, step.clip_factor
+    if not step.linear or k <= 1 or factor is None or factor <= 0:
+        return 1.0, 1.0
+    return max(1.0, factor * math.sqrt(k)), 1.0 / factor
+
+
+def _shrinks(k: int, factor: Optional[float]) -> str:
+    """Why the run's step is smaller than the probe's (see :func:`_run_bounds`)."""
+    said = f"where the noise of one batch's gradient shrinks by sqrt({k})"
+    if factor is not None and factor < 1:
+        said += f" and the clipping that scaled the probe's by {fmt(factor)} eases"
+    return said
 
 
 def judged_ratio(s: ParamStep, fan_in: Optional[int]) -> Optional[float]:
@@ -195,9 +218,10 @@ def judged_ratio(s: ParamStep, fan_in: Optional[int]) -> Optional[float]:
     return s.update_rms * math.sqrt(max(fan, 1))
 
 
-def _fix(s: ParamStep, limit: float, worst: float, name: str) -> str:
+def _fix(s: ParamStep, limit: float, worst: float, name: str, probed: bool = False) -> str:
     if s.lr is not None and s.lr > 0 and worst > 0:
-        return (f"param group {s.group}: lr = {fmt(s.lr * limit / worst)} (brings its worst weight to the limit), "
+        what = "its worst weight on the probe's batch" if probed else "its worst weight"
+        return (f"param group {s.group}: lr = {fmt(s.lr * limit / worst)} (brings {what} to the limit), "
                 f"or warm up from there; or initialise {py_path(name)} larger if its scale is the odd one out")
     return f"scale param group {s.group}'s step size by {fmt(limit / worst) if worst else 'less than 1'}"
 
