@@ -270,7 +270,8 @@ def test_findings_of_one_code_are_grouped_by_severity():
 
     torch.manual_seed(0)
     model, x, y = Residual(), torch.randn(16, 64), torch.randint(0, 10, (16,))
-    report = initlint.audit(model, x, select=["IL015"], batches_per_step=16, loss=lambda out, _: F.cross_entropy(out, y),
+    report = initlint.audit(model, x, select=["IL015"], batches_per_step=16,
+                            loss=lambda out, _: F.cross_entropy(out, y),
                             optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=4.0))
     assert {(f.severity, f.module) for f in report.findings} >= {("warning", "layers.{0..3}"), ("info", "layers.4")}
     for f in report.findings:

@@ -36,7 +36,8 @@ class BatchAuditor:
 
     def audit(self, model: Any, example: Any, log: logging.Logger,
               precision: Optional[Tuple[str, bool]] = None,
-              optimizer: Optional[Callable[[], "RunOptimizer"]] = None, batches: Iterable[Any] = ()) -> Optional[Report]:
+              optimizer: Optional[Callable[[], "RunOptimizer"]] = None,
+              batches: Iterable[Any] = ()) -> Optional[Report]:
         """Audit ``model`` on ``example`` (once); log the outcome; raise :class:`InitlintFailure` to stop.
         ``precision``: the mixed precision the run trains at, ``(dtype, grad_scaler)``, audited as ``precision=``
         and ``grad_scaler=`` unless the settings say otherwise (and where the model's device can autocast to it).

@@ -82,7 +82,8 @@ class InitlintCallback(Callback):
             self.auditor.audit(model, self.auditor.example(batch), logger,
                                precision=mixed_precision(getattr(trainer, "precision", None)),
                                optimizer=lambda: self._run_optimizer(trainer, model, pl_module, logger),
-                               batches=(getattr(trainer, "accumulate_grad_batches", 1), getattr(trainer, "world_size", 1)))
+                               batches=(getattr(trainer, "accumulate_grad_batches", 1),
+                                        getattr(trainer, "world_size", 1)))
         finally:
             self._log_counts(trainer)
 

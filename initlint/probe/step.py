@@ -111,9 +111,9 @@ class StepStats:
 
     def lines(self) -> List[str]:
         """The text report's lines: the optimizer and loss, then one line per param group."""
+        batches = f"; the run steps on the mean of {self.batches_per_step} such batches"
         out = [f"first step: {self.optimizer}, gradients of {self.loss}" + (f", {self.clipping}" if self.clipping else "")
-               + (f"; the run steps on the mean of {self.batches_per_step} such batches" if self.batches_per_step > 1 else "")
-               + ("" if self.stepped else " (not taken)")]
+               + (batches if self.batches_per_step > 1 else "") + ("" if self.stepped else " (not taken)")]
         for g in self.groups:
             out.append(f"param group {g.index}: lr {_short(g.lr)}, weight decay {_short(g.weight_decay)}, {g.tensors} "
                        f"tensors ({g.elements:,} parameters), median update ratio {_short(g.median_ratio)}")

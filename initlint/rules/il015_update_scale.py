@@ -165,12 +165,13 @@ class UpdateScale(Rule):
             at = f"(limit {fmt(limit)}) at {lr} (param group {s.group})"
             least, k = ratio / divisor, step.batches_per_step
             if divisor == 1.0:
-                message = f"{name}: the first {step.optimizer} step moves it by {fmt_beyond(ratio, limit)} of {against} {at}"
+                message = (f"{name}: the first {step.optimizer} step moves it by {fmt_beyond(ratio, limit)} of "
+                           f"{against} {at}")
                 yield self.finding(audit, module, message, _fix(s, limit, worst[s.group], name),
                                    value=ratio, threshold=limit)
             elif least > limit:
-                message = (f"{name}: the run's first {step.optimizer} step moves it by an expected {fmt_beyond(least, limit)} "
-                           f"or more of {against} {at}: {fmt(ratio)} on the probe's batch over {fmt(divisor)}, for the "
+                message = (f"{name}: the run's first {step.optimizer} step moves it by an expected "
+                           f"{fmt_beyond(least, limit)} or more of {against} {at}: {fmt(ratio)} on the probe's batch over {fmt(divisor)}, for the "
                            f"run's step on the mean of {k} such batches, {_shrinks(k, step.clip_factor)}")
                 yield self.finding(audit, module, message, _fix(s, limit, worst[s.group], name, probed=True),
                                    value=least, threshold=limit)
