@@ -69,18 +69,23 @@ class BatchAuditor:
             if settings.get("optimizer") is not None and k > 1:
                 settings["batches_per_step"] = k
         try:
-            report = audit(model, example, **settings)
+            report: Optional[Report] = audit(model, example, **settings)
         except UsageError:
             raise  # the callback's own settings are wrong: say so, do not train on silently
         except LoadError as exc:
             log.warning("initlint could not audit %s on the first training batch: %s", type(model).__name__, exc)
-            return None
-        report.notes[:0] = notes
-        self.report = report
-        failing = self.failing(report)
-        self._log(report, failing, log)
+            report = None
+        failing: List[Finding] = []
+        if report is not None:
+            report.notes[:0] = notes
+            self.report = report
+            failing = self.failing(report)
+            self._log(report, failing, log)
+        stopping = stopping_ranks(bool(failing)) if self.fail_on is not None else []
         if failing:
-            raise InitlintFailure(self.stop_message(report, failing), report)
+            raise InitlintFailure(self.stop_message(report, failing), report)  # type: ignore[arg-type]
+        if stopping:
+            raise InitlintFailure(self.others_message(report, stopping), report)  # type: ignore[arg-type]
         return report
 
     def failing(self, report: Report) -> List[Finding]:
@@ -111,6 +116,19 @@ class BatchAuditor:
                 f"'{self.fail_on}' in {report.model} at initialisation.\n\n{findings_table(failing)}\n\n"
                 f"fix the initialisation (`initlint explain {codes[0]}`), or pass fail_on=None to {self.callback} "
                 f"to log the findings and train on")
+
+    def others_message(self, report: Optional[Report], ranks: List[int]) -> str:
+        import torch.distributed as dist
+
+        own = "could not be audited" if report is None else \
+            f"has {len(report.findings)} finding(s) below '{self.fail_on}'" if report.findings else "is clean"
+        which = ", ".join(str(r) for r in ranks)
+        return (f"initlint stopped training before the first optimizer step: rank{'s' if len(ranks) > 1 else ''} "
+                f"{which} of {dist.get_world_size()} found finding(s) at or above '{self.fail_on}' in the model at "
+                f"initialisation, on {'their' if len(ranks) > 1 else 'its'} own first training batch (this rank's "
+                f"{own}); {'their' if len(ranks) > 1 else 'its'} output shows the findings. Every rank stops, so "
+                f"that none waits for the others in the first step; pass fail_on=None to {self.callback} to log the "
+                f"findings and train on")
 
     def example(self, batch: Any) -> Any:
         """The model inputs in ``batch``: ``inputs(batch)`` when given, else the batch itself, the first
@@ -161,6 +179,23 @@ def _run_optimizer(make: Callable[[], "RunOptimizer"], model: Any, settings: Dic
     if "clip_grad_norm" not in settings and "clip_grad_value" not in settings:
         settings.update(run.clipping)
     return list(run.notes)
+
+
+def stopping_ranks(stops: bool) -> List[int]:
+    """In a data-parallel run every rank audits its own batch, and a verdict near a limit may differ between
+    batches: the ranks that stop (``stops`` on each) are exchanged, so that every rank stops with them instead
+    of waiting in the first step's collective for a rank that is gone. Empty outside such a run."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return []
+    backend = str(dist.get_backend()).lower()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    flags = torch.zeros(dist.get_world_size(), dtype=torch.int32, device=device)
+    flags[dist.get_rank()] = int(stops)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return [rank for rank, flag in enumerate(flags.tolist()) if flag]
 
 
 def run_batches(values: Iterable[Any]) -> int:
