@@ -171,8 +171,9 @@ class UpdateScale(Rule):
                                    value=ratio, threshold=limit)
             elif least > limit:
                 message = (f"{name}: the run's first {step.optimizer} step moves it by an expected "
-                           f"{fmt_beyond(least, limit)} or more of {against} {at}: {fmt(ratio)} on the probe's batch over {fmt(divisor)}, for the "
-                           f"run's step on the mean of {k} such batches, {_shrinks(k, step.clip_factor)}")
+                           f"{fmt_beyond(least, limit)} or more of {against} {at}: {fmt(ratio)} on the probe's batch "
+                           f"over {fmt(divisor)}, for the run's step on the mean of {k} such batches, "
+                           f"{_shrinks(k, step.clip_factor)}")
                 yield self.finding(audit, module, message, _fix(s, limit, worst[s.group], name, probed=True),
                                    value=least, threshold=limit)
             else:
