@@ -683,3 +683,159 @@ def test_a_speech_llm_that_cannot_place_its_audio_runs_on_the_text(name, build):
     _, kwargs = infer_inputs(model, 2, 0)
     assert set(kwargs) == {"input_ids"}
     assert_probed(model, 2)
+
+
+def test_an_audio_encoder_naming_its_spectrogram_and_mask_otherwise_gets_them():
+    # Gemma 3n's audio encoder: "missing 2 required positional arguments: 'audio_mel' and 'audio_mel_mask'"; its
+    # boolean mask marks padding with True (its conformer reads ~audio_mel_mask as the valid frames)
+    needs("Gemma3nAudioEncoder")
+    model = tf.Gemma3nAudioEncoder(tf.Gemma3nAudioConfig(hidden_size=32, conf_num_hidden_layers=1,
+                                                         conf_num_attention_heads=2, input_feat_size=16,
+                                                         sscp_conv_channel_size=(8, 8)))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert {k: tuple(v.shape) for k, v in kwargs.items()} == {"audio_mel": (2, 64, 16), "audio_mel_mask": (2, 64)}
+    assert kwargs["audio_mel_mask"].dtype == torch.bool and not kwargs["audio_mel_mask"].any()
+    assert_probed(model, 2)
+
+
+def test_a_speech_llm_that_expands_one_audio_token_itself_gets_one_and_an_attention_mask():
+    # Qwen2-Audio has no get_audio_features; without an audio token its legacy merge reads attention_mask:
+    # "'NoneType' object is not subscriptable"
+    needs("Qwen2AudioConfig")
+    model = tf.Qwen2AudioModel(tf.Qwen2AudioConfig(
+        audio_config=dict(d_model=32, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=64, num_mel_bins=16,
+                          max_source_positions=20),
+        text_config=dict(AUDIO, num_key_value_heads=2, vocab_size=120), audio_token_index=100))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert (kwargs["input_ids"] == 100).sum(dim=1).tolist() == [1, 1]
+    assert kwargs["attention_mask"].shape == kwargs["input_ids"].shape and bool(kwargs["attention_mask"].all())
+    assert_probed(model, 2)
+
+
+def test_a_model_of_text_and_audio_codes_gets_a_column_for_each():
+    # Kyutai's speech-to-text: ids of (batch, steps, 1 + num_codebooks); "The size of tensor a (16) must match the
+    # size of tensor b (33)" on plain (batch, steps) ids
+    needs("KyutaiSpeechToTextConfig")
+    model = tf.KyutaiSpeechToTextModel(tf.KyutaiSpeechToTextConfig(
+        **AUDIO, num_key_value_heads=2, head_dim=16, vocab_size=100, codebook_vocab_size=20, num_codebooks=3,
+        audio_pad_token_id=160, audio_bos_token_id=19, pad_token_id=3))
+    _, kwargs = infer_inputs(model, 2, 0)
+    ids = kwargs["input_ids"]
+    assert ids.shape == (2, 16, 4) and int(ids[..., 0].max()) < 100 and int(ids[..., 1:].max()) < 20
+    assert_probed(model, 2)
+
+
+def test_a_codec_joining_waveform_and_spectrogram_frames_gets_them_aligned():
+    # XCodec2: a waveform of whole hops (2 x 5 samples) for each of its features' 64 frames, and the mask over
+    # those frames: "The size of tensor a (160) must match the size of tensor b (64)"
+    needs("Xcodec2Config")
+    model = tf.Xcodec2Model(tf.Xcodec2Config(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=16, head_dim=2,
+        encoder_hidden_size=4, downsampling_ratios=[2, 5], quantization_dim=64,
+        semantic_model_config=dict(model_type="wav2vec2-bert", **AUDIO, output_hidden_size=32)))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert {k: tuple(v.shape) for k, v in kwargs.items()} == {
+        "input_values": (2, 640), "input_features": (2, 64, 160), "input_features_mask": (2, 64)}
+    assert_probed(model, 2)
+
+
+def test_a_model_adding_audio_to_text_token_by_token_gets_frames_for_each_token():
+    # Voxtral Realtime adds 8 frames' embedding to each token's: "The size of tensor a (128) must match the size
+    # of tensor b (64)"
+    needs("VoxtralRealtimeConfig")
+    model = tf.VoxtralRealtimeModel(tf.VoxtralRealtimeConfig(
+        audio_config=dict(AUDIO, num_mel_bins=16, num_key_value_heads=2, head_dim=16),
+        text_config=dict(AUDIO, num_key_value_heads=2, head_dim=16, vocab_size=120)))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert {k: tuple(v.shape) for k, v in kwargs.items()} == {"input_ids": (2, 16), "input_features": (2, 16, 128)}
+    assert_probed(model, 2)
+
+
+def test_a_speech_model_without_prenets_gets_hidden_states():
+    # SpeechT5Model's default encoder and decoder have no pre-nets: "Given normalized_shape=[32], expected input
+    # with shape [*, 32], but got input of size[2, 4000]"
+    needs("SpeechT5Config")
+    model = tf.SpeechT5Model(tf.SpeechT5Config(hidden_size=32, encoder_layers=1, decoder_layers=1,
+                                               encoder_attention_heads=2, decoder_attention_heads=2,
+                                               encoder_ffn_dim=64, decoder_ffn_dim=64))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert {k: tuple(v.shape) for k, v in kwargs.items()} == {"input_values": (2, 16, 32),
+                                                               "decoder_input_values": (2, 16, 32)}
+    assert_probed(model, 2)
+
+
+def test_sam2_gets_images_of_the_size_its_vision_towers_backbone_names():
+    # SAM 2's image size lives in its vision config's backbone config: "shape '[2, -1, 256, 256]' is invalid" at 224
+    needs("Sam2Config")
+    backbone = dict(model_type="sam2_hiera_det_model", hidden_size=8, embed_dim_per_stage=[8, 16, 32, 64],
+                    num_attention_heads_per_stage=[1, 1, 1, 1], blocks_per_stage=[1, 1, 2, 1], image_size=[128, 128],
+                    global_attention_blocks=[3], window_size_per_stage=[4, 2, 2, 1])
+    model = tf.Sam2Model(tf.Sam2Config(
+        vision_config=dict(backbone_config=backbone, backbone_channel_list=[64, 32, 16, 8], fpn_hidden_size=32,
+                           backbone_feature_sizes=[[32, 32], [16, 16], [8, 8]]),
+        prompt_encoder_config=dict(hidden_size=32, image_size=128), mask_decoder_config=dict(hidden_size=32)))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert {k: tuple(v.shape) for k, v in kwargs.items()} == {"pixel_values": (2, 3, 128, 128)}
+    assert_probed(model, 2)
+
+
+def test_a_windowed_backbone_gets_images_of_whole_windows():
+    # RF-DETR's DINOv2 cuts its patch grid into num_windows a side: at 518 (37 patches of 14) "shape
+    # '[2, 4, 9, 4, 9, -1]' is invalid"; here 70 (5 patches) -> 84, 2 windows of 3 patches
+    needs("RfDetrConfig", "RfDetrDinov2Config")
+    backbone = tf.RfDetrDinov2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, image_size=70,
+                                     patch_size=14, num_windows=2, out_features=["stage1", "stage2"],
+                                     window_block_indices=[0])
+    model = tf.RfDetrModel(tf.RfDetrConfig(backbone_config=backbone, d_model=32, decoder_layers=1, decoder_ffn_dim=64,
+                                           decoder_self_attention_heads=2, decoder_cross_attention_heads=2,
+                                           num_queries=10, group_detr=1))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["pixel_values"].shape == (2, 3, 84, 84)
+    assert_probed(model, 2)
+
+
+def test_a_vision_tower_of_packed_images_gets_them_in_one_row_with_their_grids():
+    # MiniCPM-V's vision tower: "'NoneType' object has no attribute 'device'" without target_sizes
+    needs("MiniCPMOcrVisionConfig")
+    model = tf.MiniCPMOcrVisionModel(tf.MiniCPMOcrVisionConfig(hidden_size=32, intermediate_size=64,
+                                                               num_hidden_layers=2, num_attention_heads=2,
+                                                               patch_size=4, insert_layer_id=0))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["pixel_values"].shape == (1, 3, 4, 2 * 8 * 8 * 4) and kwargs["target_sizes"].tolist() == [[8, 8]] * 2
+    assert_probed(model, 2)
+
+
+def test_a_vision_tower_counting_its_grid_in_merged_tokens_gets_each_tokens_pixels():
+    # Inkling 2: "missing 1 required positional argument: 'image_grid_thw'"; it takes a channels-last image of
+    # merge x merge patches per token
+    needs("Inkling2VisionConfig")
+    model = tf.Inkling2VisionModel(tf.Inkling2VisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                                           num_attention_heads=2, projection_hidden_dim=64,
+                                                           text_hidden_size=32, patch_size=4, posemb_grid_size=8))
+    report = assert_probed(model, 2)
+    refused = [n for n in report.notes if n.startswith("the model's forward refused the inferred inputs")]
+    assert len(refused) == 1 and refused[0].endswith("probed with pixel_values as (8, 8, 8, 3)"), report.notes
+
+
+def test_a_video_model_padding_its_frames_to_a_maximum_size_gets_frames_of_that_size():
+    # TVP pads its frames to max_img_size: without pixel_values "'NoneType' object has no attribute 'dtype'";
+    # batch 1, as its 2-D position embeddings are viewed with the batch size (a batch of 2 fails in transformers)
+    needs("TvpConfig")
+    model = tf.TvpModel(tf.TvpConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                     vocab_size=100, num_frames=2, max_img_size=64, visual_prompt_size=8,
+                                     backbone_config=dict(model_type="resnet", hidden_sizes=[8, 8, 8, 8],
+                                                          depths=[1, 1, 1, 1], embedding_size=8,
+                                                          out_features=["stage4"])))
+    _, kwargs = infer_inputs(model, 1, 0)
+    assert {k: tuple(v.shape) for k, v in kwargs.items()} == {"input_ids": (1, 16), "pixel_values": (1, 2, 3, 64, 64)}
+    assert_probed(model, 1)
+
+
+def test_udop_gets_a_box_per_token_on_its_page():
+    # UDOP places each token on its image's patch grid by its box: "'NoneType' object is not subscriptable"
+    needs("UdopConfig")
+    model = tf.UdopModel(tf.UdopConfig(d_model=32, d_ff=64, num_layers=1, num_decoder_layers=1, num_heads=2, d_kv=16,
+                                       vocab_size=100, image_size=64, patch_size=16, max_2d_position_embeddings=64))
+    _, kwargs = infer_inputs(model, 2, 0)
+    assert kwargs["bbox"].shape == (2, 16, 4) and 0 <= float(kwargs["bbox"].min()) and float(kwargs["bbox"].max()) <= 1
+    assert_probed(model, 2)

@@ -44,10 +44,13 @@ backbone of stride 32 ends on 1 x 1 maps, where BatchNorm normalises 2 values pe
 (HGNetV2 then got an IL006 that 224 x 224 images do not give)."""
 
 # Modalities that fill placeholder tokens in the ids: the pixel or feature input, the config keys of
-# the placeholder token, the sub-config keys that size the input, and the method that encodes it.
+# the placeholder token, the method that encodes it, and the method of a model that instead expands one
+# placeholder into its features itself (the merge LLaVA-era models did before their processors expanded them).
 PLACEHOLDERS = (
-    ("pixel_values", ("image_token_id", "image_token_index"), "get_image_features"),
-    ("input_features", ("audio_token_id", "audio_token_index"), "get_audio_features"),
+    ("pixel_values", ("image_token_id", "image_token_index"), "get_image_features",
+     "_merge_input_ids_with_image_features"),
+    ("input_features", ("audio_token_id", "audio_token_index"), "get_audio_features",
+     "_merge_input_ids_with_audio_features"),
 )
 VISION_KEYS = ("vision_config", "vision_tower_config", "visual", "image_config", "encoder")
 AUDIO_KEYS = ("audio_config", "encoder_config", "audio_encoder_config", "speech_config", "encoder")
@@ -73,10 +76,15 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
     if config is None or not isinstance(main, str):
         return None
     accepts = forward_parameters(model)
-    if "grid_thw" in accepts:  # a Qwen-VL-style vision tower: flattened patches and each image's patch grid
-        patches = _patch_inputs(model, config, accepts, batch, gen, dtype)
+    grid = "grid_thw" if "grid_thw" in accepts else "image_grid_thw"
+    if grid in accepts and (grid == "grid_thw" or grid in required_parameters(model)):
+        patches = _patch_inputs(model, config, accepts, batch, gen, dtype, grid)  # a Qwen-VL-style vision tower
         if patches is not None:
             return patches
+    if "target_sizes" in accepts and "pixel_values" in accepts:  # MiniCPM-V's vision tower: packed images
+        packed = _packed_images(config, batch, gen, dtype)
+        if packed is not None:
+            return packed
     encoder = getattr(getattr(model, "encoder", None), "main_input_name", None)
     if main == "inputs" and isinstance(encoder, str):  # a speech encoder-decoder: its encoder's input, by name
         main = encoder
@@ -92,6 +100,8 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
         made = _one_input(config, name, batch, gen, dtype)
         if made is None and name == "input_features" and (name == main or name in required):
             made = _features_from_first_layer(model, batch, gen, dtype)
+        if made is None and name == main and name not in MODALITIES:
+            made = _named_spectrogram(model, config, batch, gen, dtype)
         if made is None and name == main:
             return None
         if made is not None:
@@ -105,7 +115,7 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
             inputs["freq"] = torch.zeros(batch, 1, dtype=torch.long, device=gen.device)
     if "states" in inputs and _count(config, "act_dim"):
         inputs.update(_trajectory(config, inputs["states"], gen, dtype))
-    if "input_ids" in inputs and "bbox" in accepts and _count(config, "dim_bbox"):
+    if "input_ids" in inputs and "bbox" in accepts and (_count(config, "dim_bbox") or "visual_bbox" in accepts):
         inputs["bbox"] = _boxes(inputs["input_ids"], gen, dtype)
     if "pixel_values" in inputs and "spatial_shapes" in accepts:
         inputs.update(_native_patches(vision_config(config), batch, gen, dtype))
@@ -114,9 +124,18 @@ def transformers_inputs(model: nn.Module, batch: int, gen: torch.Generator,
         inputs.update(_tiled_images(vision_config(config), inputs["pixel_values"], accepts, text))
     if "pixel_values" in inputs and "pixel_position_ids" in required:
         inputs.update(_positioned_patches(vision_config(config), batch, gen, dtype))
+    if "input_values" in inputs and main == "input_values" and _reads_hidden_states(model, config):
+        inputs.update(_hidden_states(config, accepts, batch, gen, dtype))
+    if "input_features" in inputs and "input_ids" in inputs and _count(config, "audio_length_per_tok"):
+        inputs["input_features"] = _streamed_features(model, config, inputs["input_features"], gen)
+    if "input_features" in inputs and "input_values" in inputs:
+        inputs["input_values"] = _aligned_waveform(model, config, inputs["input_values"], inputs["input_features"], gen)
     for mask in FRAME_MASKS:  # every frame real (Qwen2-Audio, AF3 read it)
         if "input_features" in inputs and mask in accepts:
-            inputs[mask] = _frames_mask(audio_config(config), inputs["input_features"])
+            inputs[mask] = _frames_mask(audio_config(config), inputs["input_features"], model)
+    own = f"{main}_mask"
+    if main in inputs and own in required and own not in inputs:
+        inputs[own] = _own_mask(model, own, inputs[main])
     if "qformer_input_ids" in required:
         inputs["qformer_input_ids"] = _qformer_ids(config, batch, gen)
     inputs.update(_companions(config, accepts, required, inputs, batch, gen, dtype))
@@ -154,16 +173,17 @@ def _renamed_waveform(model: nn.Module, config: Any, main: str, batch: int, gen:
 
 
 def _patch_inputs(model: nn.Module, config: Any, accepts: set, batch: int, gen: torch.Generator,
-                  dtype: torch.dtype) -> Optional[Dict[str, Any]]:
+                  dtype: torch.dtype, grid: str = "grid_thw") -> Optional[Dict[str, Any]]:
     """A vision tower that takes its images as flattened patches and a ``grid_thw`` (Qwen2-VL and the models
-    built on it): each image a grid of ``2 x spatial_merge_size`` patches a side, one frame; the patches, of
+    built on it; ``image_grid_thw`` where the forward requires it under that name: Inkling 2): each image a grid
+    of ``2 x spatial_merge_size`` patches a side, one frame; the patches, of
     ``channels x temporal_patch_size x patch_size**2`` values each (Muse Glimmer's ``patch_temporal`` and
     ``merge_size``), under the forward's first parameter's
     name (its ``main_input_name`` is often the text default). None where the config has no ``patch_size``."""
     patch = getattr(config, "patch_size", None)
     if not isinstance(patch, int) or isinstance(patch, bool):
         return None
-    first = next((n for n in inspect.signature(model.forward).parameters if n not in ("self", "grid_thw")), None)
+    first = next((n for n in inspect.signature(model.forward).parameters if n not in ("self", grid)), None)
     if first is None:
         return None
     temporal = getattr(config, "temporal_patch_size", None) or getattr(config, "patch_temporal", None) or 1
@@ -175,10 +195,26 @@ def _patch_inputs(model: nn.Module, config: Any, accepts: set, batch: int, gen: 
     values = int(channels) * int(temporal) * patch * patch
     inputs: Dict[str, Any] = {
         first: torch.randn(batch * side * side, values, generator=gen, device=gen.device, dtype=dtype),
-        "grid_thw": torch.tensor([[1, side, side]] * batch, dtype=torch.long, device=gen.device)}
+        grid: torch.tensor([[1, side, side]] * batch, dtype=torch.long, device=gen.device)}
     if "merge_sizes" in accepts:
         inputs["merge_sizes"] = torch.full((batch,), int(merge), dtype=torch.long, device=gen.device)
     return inputs
+
+
+def _packed_images(config: Any, batch: int, gen: torch.Generator, dtype: torch.dtype) -> Optional[Dict[str, Any]]:
+    """Images as MiniCPM-V's vision tower takes them (``target_sizes``, each image's patch grid): packed into one
+    row of patches, ``1 x channels x patch_size x (patches * patch_size)``, each image a square grid of 4 window
+    kernels a side (``window_kernel_size``, which its merger pools twice). None where the config has no
+    ``patch_size``."""
+    patch = _count(config, "patch_size")
+    if not patch:
+        return None
+    kernel = getattr(config, "window_kernel_size", None)
+    side = 4 * (int(kernel[0]) if isinstance(kernel, (list, tuple)) and kernel else 1)
+    channels = _count(config, "num_channels") or 3
+    row = torch.randn(1, channels, patch, batch * side * side * patch, generator=gen, device=gen.device, dtype=dtype)
+    return {"pixel_values": row,
+            "target_sizes": torch.tensor([[side, side]] * batch, dtype=torch.long, device=gen.device)}
 
 
 def forward_parameters(model: nn.Module) -> set:
@@ -333,12 +369,16 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
             one["image_attention_mask"] = torch.ones(*ids.shape, 1, dtype=torch.long, device=ids.device)  # all see it
         yield described("pixel_values", one)
     patch = getattr(getattr(model, "config", None), "patch_size", None)
-    if isinstance(kwargs.get("grid_thw"), torch.Tensor) and isinstance(patch, int) and patch > 0:
+    grid = next((g for g in ("grid_thw", "image_grid_thw") if isinstance(kwargs.get(g), torch.Tensor)), None)
+    if grid is not None and isinstance(patch, int) and patch > 0:
         for name, flat in kwargs.items():  # flattened patches as images of one patch each (Kimi K2.5's conv stem)
             if isinstance(flat, torch.Tensor) and flat.is_floating_point() and flat.dim() == 2 \
                     and flat.shape[1] % (patch * patch) == 0:
                 square = flat.reshape(flat.shape[0], flat.shape[1] // (patch * patch), patch, patch)
                 yield described(name, {**kwargs, name: square})
+                tokens = _merged_tokens(model.config, kwargs[grid], flat, seed)
+                if tokens is not None:
+                    yield described(name, {**kwargs, name: tokens[0], grid: tokens[1]})
     feats = kwargs.get("input_features")
     if isinstance(feats, torch.Tensor) and feats.is_floating_point() and feats.dim() == 3:
         yield described("input_features", {**kwargs, "input_features": feats.transpose(1, 2).contiguous()})
@@ -349,16 +389,113 @@ def other_layouts(model: nn.Module, kwargs: Dict[str, Any], seed: int) -> Iterat
             yield described("input_features", {**kwargs, "input_features": wide})
 
 
+def _merged_tokens(config: Any, grid: torch.Tensor, flat: torch.Tensor,
+                   seed: int) -> Optional[Tuple[torch.Tensor, torch.Tensor]]:
+    """Flattened patches as a tower that counts its grid in merged tokens takes them (Inkling 2): each token's
+    ``spatial_merge_size**2`` patches as one channels-last image, ``tokens x (patch * merge) x (patch * merge) x
+    channels``, and the grid over the tokens; None where the config names no merge, or it does not divide the grid."""
+    merge, patch = _count(config, "spatial_merge_size"), config.patch_size
+    channels = _count(config, "num_channels") or 3
+    if merge < 2 or bool((grid[:, 1:] % merge).any()):
+        return None
+    side = patch * merge
+    images = _randn((flat.shape[0] // (merge * merge), side, side, channels), flat, seed)
+    return images, grid // torch.tensor([1, merge, merge], dtype=grid.dtype, device=grid.device)
+
+
 def _randn(shape: Tuple[int, ...], like: torch.Tensor, seed: int) -> torch.Tensor:
     """Standard-normal values of ``like``'s device and dtype, from a generator of that device seeded with ``seed``."""
     return draw.randn(shape, draw.generator(like.device, seed), like.device, like.dtype)
 
 
-def _frames_mask(config: Any, features: torch.Tensor) -> torch.Tensor:
-    """Every frame of the spectrogram real: ones over its frame axis (the axis that is not the mel bins)."""
-    bins = _count(config, "num_mel_bins")
-    frames = features.shape[-2] if bins and features.shape[-1] == bins and features.dim() >= 3 else features.shape[-1]
+def _frames_mask(config: Any, features: torch.Tensor, model: nn.Module) -> torch.Tensor:
+    """Every frame of the spectrogram real: ones over its frame axis."""
+    frames = _frame_count(config, features, model)
     return torch.ones(features.shape[0], frames, dtype=torch.long, device=features.device)
+
+
+def _frame_count(config: Any, features: torch.Tensor, model: nn.Module) -> int:
+    """The frames of a spectrogram: its axis that is not the mel bins (the config's ``num_mel_bins``, else the
+    width the model's first layer, a Linear, reads: XCodec2's stacked filterbanks)."""
+    first = first_consumer(model)
+    bins = _count(config, "num_mel_bins") or (first.in_features if isinstance(first, nn.Linear) else 0)
+    return features.shape[-2] if bins and features.shape[-1] == bins and features.dim() >= 3 else features.shape[-1]
+
+
+def _named_spectrogram(model: nn.Module, config: Any, batch: int, gen: torch.Generator,
+                       dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """The main input of an audio model that names it otherwise (Gemma 3n's ``audio_mel``): frames x features
+    as wide as its config's ``input_feat_size``, else the spectrogram its config sizes; None for a model whose
+    ``input_modalities`` are not audio."""
+    modalities = getattr(model, "input_modalities", None)
+    if "audio" not in ((modalities,) if isinstance(modalities, str) else tuple(modalities or ())):
+        return None
+    width = _count(config, "input_feat_size")
+    if width:
+        return torch.randn(batch, FEATURE_FRAMES, width, generator=gen, device=gen.device, dtype=dtype)
+    return _one_input(config, "input_features", batch, gen, dtype)
+
+
+def _own_mask(model: nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
+    """The mask over the frames of the main input that a forward requires under the input's name and ``_mask``
+    (Gemma 3n's ``audio_mel_mask``), with every frame real. A boolean mask (its annotation) that the model's
+    code negates by name (``~audio_mel_mask``, to get the valid frames) marks padding with True: all False;
+    else every frame is marked real: all True, or ones."""
+    try:
+        annotation = inspect.signature(model.forward).parameters[name].annotation
+        source = inspect.getsource(inspect.getmodule(type(model)))
+    except (KeyError, TypeError, OSError, ValueError):
+        annotation, source = None, ""
+    shape = (x.shape[0], x.shape[1])
+    if "Bool" in str(annotation) or annotation is bool:
+        return torch.full(shape, f"~{name}" not in source, dtype=torch.bool, device=x.device)
+    return torch.ones(shape, dtype=torch.long, device=x.device)
+
+
+def _reads_hidden_states(model: nn.Module, config: Any) -> bool:
+    """Whether a model whose main input is ``input_values`` reads hidden states rather than a waveform (SpeechT5
+    without its pre-nets): it has no convolution to read a waveform with, and its first layer, a Linear, reads
+    its config's ``hidden_size``."""
+    first = first_consumer(model)
+    width = _count(config, "hidden_size")
+    return (isinstance(first, nn.Linear) and first.in_features == width > 0
+            and not any(isinstance(m, nn.modules.conv._ConvNd) for m in model.modules()))
+
+
+def _hidden_states(config: Any, accepts: set, batch: int, gen: torch.Generator,
+                   dtype: torch.dtype) -> Dict[str, torch.Tensor]:
+    """Hidden states of ``HF_TOKENS`` steps at the config's width as ``input_values``, and as the decoder's
+    ``decoder_input_values`` where the forward takes them (SpeechT5 without pre-nets)."""
+    made = {"input_values": torch.randn(batch, HF_TOKENS, config.hidden_size, generator=gen, device=gen.device,
+                                        dtype=dtype)}
+    if "decoder_input_values" in accepts:
+        made["decoder_input_values"] = torch.randn(batch, HF_TOKENS, config.hidden_size, generator=gen,
+                                                   device=gen.device, dtype=dtype)
+    return made
+
+
+def _streamed_features(model: nn.Module, config: Any, features: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """The spectrogram of a model that adds its audio's embeddings to the text's, token by token (Voxtral
+    Realtime: ``audio_length_per_tok`` frames a token): as many frames as the ``HF_TOKENS`` tokens take,
+    mel bins x frames where the first layer, a convolution, reads the bins as its channels."""
+    bins = _count(audio_config(config), "num_mel_bins") or features.shape[-1]
+    frames = HF_TOKENS * config.audio_length_per_tok
+    first = first_consumer(model)
+    shape = (bins, frames) if isinstance(first, nn.Conv1d) and first.in_channels == bins else (frames, bins)
+    return torch.randn(features.shape[0], *shape, generator=gen, device=gen.device, dtype=features.dtype)
+
+
+def _aligned_waveform(model: nn.Module, config: Any, wave: torch.Tensor, features: torch.Tensor,
+                      gen: torch.Generator) -> torch.Tensor:
+    """The waveform of a model that takes it beside its spectrogram and joins their frames (XCodec2's acoustic
+    and semantic encoders): as many whole hops of its codec (the product of ``downsampling_ratios``) as the
+    spectrogram has frames; the waveform as is where the config names no hops."""
+    strides = getattr(config, "downsampling_ratios", None)
+    if not (isinstance(strides, (list, tuple)) and strides and all(isinstance(v, int) and v > 0 for v in strides)):
+        return wave
+    frames = _frame_count(audio_config(config), features, model)
+    return torch.randn(*wave.shape[:-1], math.prod(strides) * frames, generator=gen, device=gen.device,
+                       dtype=wave.dtype)
 
 
 def _qformer_ids(config: Any, batch: int, gen: torch.Generator) -> torch.Tensor:
@@ -392,15 +529,18 @@ def text_config(config: Any) -> Any:
 
 def vision_config(config: Any) -> Any:
     """The config that sizes the images: the vision tower's, else the config itself, else (a head on a
-    backbone that sizes them: ViTPose's 256 x 192) its backbone's."""
+    backbone that sizes them: ViTPose's 256 x 192) its backbone's or its vision tower's backbone's (SAM 2)."""
     subs = [s for s in _subs(config, VISION_KEYS) if getattr(s, "image_size", None) is not None]
     if subs or getattr(config, "image_size", None) is not None:
         return subs[0] if subs else config
     subs = [s for s in _subs(config, VISION_KEYS) if _count(s, "num_patches")]  # a NaFlex tower (SigLIP 2)
     if subs:
         return subs[0]
-    backbone = _subs(config, ("backbone_config",))
-    return backbone[0] if backbone and getattr(backbone[0], "image_size", None) is not None else config
+    for owner in [config] + _subs(config, VISION_KEYS):  # SAM 2's Hiera backbone, within its vision config
+        backbone = _subs(owner, ("backbone_config",))
+        if backbone and getattr(backbone[0], "image_size", None) is not None:
+            return backbone[0]
+    return config
 
 
 def audio_config(config: Any) -> Any:
@@ -422,7 +562,8 @@ def _describes(config: Any, name: str) -> bool:
         return vocab(text_config(config)) > 0
     if name == "pixel_values":  # a vision tower of fixed-size images, or of a number of patches (SigLIP 2)
         vis = vision_config(config)
-        return getattr(vis, "image_size", None) is not None or _count(vis, "num_patches") > 0
+        return getattr(vis, "image_size", None) is not None or _count(vis, "num_patches") > 0 \
+            or _count(vis, "max_img_size") > 0
     if name == "input_features":
         return _feature_shape(audio_config(config)) is not None
     return False
@@ -432,16 +573,23 @@ def _describes(config: Any, name: str) -> bool:
 def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: torch.dtype) -> Optional[torch.Tensor]:
     if name == "input_ids":
         n = vocab(text_config(config))
+        if n > 0 and _count(config, "codebook_vocab_size") and _count(config, "num_codebooks"):
+            return _text_and_codes(config, n, batch, gen)
         return torch.randint(0, n, (batch, HF_TOKENS), generator=gen, device=gen.device) if n > 0 else None
     if name in ("pixel_values", "pixel_values_videos"):
         vis = vision_config(config)
-        size = getattr(vis, "image_size", None) or getattr(vis, "crop_size", None) or IMAGE_SIDE
+        size = getattr(vis, "image_size", None) or getattr(vis, "crop_size", None) \
+            or getattr(vis, "max_img_size", None) or IMAGE_SIDE  # TVP pads its frames to max_img_size
         height, width = (size, size) if isinstance(size, int) else (int(size[0]), int(size[-1]))
         ratios, patch = getattr(vis, "scaled_images_ratios", None), getattr(vis, "patch_size", None)
         if isinstance(patch, int) and isinstance(ratios, (list, tuple)) and ratios and min(ratios) > 0:
             # Depth Pro: the image is scaled by each ratio and cut into patches of patch_size; the smallest
             # scale must hold one patch (1536 pixels a side for 384 and 0.25)
             height = width = max(height, width, math.ceil(patch / min(ratios)))
+        windows = _count(vis, "num_windows_side") or _count(vis, "num_windows")
+        if isinstance(patch, int) and patch > 0 and windows:  # RF-DETR's windowed DINOv2: whole windows of patches
+            step = patch * windows  # 518 (37 patches of 14) -> 560, 4 windows of 10 patches a side
+            height, width = step * math.ceil(height / step), step * math.ceil(width / step)
         channels = getattr(vis, "num_channels", None) or getattr(vis, "in_chans", None) \
             or getattr(config, "num_channels", None) or 3
         frames = _frames(vis) or _frames(config) or (VIDEO_FRAMES if name == "pixel_values_videos" else None)
@@ -501,6 +649,15 @@ def _one_input(config: Any, name: str, batch: int, gen: torch.Generator, dtype: 
     return None
 
 
+def _text_and_codes(config: Any, n: int, batch: int, gen: torch.Generator) -> torch.Tensor:
+    """Ids of a model that reads text and audio codes side by side (Kyutai's speech-to-text): each step a text
+    token, then one code of each of its ``num_codebooks`` codebooks, below ``codebook_vocab_size``."""
+    text = torch.randint(0, n, (batch, HF_TOKENS, 1), generator=gen, device=gen.device)
+    codes = torch.randint(0, config.codebook_vocab_size, (batch, HF_TOKENS, config.num_codebooks), generator=gen,
+                          device=gen.device)
+    return torch.cat([text, codes], dim=-1)
+
+
 def _series_features(config: Any, accepts: set, past: torch.Tensor, gen: torch.Generator,
                      dtype: torch.dtype) -> Dict[str, torch.Tensor]:
     """What the Time Series Transformer, Informer and Autoformer take beside ``past_values``: its time features
@@ -543,7 +700,8 @@ def _trajectory(config: Any, states: torch.Tensor, gen: torch.Generator, dtype: 
 
 
 def _boxes(ids: torch.Tensor, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
-    """A box per token for a layout model that requires them (BROS: ``dim_bbox`` in its config), as
+    """A box per token for a layout model that requires them (BROS: ``dim_bbox`` in its config; UDOP, whose
+    forward also takes its image patches' boxes, ``visual_bbox``, and places each token on its patch grid), as
     ``(x0, y0, x1, y1)`` in ``[0, 1]`` of the page, each corner's coordinates in order."""
     corners = torch.rand(*ids.shape, 2, 2, generator=gen, device=gen.device, dtype=dtype).sort(dim=-2).values
     return corners.reshape(*ids.shape, 4)  # (x0, y0), then (x1, y1)
@@ -598,21 +756,27 @@ def _token(config: Any, keys: Tuple[str, ...]) -> Optional[int]:
 
 def _with_placeholders(model: nn.Module, config: Any, inputs: Dict[str, Any], gen: torch.Generator) -> torch.Tensor:
     """The random ids with no special token drawn by chance, and, for each modality given that fills
-    placeholders, one placeholder per feature of its example after the text tokens."""
+    placeholders, one placeholder per feature of its example after the text tokens (one an example where the
+    model expands it into the features itself, with an attention mask over the ids, from which it reads the padding
+    side)."""
     ids = inputs["input_ids"]
     n = vocab(text_config(config))
     special = {t for k in SPECIAL_KEYS if (t := _token(config, (k,))) is not None}
     for token in special:  # a drawn special token would ask for a feature that is not there
         ids = torch.where(ids == token, (ids + 1) % n, ids)
         ids = torch.where(ids == token, (ids + 1) % n, ids)  # token + 1 may be special too
-    parts = [ids]
-    for name, keys, method in PLACEHOLDERS:
+    parts, merged = [ids], False
+    for name, keys, method, merge in PLACEHOLDERS:
         token = _token(config, keys)
-        if name not in inputs or not (token is not None and callable(getattr(model, method, None))
+        encodes = callable(getattr(model, method, None)) or callable(getattr(model, merge, None))
+        if name not in inputs or not (token is not None and encodes
                                       or token is None and _unset(config, keys) and name not in required_parameters(model)):
             continue
         count = None
-        if token is not None and token < n and callable(getattr(model, method, None)):  # else not embedded or counted
+        if token is not None and token < n and not callable(getattr(model, method, None)):
+            count = 1  # one placeholder an example, which the model's own merge expands into its features
+            merged = True
+        elif token is not None and token < n and callable(getattr(model, method, None)):  # else not embedded or counted
             for form in _forms(inputs[name]):  # one image per example, or a list of images per example
                 count = count_features(model, config, method, {name: form[:1]})
                 if count is not None:
@@ -623,7 +787,10 @@ def _with_placeholders(model: nn.Module, config: Any, inputs: Dict[str, Any], ge
                 inputs.pop(unused, None)
             continue
         parts.append(torch.full((ids.shape[0], count), token, dtype=ids.dtype, device=ids.device))
-    return torch.cat(parts, dim=1)
+    ids = torch.cat(parts, dim=1)
+    if merged and "attention_mask" in forward_parameters(model):  # the merge reads the padding side from it
+        inputs["attention_mask"] = torch.ones_like(ids)
+    return ids
 
 
 def _unset(config: Any, keys: Tuple[str, ...]) -> bool:
