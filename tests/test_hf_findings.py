@@ -157,3 +157,23 @@ def test_glm5_next_indexers_gate_of_ones_under_no_grad_is_information():
     assert {"IL008", "IL004"} <= set(indexer)
     assert all(f.severity == "info" and "autograd off" in f.message for f in indexer.values())
     assert not [f for f in report.findings if f.severity != "info"]
+
+
+def test_rf_detrs_learned_queries_and_box_offsets_are_not_residual_growth_or_signal_drift():
+    """RF-DETR's decoder starts from a parameter, its learned queries (``query_feat.weight + self_attn(...)``), and
+    adds the box positions to each block's output only as queries of the next attention: that sum is no residual
+    branch of the positions. Its proposals' box centres (0.58) get a learned offset of 0.001: what the decoder
+    computes from the sum is not a signal exploding from 0.001. Before, IL012 flagged every ``self_attn.o_proj``
+    (14.8x at the real width) and IL005 a 708x explosion from the offset."""
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, "RfDetrModel"):
+        pytest.skip("this transformers has no RF-DETR")
+    torch.manual_seed(0)
+    backbone = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, image_size=112, patch_size=14,
+                    num_windows=2, out_features=["stage1", "stage2", "stage3", "stage4"], out_indices=[1, 2, 3, 4],
+                    model_type="rf_detr_dinov2")
+    config = transformers.RfDetrConfig(backbone_config=backbone, d_model=64, decoder_layers=2,
+                                       decoder_attention_heads=4, num_queries=30, group_detr=2, intermediate_size=128)
+    report = initlint.audit(transformers.RfDetrModel(config), select=["IL005", "IL012"])
+    assert not [f.module for f in report.findings if f.code == "IL012" and f.module.endswith("self_attn.o_proj")]
+    assert not [f.message for f in report.findings if f.code == "IL005" and "explodes" in f.message]

@@ -623,15 +623,28 @@ class Residual:
     """Weight ops (and attention ops with their own projections) inside the branch, in order."""
 
 
-def residual_adds(graph: Graph, limit: int = 4000) -> List[Residual]:
+PARAMETER_STREAM = -1
+"""The stream of an addition whose stream is a parameter of the model (no op of the graph)."""
+
+
+def residual_adds(graph: Graph, limit: int = 4000,
+                  stream_param: Optional[Callable[[str], bool]] = None) -> List[Residual]:
     """Every ``add`` whose one input is computed from the other through at least one weight layer.
 
     Ops are numbered in execution order, so the search back from the branch stops at ops
     older than the stream: it visits one block, not the whole model.
-    """
+
+    ``stream_param(name)``: whether a parameter added to an op's output is a stream of its own (a matrix of
+    positions x width: a DETR decoder's learned queries, ``query_feat.weight + self_attn(...)``, not a bias).
+    Such an addition has no stream op to judge, but what enters it by the op is a branch of the parameter's
+    stream (see :func:`_branch_layers`)."""
     found: List[Residual] = []
     streams: Dict[int, int] = {}  # a residual add found so far -> its stream
     for op in graph:
+        if op.kind == "add" and len(op.inputs) == 1 and stream_param is not None \
+                and any(stream_param(name) for name in op.params.values()):
+            streams[op.id] = PARAMETER_STREAM
+            continue
         if op.kind != "add" or len(op.inputs) != 2 or _query_key_only(graph, op):
             continue
         for stream_id, branch_id in (op.inputs, op.inputs[::-1]):
@@ -738,7 +751,8 @@ def _branch_layers(graph: Graph, stream_id: int, branch_id: int, limit: int,
     stream) by its branch alone: the value is then that addition's stream plus what the candidate
     contributed to its branch. RT-DETR's decoder adds its query positions to the output of the block
     before (``with_pos_embed(hidden_states, position_embeddings)``), and those positions had entered that
-    block only through its queries and keys: the sum is a query, not the positions' residual branch."""
+    block only through its queries and keys: the sum is a query, not the positions' residual branch. RF-DETR's
+    first block does the same on a stream that is a parameter, its learned queries (:data:`PARAMETER_STREAM`)."""
     if branch_id <= stream_id:
         return []
     ancestors = set()
@@ -872,11 +886,17 @@ def shared_by(graph: Graph, name: str) -> List[Op]:
     return list(users.values())
 
 
+def _matrix(audit: AuditContext, name: str) -> bool:
+    """Whether parameter ``name`` is a matrix of positions x width (two axes longer than 1), not a bias."""
+    p = audit.param(name)
+    return p is not None and p.dim() >= 2 and p.shape[-1] > 1 and p.shape[-2] > 1
+
+
 def residuals_of(audit: AuditContext) -> List[Residual]:
     """:func:`residual_adds` of the audited graph, computed once per audit (IL012 and IL013 share it)."""
     cached = audit.memo.get("residual_adds")
     if cached is None:
-        cached = audit.memo["residual_adds"] = residual_adds(audit.graph)
+        cached = audit.memo["residual_adds"] = residual_adds(audit.graph, stream_param=lambda n: _matrix(audit, n))
     return cached
 
 

@@ -454,7 +454,12 @@ RULES: Dict[str, Dict[str, Any]] = {
                       'times its input, 108x at 16 tokens); on the way to the model output it still counts. An\n'
                       'addition of a tensor that is not the signal (a mask built from created tensors) and over\n'
                       "1000x the signal's scale is a masking, not the signal (LongT5's local mask of -1e10 added\n"
-                      'to its position bias): no stretch goes through it.\n'
+                      'to its position bias): no stretch goes through it. Where such a tensor carries the sum\n'
+                      'otherwise (the signal holds less than 1% of its variance), the sum starts afresh: RF-DETR\n'
+                      "adds a learned offset of scale 0.001 to its proposals' box centres (0.58), and what its\n"
+                      'decoder computes from the sum is judged against 0.58, not against the offset. An\n'
+                      "attention's output carries the signal of its values; its queries and keys only weigh them\n"
+                      "(RF-DETR's first queries are positions from those boxes, its values a learned embedding).\n"
                       '\n'
                       'Residual additions: only the inputs that carry the sum count (at least 1% of the\n'
                       "largest input's variance), so a deliberately small or zero-initialised branch does not\n"

@@ -74,7 +74,12 @@ class SignalDrift(Rule):
     times its input, 108x at 16 tokens); on the way to the model output it still counts. An
     addition of a tensor that is not the signal (a mask built from created tensors) and over
     1000x the signal's scale is a masking, not the signal (LongT5's local mask of -1e10 added
-    to its position bias): no stretch goes through it.
+    to its position bias): no stretch goes through it. Where such a tensor carries the sum
+    otherwise (the signal holds less than 1% of its variance), the sum starts afresh: RF-DETR
+    adds a learned offset of scale 0.001 to its proposals' box centres (0.58), and what its
+    decoder computes from the sum is judged against 0.58, not against the offset. An
+    attention's output carries the signal of its values; its queries and keys only weigh them
+    (RF-DETR's first queries are positions from those boxes, its values a learned embedding).
 
     Residual additions: only the inputs that carry the sum count (at least 1% of the
     largest input's variance), so a deliberately small or zero-initialised branch does not
@@ -304,10 +309,17 @@ class _Trace:
                 ref[op.id] = (rms, op.id)
             return
         ins = [i for i in op.inputs if i in ref]
+        if op.kind == "attention":  # its output averages the values: queries and keys only weigh them
+            ins = [i for i in ins if i in op.inputs[2:]]
         if not ins:
             return
         if op.kind == "add" and len(op.inputs) > len(ins) and self._masked(op, ins):
             return  # the signal plus a mask far larger than it (LongT5's -1e10 local mask): not the signal
+        if op.kind == "add" and len(op.inputs) > len(ins) and self._masked(op, ins, 1 / _CARRY):
+            rms = audit.op_stats(op).get("rms")
+            if rms is not None and _finite(rms) and rms > 0:
+                ref[op.id] = (rms, op.id)  # the sum is the other tensor's: it starts afresh
+                return
         if op.kind == "add" and len(ins) > 1:
             ins = self.carried[op.id] = self._carriers(ins)
             rms = audit.op_stats(op).get("rms")
@@ -335,13 +347,13 @@ class _Trace:
                 return True
         return False
 
-    def _masked(self, op: Op, ins: List[int]) -> bool:
+    def _masked(self, op: Op, ins: List[int], dominance: float = _MASK_DOMINANCE) -> bool:
         """Whether an addition's input that is not the signal (built from created tensors: a mask, a
-        constant bias) outweighs its signal inputs more than :data:`_MASK_DOMINANCE` times."""
+        constant bias) outweighs its signal inputs more than ``dominance`` times."""
         graph = self.audit.graph
         signal = [s for i in ins if (s := measured_rms(self.audit, graph[i])) is not None and _finite(s)]
         other = [s for i in op.inputs if i not in ins and (s := measured_rms(self.audit, graph[i])) is not None]
-        return bool(signal and other) and max(other) > _MASK_DOMINANCE * max(signal)
+        return bool(signal and other) and max(other) > dominance * max(signal)
 
     def _carriers(self, ins: List[int]) -> List[int]:
         """The inputs of an addition that carry at least 1% of the largest one's variance."""
