@@ -623,10 +623,6 @@ class Residual:
     """Weight ops (and attention ops with their own projections) inside the branch, in order."""
 
 
-PARAMETER_STREAM = -1
-"""The stream of an addition whose stream is a parameter of the model (no op of the graph)."""
-
-
 def residual_adds(graph: Graph, limit: int = 4000,
                   stream_param: Optional[Callable[[str], bool]] = None) -> List[Residual]:
     """Every ``add`` whose one input is computed from the other through at least one weight layer.
@@ -635,20 +631,21 @@ def residual_adds(graph: Graph, limit: int = 4000,
     older than the stream: it visits one block, not the whole model.
 
     ``stream_param(name)``: whether a parameter added to an op's output is a stream of its own (a matrix of
-    positions x width: a DETR decoder's learned queries, ``query_feat.weight + self_attn(...)``, not a bias).
-    Such an addition has no stream op to judge, but what enters it by the op is a branch of the parameter's
-    stream (see :func:`_branch_layers`)."""
+    positions x width: a DETR decoder's learned queries, ``query_feat.weight + self_attn(...)``, or its query
+    positions, not a bias). Such an addition has no stream op to judge, and what enters it by its op enters
+    another stream (see :func:`_branch_layers`)."""
     found: List[Residual] = []
     streams: Dict[int, int] = {}  # a residual add found so far -> its stream
+    onto_parameters = set()  # additions of an op's output to a parameter that is a stream of its own
     for op in graph:
         if op.kind == "add" and len(op.inputs) == 1 and stream_param is not None \
                 and any(stream_param(name) for name in op.params.values()):
-            streams[op.id] = PARAMETER_STREAM
+            onto_parameters.add(op.id)
             continue
         if op.kind != "add" or len(op.inputs) != 2 or _query_key_only(graph, op):
             continue
         for stream_id, branch_id in (op.inputs, op.inputs[::-1]):
-            layers = _branch_layers(graph, stream_id, branch_id, limit, streams)
+            layers = _branch_layers(graph, stream_id, branch_id, limit, streams, onto_parameters)
             if layers:
                 found.append(Residual(op, graph[stream_id], graph[branch_id], layers))
                 streams[op.id] = stream_id
@@ -744,15 +741,18 @@ def reads_into(graph: Graph, op: Op, targets: Set[str], through: Set[str], limit
 
 
 def _branch_layers(graph: Graph, stream_id: int, branch_id: int, limit: int,
-                   streams: Optional[Dict[int, int]] = None) -> List[Op]:
+                   streams: Optional[Dict[int, int]] = None, onto_parameters: Optional[Set[int]] = None) -> List[Op]:
     """Weight layers on the paths from ``stream_id`` to ``branch_id`` (empty: not a branch of it).
 
     Not a branch either when every path enters an earlier residual addition (``streams``: add -> its
     stream) by its branch alone: the value is then that addition's stream plus what the candidate
     contributed to its branch. RT-DETR's decoder adds its query positions to the output of the block
     before (``with_pos_embed(hidden_states, position_embeddings)``), and those positions had entered that
-    block only through its queries and keys: the sum is a query, not the positions' residual branch. RF-DETR's
-    first block does the same on a stream that is a parameter, its learned queries (:data:`PARAMETER_STREAM`)."""
+    block only through its queries and keys: the sum is a query, not the positions' residual branch. A path
+    does not go on through an addition onto a parameter that is a stream of its own (``onto_parameters``):
+    RF-DETR's first block adds its positions to its learned queries (a parameter) for the queries and keys,
+    and adds the attention's output to them; the positions reach the block's output through those additions
+    alone. DETR's first block reads its stream as values too, and stays its branch."""
     if branch_id <= stream_id:
         return []
     ancestors = set()
@@ -767,8 +767,10 @@ def _branch_layers(graph: Graph, stream_id: int, branch_id: int, limit: int,
         return []
     reached = {stream_id}
     for i in sorted(ancestors):
-        if i != stream_id and any(j in reached for j in graph[i].inputs):
+        if i != stream_id and i not in (onto_parameters or ()) and any(j in reached for j in graph[i].inputs):
             reached.add(i)
+    if onto_parameters and branch_id not in reached:
+        return []
     if streams and any(streams[i] not in reached for i in reached if i in streams and i != stream_id):
         return []
     # the stream's own op is not the branch's: FNet's ``x + fft(x).real`` (x a projection's output) has
