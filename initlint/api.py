@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
@@ -12,6 +13,7 @@ from .capture import BACKENDS, CaptureError, capture
 from .capture.fx import untraceable
 from .errors import LoadError, UsageError
 from .rules.link import link_findings
+from .inputs.config import MAX_BATCHES_PER_STEP
 from .inputs.hf import other_layouts
 from .inputs.load import DEFAULT_BATCH, check_finite, infer_inputs, move_inputs, normalise_inputs, shaped_inputs
 from .attempts import ForwardFailed, describe_inputs, model_device, probe_retrying
@@ -167,7 +169,7 @@ def audit(model: nn.Module, example_inputs: Any = None, *, device: Optional[str]
     dev = resolve_device(options["device"] or ("cpu" if streamed else None), user_model)
     report.device = str(dev)
     precision = check_precision(precision, grad_scaler, dev)
-    from .probe.step import check_batches_per_step, check_clipping, request_for, resolve_optimizer
+    from .probe.step import check_clipping, request_for, resolve_optimizer
 
     user_optimizer = resolve_optimizer(optimizer, user_model)
     if user_optimizer is None and precision is None and loss is not None:
@@ -466,3 +468,16 @@ def _run_rules(rules, ctx: AuditContext, probe: ProbeResult, is_meta: bool, sele
         if rule.code in selected:
             findings.extend(found)
     return findings
+
+
+def check_batches_per_step(value: Any) -> int:
+    """The batches the run's step averages over, as an integer from 1; :class:`UsageError` (one sentence) otherwise."""
+    from .probe.step import real_number
+
+    number = real_number(value)
+    if number is None or not math.isfinite(number) or number != int(number) or not 1 <= number <= MAX_BATCHES_PER_STEP:
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise UsageError(f"batches_per_step must be a whole number from 1 to {MAX_BATCHES_PER_STEP} (the batches like "
+                         f"the probe's that the run's optimizer step averages over), not {shown}")
+    return int(number)

@@ -27,7 +27,6 @@ import torch
 import torch.nn as nn
 
 from ..errors import UsageError
-from ..inputs.config import MAX_BATCHES_PER_STEP
 from . import draw
 
 HALF = (torch.float16, torch.bfloat16)
@@ -193,17 +192,6 @@ def request_for(optimizer: torch.optim.Optimizer, model: nn.Module, loss: Any, s
         names.setdefault(id(p), name)
     return StepRequest(optimizer=optimizer, names=names, loss=loss, seed=seed, clip_norm=clip_grad_norm,
                        clip_value=clip_grad_value, batches_per_step=batches_per_step)
-
-
-def check_batches_per_step(value: Any) -> int:
-    """The batches the run's step averages over, as an integer from 1; :class:`UsageError` (one sentence) otherwise."""
-    number = real_number(value)
-    if number is None or not math.isfinite(number) or number != int(number) or not 1 <= number <= MAX_BATCHES_PER_STEP:
-        shown = repr(value)
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."
-        raise UsageError(f"batches_per_step must be a whole number from 1 to {MAX_BATCHES_PER_STEP} (the batches like "
-                         f"the probe's that the run's optimizer step averages over), not {shown}")
-    return int(number)
 
 
 def check_clipping(clip_grad_norm: Any, clip_grad_value: Any) -> Tuple[Optional[float], Optional[float]]:
