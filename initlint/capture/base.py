@@ -178,10 +178,12 @@ def grad_without_dropout(outputs: List[torch.Tensor], inputs: List[Any],
 
 
 def attention_inputs(call: "O.AttentionCall", producer: Callable[[torch.Tensor], Optional[int]]) -> Dict[str, Any]:
-    """Graph attributes of an attention op: the ops that produced its queries and keys (``q_input``,
-    ``k_input``; rules follow them back to the projections), and its scale when one was given."""
+    """Graph attributes of an attention op: the ops that produced its queries, keys and values (``q_input``,
+    ``k_input``, ``v_input``; rules follow them back to the projections), and its scale when one was given."""
     attrs: Dict[str, Any] = {"head_dim": call.head_dim}
-    for role, tensor in (("q_input", call.q), ("k_input", call.k)):
+    for role, tensor in (("q_input", call.q), ("k_input", call.k), ("v_input", call.v)):
+        if tensor is None:
+            continue
         op_id = producer(tensor)
         if op_id is not None:
             attrs[role] = op_id

@@ -465,6 +465,8 @@ class AttentionCall:
     q_bias: Optional[torch.Tensor] = None
     k_bias: Optional[torch.Tensor] = None
     padding: Optional[torch.Tensor] = None
+    v: Optional[torch.Tensor] = None
+    """The values the probabilities average."""
 
     @property
     def head_dim(self) -> int:
@@ -499,7 +501,8 @@ def _sdpa_call(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Attent
     return AttentionCall("sdpa", q, k, scale=None if scale is None else float(scale),
                          is_causal=bool(bound.get("is_causal", False)),
                          mask=mask if isinstance(mask, torch.Tensor) else None,
-                         gqa=bool(bound.get("enable_gqa", False)))
+                         gqa=bool(bound.get("enable_gqa", False)),
+                         v=bound.get("value") if isinstance(bound.get("value"), torch.Tensor) else None)
 
 
 @lru_cache(maxsize=1)
@@ -532,8 +535,9 @@ def _mha_call(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Optional[Attenti
     padding = v["key_padding_mask"]
     if isinstance(padding, torch.Tensor) and padding.dim() == 1:
         padding = padding.unsqueeze(0)
+    value = v["value"] if isinstance(v["value"], torch.Tensor) else None
     return AttentionCall("mha", query, key, mask=v["attn_mask"], heads=heads, q_weight=q_weight, k_weight=k_weight,
-                         q_bias=q_bias, k_bias=k_bias, padding=padding)
+                         q_bias=q_bias, k_bias=k_bias, padding=padding, v=value)
 
 
 def _float_tensor(t: Any) -> bool:

@@ -631,15 +631,16 @@ def residual_adds(graph: Graph, limit: int = 4000,
     older than the stream: it visits one block, not the whole model.
 
     ``stream_param(name)``: whether a parameter added to an op's output is a stream of its own (a matrix of
-    positions x width: a DETR decoder's learned queries, ``query_feat.weight + self_attn(...)``, or its query
-    positions, not a bias). Such an addition has no stream op to judge, and what enters it by its op enters
-    another stream (see :func:`_branch_layers`)."""
+    positions x width: a DETR decoder's learned queries, not a bias). Such an addition of a branch's output (a
+    weight layer's or an attention's: ``query_feat.weight + self_attn(...)``) has no stream op to judge, and what
+    enters it by that branch enters the parameter's stream (see :func:`_branch_layers`); a parameter added onto
+    a stream (``tgt + query_pos``, positions for the next attention's queries) is no such addition."""
     found: List[Residual] = []
     streams: Dict[int, int] = {}  # a residual add found so far -> its stream
     onto_parameters = set()  # additions of an op's output to a parameter that is a stream of its own
     for op in graph:
         if op.kind == "add" and len(op.inputs) == 1 and stream_param is not None \
-                and any(stream_param(name) for name in op.params.values()):
+                and any(stream_param(name) for name in op.params.values()) and _ends_branch(graph, op.inputs[0]):
             onto_parameters.add(op.id)
             continue
         if op.kind != "add" or len(op.inputs) != 2 or _query_key_only(graph, op):
@@ -651,6 +652,19 @@ def residual_adds(graph: Graph, limit: int = 4000,
                 streams[op.id] = stream_id
                 break
     return found
+
+
+def _ends_branch(graph: Graph, op_id: int, limit: int = 8) -> bool:
+    """Whether ``op_id`` is, through views and concatenations of one input, the output of a weight layer or an
+    attention: the end of a branch."""
+    current = graph[op_id]
+    for _ in range(limit):
+        if current.kind in O.WEIGHT_KINDS or current.kind == "attention":
+            return True
+        if len(current.inputs) != 1 or not (current.kind in ("view", "cat") or current.kind in O.PASS_KINDS):
+            return False
+        current = graph[current.inputs[0]]
+    return False
 
 
 def _query_key_only(graph: Graph, op: Op) -> bool:

@@ -309,8 +309,8 @@ class _Trace:
                 ref[op.id] = (rms, op.id)
             return
         ins = [i for i in op.inputs if i in ref]
-        if op.kind == "attention":  # its output averages the values: queries and keys only weigh them
-            ins = [i for i in ins if i in op.inputs[2:]]
+        if op.kind == "attention" and "v_input" in op.attrs:  # it averages the values: queries and keys weigh them
+            ins = [op.attrs["v_input"]] if op.attrs["v_input"] in ref else []
         if not ins:
             return
         if op.kind == "add" and len(op.inputs) > len(ins) and self._masked(op, ins):
