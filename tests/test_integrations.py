@@ -641,3 +641,14 @@ def test_the_callbacks_do_not_audit_a_model_loaded_from_a_checkpoint(tmp_path):
         _, trainer, error = hf_run(tmp_path / "run", model, token_rows(), callback)
     assert error is None and trainer.state.global_step == 2 and callback.report is None
     assert any("was loaded from a checkpoint" in r.getMessage() for r in logged)
+
+
+def test_the_callbacks_own_wrong_settings_stop_the_run_with_their_sentence():
+    """A setting the audit refuses is the callback's own mistake: it is raised (UsageError), not logged as a model
+    that could not be audited while training goes on."""
+    from initlint.errors import UsageError
+    from initlint.integrations._core import BatchAuditor
+
+    auditor = BatchAuditor("TestCallback", settings={"seed": "not a seed"})
+    with pytest.raises(UsageError, match="seed must be an integer"):
+        auditor.audit(mlp(False), vectors()[0], logging.getLogger("test"))

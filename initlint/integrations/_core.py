@@ -68,24 +68,30 @@ class BatchAuditor:
             k = run_batches(batches)
             if settings.get("optimizer") is not None and k > 1:
                 settings["batches_per_step"] = k
+        report: Optional[Report] = None
+        error: Optional[BaseException] = None
         try:
-            report: Optional[Report] = audit(model, example, **settings)
-        except UsageError:
-            raise  # the callback's own settings are wrong: say so, do not train on silently
+            report = audit(model, example, **settings)
+        except UsageError as exc:  # the callback's own settings are wrong: say so, do not train on silently
+            error = exc
         except LoadError as exc:
             log.warning("initlint could not audit %s on the first training batch: %s", type(model).__name__, exc)
-            report = None
+        except BaseException as exc:  # noqa: BLE001 - raised below, once the other ranks know
+            error = exc
         failing: List[Finding] = []
         if report is not None:
             report.notes[:0] = notes
             self.report = report
             failing = self.failing(report)
             self._log(report, failing, log)
-        stopping = stopping_ranks(bool(failing)) if self.fail_on is not None else []
+        mine = (_ERRED, f"{type(error).__name__}: {error}") if error is not None else (_STOPS if failing else _GOES, "")
+        others = [(rank, outcome) for rank, outcome in enumerate(rank_outcomes(mine)) if outcome[0] != _GOES]
+        if error is not None:
+            raise error
         if failing:
             raise InitlintFailure(self.stop_message(report, failing), report)  # type: ignore[arg-type]
-        if stopping:
-            raise InitlintFailure(self.others_message(report, stopping), report)  # type: ignore[arg-type]
+        if others:
+            raise InitlintFailure(self.others_message(report, others), report)  # type: ignore[arg-type]
         return report
 
     def failing(self, report: Report) -> List[Finding]:
@@ -117,18 +123,25 @@ class BatchAuditor:
                 f"fix the initialisation (`initlint explain {codes[0]}`), or pass fail_on=None to {self.callback} "
                 f"to log the findings and train on")
 
-    def others_message(self, report: Optional[Report], ranks: List[int]) -> str:
+    def others_message(self, report: Optional[Report], others: List[Tuple[int, Tuple[str, str]]]) -> str:
+        """Why a rank whose own batch passed stops: other ranks stopped (their findings), or failed (their error)."""
         import torch.distributed as dist
 
         own = "could not be audited" if report is None else \
             f"has {len(report.findings)} finding(s) below '{self.fail_on}'" if report.findings else "is clean"
-        which = ", ".join(str(r) for r in ranks)
-        return (f"initlint stopped training before the first optimizer step: rank{'s' if len(ranks) > 1 else ''} "
-                f"{which} of {dist.get_world_size()} found finding(s) at or above '{self.fail_on}' in the model at "
-                f"initialisation, on {'their' if len(ranks) > 1 else 'its'} own first training batch (this rank's "
-                f"{own}); {'their' if len(ranks) > 1 else 'its'} output shows the findings. Every rank stops, so "
-                f"that none waits for the others in the first step; pass fail_on=None to {self.callback} to log the "
-                f"findings and train on")
+        stopped = [str(rank) for rank, (kind, _) in others if kind == _STOPS]
+        failed = [f"rank {rank}: {text}" for rank, (kind, text) in others if kind == _ERRED]
+        said = []
+        if stopped:
+            said.append(f"rank{'s' if len(stopped) > 1 else ''} {', '.join(stopped)} of {dist.get_world_size()} found "
+                        f"finding(s) at or above '{self.fail_on}' in the model at initialisation, on "
+                        f"{'their' if len(stopped) > 1 else 'its'} own first training batch (the findings are in "
+                        f"{'their' if len(stopped) > 1 else 'its'} output)")
+        if failed:
+            said.append(f"the audit failed on {'; '.join(failed)}")
+        return (f"initlint stopped training before the first optimizer step: {'; and '.join(said)}; this rank's batch "
+                f"{own}. Every rank stops, so that none waits for the others in the first step; pass fail_on=None to "
+                f"{self.callback} to log the findings and train on")
 
     def example(self, batch: Any) -> Any:
         """The model inputs in ``batch``: ``inputs(batch)`` when given, else the batch itself, the first
@@ -181,21 +194,23 @@ def _run_optimizer(make: Callable[[], "RunOptimizer"], model: Any, settings: Dic
     return list(run.notes)
 
 
-def stopping_ranks(stops: bool) -> List[int]:
-    """In a data-parallel run every rank audits its own batch, and a verdict near a limit may differ between
-    batches: the ranks that stop (``stops`` on each) are exchanged, so that every rank stops with them instead
-    of waiting in the first step's collective for a rank that is gone. Empty outside such a run."""
-    import torch
+_GOES, _STOPS, _ERRED = "goes on", "stops", "failed"
+"""A rank's outcome of its callback's audit: its batch passed, gave findings at or above ``fail_on``, or raised."""
+
+
+def rank_outcomes(mine: Tuple[str, str]) -> List[Tuple[str, str]]:
+    """Every rank's outcome (``(kind, error text)``), in rank order, where the run is data-parallel; empty
+    elsewhere. Every rank audits its own batch, and a verdict near a limit may differ between batches: so that
+    every rank stops with one that stops or fails, instead of waiting for it in the first step's collective.
+    Exchanged with ``all_gather_object``, on the device the process group's backend takes (CPU for gloo, the
+    rank's current accelerator for NCCL and its kin): every rank of the group must run the callback."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return []
-    backend = str(dist.get_backend()).lower()
-    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-    flags = torch.zeros(dist.get_world_size(), dtype=torch.int32, device=device)
-    flags[dist.get_rank()] = int(stops)
-    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    return [rank for rank, flag in enumerate(flags.tolist()) if flag]
+    gathered: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine)
+    return [tuple(outcome) for outcome in gathered]  # type: ignore[misc]
 
 
 def run_batches(values: Iterable[Any]) -> int:
