@@ -44,9 +44,10 @@ parameters: 110 ms for strided samples, 25 ms in runs)."""
 RUNS = 256
 """Runs per sample: memory nobody wrote that spans more than 1/256 of a tensor holds a whole run."""
 SCAN_SAMPLE = 1 << 12
-"""Elements sampled (256 runs of 16) for the signs of memory nobody wrote (:func:`may_be_unwritten`): where such
-memory spans a run, nearly every element of it is a denormal or a huge value, so 16 tell as well as 64, at a
-quarter of the reads (a 50-layer MLP of width 256: 3.2 ms of a 60 ms audit with 16384)."""
+"""Elements sampled (256 runs of 16) of a tensor larger than :data:`SAMPLE` for the signs of memory nobody wrote
+(:func:`may_be_unwritten`; a smaller one is read whole): where such memory spans a run, nearly every element of
+it is a denormal or a huge value, so 16 tell as well as 64, at a quarter of the reads (a 50-layer MLP of width
+256: 3.2 ms of a 60 ms audit with 16384)."""
 PATCH = 1 << 16
 """Elements of the largest constant fill kept beside a tiled tensor's tile (:meth:`_Private._patch`)."""
 HUGE = 1e20
@@ -269,8 +270,8 @@ def scan_memory(t: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tens
 
 def may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[Optional[float]]] = None) -> List[bool]:
     """Whether each tensor needs the full scan of :func:`scan_memory`: its norm is not finite or at least
-    :data:`HUGE` (so it may hold a value that large), or its sample of :data:`SCAN_SAMPLE`
-    elements holds a denormal or a huge value. Memory nobody wrote holds such values all over (stale
+    :data:`HUGE` (so it may hold a value that large), or its sample (:data:`SCAN_SAMPLE` elements; all of a
+    tensor of at most :data:`SAMPLE`) holds a denormal or a huge value. Memory nobody wrote holds such values all over (stale
     integers read as float32 are denormals; arbitrary bits have huge exponents a quarter of the time);
     an init draws none. ``norms``: the norms already known (the probe's weights), None where not; the
     others of a dtype come from one fused call. Samples of a length are read together, and the flags
@@ -300,12 +301,12 @@ def _may_be_unwritten(tensors: Sequence[torch.Tensor], norms: Optional[Sequence[
         # of their stack), their magnitudes taken in place: 28 -> 16 ms on nn.Transformer's 60 large tensors.
         # No flag is written into a device tensor at host-side indices: that copies the indices to the device,
         # and CUDA waits for it (one synchronisation per part)
-        views = [_sample_view(t, SCAN_SAMPLE) for t in values]
+        views = [_sample_view(t, SAMPLE if t.numel() <= SAMPLE else SCAN_SAMPLE) for t in values]
         samples: Dict[Tuple[int, ...], List[int]] = {}
         for k, view in enumerate(views):
             samples.setdefault(tuple(view.shape), []).append(k)
         for shape, ks in samples.items():
-            length = min(math.prod(shape), SCAN_SAMPLE)
+            length = min(math.prod(shape), SAMPLE)
             for part in _in_cache(ks, length, device):
                 size = torch.stack([views[k] for k in part]).reshape(len(part), -1)[:, :length].abs_()
                 odd = ~(size.amax(dim=1) < HUGE)  # a huge value, inf or NaN
