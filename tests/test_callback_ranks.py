@@ -2,42 +2,19 @@
 differ between batches. The ranks stop together: before, the rank that stopped left the others waiting in
 the first step's collective until the process group's timeout (tests/callback_ranks_worker.py, gloo on
 localhost)."""
-import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
+
+import launch_ranks
 
 WORKER = os.path.join(os.path.dirname(__file__), "callback_ranks_worker.py")
 PG_TIMEOUT = 60
 pytestmark = pytest.mark.slow  # two processes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_ranks(how: str, world: int = 2, failing: int = 1) -> list:
-    env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               SIDE_PORT=str(_free_port()), OMP_NUM_THREADS="1", INITLINT_NO_PROGRESS="1", PG_TIMEOUT=str(PG_TIMEOUT))
-    procs = [subprocess.Popen([sys.executable, WORKER, str(failing), how], env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=PG_TIMEOUT - 15))  # a rank left waiting fails this
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    lines = []
-    for rank, (proc, (out, err)) in enumerate(zip(procs, outputs)):
-        assert proc.returncode == 0, f"rank {rank} ended with {proc.returncode}:\n{err[-3000:]}"
-        lines.append(json.loads(next(line for line in out.splitlines() if line.startswith("{"))))
+    lines = launch_ranks.run_ranks(WORKER, [str(failing), how], world, PG_TIMEOUT, PG_TIMEOUT - 15)
     assert all(line["seconds"] < 30 for line in lines)
     return [line["outcome"] for line in lines]
 

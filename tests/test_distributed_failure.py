@@ -5,13 +5,11 @@ The process group's timeout is 180 s. Before the ranks agreed on success before 
 the ranks that had not failed waited out that timeout in a collective (then reported "a bug in
 initlint"), or paired one with a collective of different size, and gloo aborted every process.
 """
-import json
 import os
-import socket
-import subprocess
-import sys
 
 import pytest
+
+import launch_ranks
 
 WORKER = os.path.join(os.path.dirname(__file__), "distributed_failure_worker.py")
 PG_TIMEOUT = 180
@@ -19,33 +17,10 @@ BOUND = 30.0  # seconds one rank's audit may take here: far below the timeout, f
 pytestmark = pytest.mark.slow  # two and four processes each
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_ranks(case: str, world: int, failing: int) -> list:
     """Every rank's JSON line, after asserting that each process ended by itself, not by a signal."""
     pytest.importorskip("torch.distributed.fsdp")
-    env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               SIDE_PORT=str(_free_port()), OMP_NUM_THREADS="1", INITLINT_NO_PROGRESS="1", PG_TIMEOUT=str(PG_TIMEOUT))
-    procs = [subprocess.Popen([sys.executable, WORKER, case, str(failing)], env=dict(env, RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(world)]
-    outputs = []
-    try:
-        for proc in procs:  # a rank still waiting in a collective fails this, well before the timeout ends it
-            outputs.append(proc.communicate(timeout=PG_TIMEOUT - 30))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-    lines = []
-    for rank, (proc, (out, err)) in enumerate(zip(procs, outputs)):
-        assert proc.returncode == 0, f"rank {rank} ended with {proc.returncode} (negative: a signal):\n{err[-3000:]}"
-        lines.append(json.loads(next(line for line in out.splitlines() if line.startswith("{"))))
-    assert [line["rank"] for line in lines] == list(range(world))
-    return lines
+    return launch_ranks.run_ranks(WORKER, [case, str(failing)], world, PG_TIMEOUT, PG_TIMEOUT - 30)
 
 
 FAILURES = {
