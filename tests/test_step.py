@@ -626,6 +626,7 @@ def test_cli_flags_config_and_hook(tmp_path):
     (tmp_path / "pyproject.toml").write_text('[tool.initlint]\nclip-grad-norm = 0\n')
     bad = run_cli("check", "m.py", cwd=tmp_path)
     assert bad.returncode == 2 and "clip-grad-norm" in bad.stderr and "a finite number above 0" in bad.stderr
+    (tmp_path / "pyproject.toml").unlink()
     accumulated = run_cli("check", "m.py", "--optimizer", "SGD(lr=1e-3)", "--batches-per-step", "8", "--input-shape",
                           "8,64", "--format", "json", cwd=tmp_path)
     assert accumulated.returncode == 0 and json.loads(accumulated.stdout)["results"][0]["step"]["batches_per_step"] \
