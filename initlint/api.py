@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import math
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
@@ -472,12 +471,10 @@ def _run_rules(rules, ctx: AuditContext, probe: ProbeResult, is_meta: bool, sele
 
 def check_batches_per_step(value: Any) -> int:
     """The batches the run's step averages over, as an integer from 1; :class:`UsageError` (one sentence) otherwise."""
-    from .probe.step import real_number
+    from .probe.step import shown, whole_number
 
-    number = real_number(value)
-    if number is None or not math.isfinite(number) or number != int(number) or not 1 <= number <= MAX_BATCHES_PER_STEP:
-        shown = repr(value)
-        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    number = whole_number(value)
+    if number is None or number > MAX_BATCHES_PER_STEP:
         raise UsageError(f"batches_per_step must be a whole number from 1 to {MAX_BATCHES_PER_STEP} (the batches like "
-                         f"the probe's that the run's optimizer step averages over), not {shown}")
-    return int(number)
+                         f"the probe's that the run's optimizer step averages over), not {shown(value)}")
+    return number

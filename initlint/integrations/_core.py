@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..inputs.config import MAX_BATCHES_PER_STEP
@@ -217,13 +216,11 @@ def run_batches(values: Iterable[Any]) -> int:
     """The batches like the audited one that the run's step averages: the product of ``values`` (its gradient
     accumulation steps, its data-parallel ranks), each a whole number from 1 (another value counts as 1), at
     most :data:`MAX_BATCHES_PER_STEP`."""
-    from ..probe.step import real_number
+    from ..probe.step import whole_number
 
     product = 1
     for value in values:
-        number = real_number(value)
-        if number is not None and math.isfinite(number) and number >= 1 and number == int(number):
-            product = min(product * int(number), MAX_BATCHES_PER_STEP)
+        product = min(product * (whole_number(value) or 1), MAX_BATCHES_PER_STEP)
     return product
 
 

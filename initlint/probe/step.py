@@ -204,9 +204,7 @@ def check_clipping(clip_grad_norm: Any, clip_grad_value: Any) -> Tuple[Optional[
             continue
         number = real_number(value)
         if number is None or not (math.isfinite(number) and number > 0):
-            shown = repr(value)
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
-            raise UsageError(f"{name} must be a finite number above 0 (the clipping training uses), not {shown}")
+            raise UsageError(f"{name} must be a finite number above 0 (the clipping training uses), not {shown(value)}")
         out.append(number)
     if out[0] is not None and out[1] is not None:
         raise UsageError("clip_grad_norm= and clip_grad_value= were both given; training clips one way: give one")
@@ -532,6 +530,21 @@ def real_number(value: Any) -> Optional[float]:
         return float(value)
     except OverflowError:
         return math.inf if value > 0 else -math.inf
+
+
+def whole_number(value: Any) -> Optional[int]:
+    """A whole number of at least 1 given as a Python, NumPy or one-element tensor number (:func:`real_number`), as
+    an int; None for anything else."""
+    number = real_number(value)
+    if number is None or not math.isfinite(number) or number < 1 or number != int(number):
+        return None
+    return int(number)
+
+
+def shown(value: Any, most: int = 40) -> str:
+    """``repr(value)`` as a refusal quotes it: cut to ``most`` characters."""
+    text = repr(value)
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 def _host(values: List[torch.Tensor]) -> List[float]:

@@ -654,17 +654,16 @@ def residual_adds(graph: Graph, limit: int = 4000,
     return found
 
 
+_TO_BRANCH_END = frozenset({"view", "cat"}) | O.PASS_KINDS
+
+
 def _ends_branch(graph: Graph, op_id: int, limit: int = 8) -> bool:
-    """Whether ``op_id`` is, through views and concatenations of one input, the output of a weight layer or an
-    attention: the end of a branch."""
-    current = graph[op_id]
-    for _ in range(limit):
-        if current.kind in O.WEIGHT_KINDS or current.kind == "attention":
-            return True
-        if len(current.inputs) != 1 or not (current.kind in ("view", "cat") or current.kind in O.PASS_KINDS):
-            return False
-        current = graph[current.inputs[0]]
-    return False
+    """Whether ``op_id`` is, back through views and concatenations, the output of a weight layer or an attention:
+    the end of a branch."""
+    last = None
+    for last in graph.back(graph[op_id], through=_TO_BRANCH_END, limit=limit):
+        pass
+    return last is not None and (last.kind in O.WEIGHT_KINDS or last.kind == "attention")
 
 
 def _query_key_only(graph: Graph, op: Op) -> bool:

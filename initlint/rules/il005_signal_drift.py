@@ -313,9 +313,10 @@ class _Trace:
             ins = [op.attrs["v_input"]] if op.attrs["v_input"] in ref else []
         if not ins:
             return
-        if op.kind == "add" and len(op.inputs) > len(ins) and self._masked(op, ins):
+        outweighed = self._outweighed(op, ins) if op.kind == "add" and len(op.inputs) > len(ins) else 0.0
+        if outweighed > _MASK_DOMINANCE:
             return  # the signal plus a mask far larger than it (LongT5's -1e10 local mask): not the signal
-        if op.kind == "add" and len(op.inputs) > len(ins) and self._masked(op, ins, 1 / _CARRY):
+        if outweighed > 1 / _CARRY:
             rms = audit.op_stats(op).get("rms")
             if rms is not None and _finite(rms) and rms > 0:
                 ref[op.id] = (rms, op.id)  # the sum is the other tensor's: it starts afresh
@@ -347,13 +348,15 @@ class _Trace:
                 return True
         return False
 
-    def _masked(self, op: Op, ins: List[int], dominance: float = _MASK_DOMINANCE) -> bool:
-        """Whether an addition's input that is not the signal (built from created tensors: a mask, a
-        constant bias) outweighs its signal inputs more than ``dominance`` times."""
+    def _outweighed(self, op: Op, ins: List[int]) -> float:
+        """How many times an addition's input that is not the signal (built from created tensors: a mask, a
+        constant bias) outweighs its signal inputs; 0 where either scale is unknown."""
         graph = self.audit.graph
         signal = [s for i in ins if (s := measured_rms(self.audit, graph[i])) is not None and _finite(s)]
         other = [s for i in op.inputs if i not in ins and (s := measured_rms(self.audit, graph[i])) is not None]
-        return bool(signal and other) and max(other) > dominance * max(signal)
+        if not (signal and other) or max(signal) <= 0:
+            return math.inf if signal and other and max(other) > 0 else 0.0
+        return max(other) / max(signal)
 
     def _carriers(self, ins: List[int]) -> List[int]:
         """The inputs of an addition that carry at least 1% of the largest one's variance."""
